@@ -1,0 +1,269 @@
+"""ModelSpec: the architecture of one model, read from a Hugging Face config.json.
+
+What lives here: the spec dataclasses and the translation from HF config keys (Qwen3.5/Qwen3-Next hybrid
+stacks, Qwen3 MoE, DeepSeek MLA, Mixtral, Llama, gpt-oss sliding windows) into one vocabulary.
+Parameter counting is in `params.py`; the shipped catalog and name lookup in `registry.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["ModelSpec", "LinearAttentionSpec", "MlaSpec", "MoeSpec", "from_hf_config"]
+
+FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
+QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
+GATED_ATTENTION_TYPES = {"qwen3_next"}  # gated by construction, no config key
+SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
+
+
+@dataclass(frozen=True)
+class LinearAttentionSpec:
+    """Gated DeltaNet linear attention (Qwen3-Next / Qwen3.5)."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+
+@dataclass(frozen=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek-V2/V3)."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    """Routed experts, optional shared experts, and which layers stay dense."""
+
+    num_experts: int
+    top_k: int
+    ffn_hidden_size: int
+    shared_ffn_hidden_size: int = 0
+    shared_expert_gate: bool = False
+    expert_bias: bool = False
+    router_bias: bool = False
+    dense_layers: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One decoder-only text model. Vision towers are not part of the spec (text training only)."""
+
+    name: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int
+    layer_types: tuple[str, ...]
+    tie_embeddings: bool = False
+    attn_output_gate: bool = False
+    qk_norm: bool = False
+    attention_bias: bool = False
+    attention_sinks: bool = False
+    sliding_window: int | None = None
+    rotary_fraction: float = 1.0
+    linear: LinearAttentionSpec | None = None
+    mla: MlaSpec | None = None
+    moe: MoeSpec | None = None
+    mtp_layers: int = 0
+    source: str = field(default="", compare=False)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.linear is not None
+
+    def is_moe_layer(self, i: int) -> bool:
+        return self.moe is not None and i not in self.moe.dense_layers
+
+    def count(self, kind: str) -> int:
+        return sum(1 for t in self.layer_types if t == kind)
+
+    def describe(self) -> str:
+        parts = [f"{self.num_layers} layers", f"hidden {self.hidden_size}"]
+        if self.linear:
+            parts.append(f"{self.count(LINEAR)} Gated DeltaNet + {self.count(FULL)} full attention")
+        if self.count(SLIDING):
+            parts.append(f"{self.count(SLIDING)} sliding-window ({self.sliding_window}) + {self.count(FULL)} full")
+        if self.mla:
+            parts.append("MLA")
+        else:
+            parts.append(f"{self.num_heads} heads / {self.num_kv_heads} KV")
+        if self.moe:
+            m = self.moe
+            s = f"MoE {m.num_experts} experts top-{m.top_k} ffn {m.ffn_hidden_size}"
+            if m.shared_ffn_hidden_size:
+                s += f" + shared {m.shared_ffn_hidden_size}"
+            if m.dense_layers:
+                s += f", {len(m.dense_layers)} dense layers"
+            parts.append(s)
+        else:
+            parts.append(f"dense ffn {self.ffn_hidden_size}")
+        return ", ".join(parts)
+
+
+def _get(cfg: dict, key: str, where: str, kind: type = int) -> Any:
+    if key not in cfg or cfg[key] is None:
+        raise ConfigError(f"{where}: missing required field '{key}'; add it to the config.json")
+    value = cfg[key]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise ConfigError(f"{where}: field '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def _opt_int(cfg: dict, key: str, where: str, default: int | None = None) -> int | None:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: field '{key}' must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _layer_types(cfg: dict, n_layers: int, model_type: str, where: str) -> tuple[str, ...]:
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise ConfigError(
+                f"{where}: field 'layer_types' must list {n_layers} entries (num_hidden_layers), "
+                f"got {len(types) if isinstance(types, list) else type(types).__name__}"
+            )
+        bad = sorted({t for t in types if t not in (FULL, SLIDING, LINEAR)})
+        if bad:
+            raise ConfigError(
+                f"{where}: field 'layer_types' has unknown type(s) {bad}; "
+                f"allowed: {FULL}, {SLIDING}, {LINEAR}"
+            )
+        return tuple(types)
+    interval = cfg.get("full_attention_interval")
+    if interval:
+        return tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(n_layers))
+    if cfg.get("sliding_window") and cfg.get("use_sliding_window", model_type == "gpt_oss"):
+        return tuple(SLIDING if i % 2 == 0 else FULL for i in range(n_layers))
+    return (FULL,) * n_layers
+
+
+def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
+    """Translate an HF config dict (top level or with a nested text_config) into a ModelSpec."""
+    where = f"config.json of {name}"
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    top_type = cfg.get("model_type", "")
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", top_type)}
+    model_type = str(cfg.get("model_type") or top_type or "unknown")
+
+    hidden = _get(cfg, "hidden_size", where)
+    n_layers = _get(cfg, "num_hidden_layers", where)
+    vocab = _get(cfg, "vocab_size", where)
+    heads = _get(cfg, "num_attention_heads", where)
+    kv_heads = _opt_int(cfg, "num_key_value_heads", where, heads) or heads
+    head_dim = _opt_int(cfg, "head_dim", where) or hidden // heads
+    layer_types = _layer_types(cfg, n_layers, model_type, where)
+
+    linear = None
+    if LINEAR in layer_types:
+        linear = LinearAttentionSpec(
+            num_key_heads=_get(cfg, "linear_num_key_heads", where),
+            num_value_heads=_get(cfg, "linear_num_value_heads", where),
+            key_head_dim=_get(cfg, "linear_key_head_dim", where),
+            value_head_dim=_get(cfg, "linear_value_head_dim", where),
+            conv_kernel=_get(cfg, "linear_conv_kernel_dim", where),
+        )
+
+    mla = None
+    if cfg.get("kv_lora_rank"):
+        mla = MlaSpec(
+            q_lora_rank=_opt_int(cfg, "q_lora_rank", where),
+            kv_lora_rank=_get(cfg, "kv_lora_rank", where),
+            qk_nope_head_dim=_get(cfg, "qk_nope_head_dim", where),
+            qk_rope_head_dim=_get(cfg, "qk_rope_head_dim", where),
+            v_head_dim=_get(cfg, "v_head_dim", where),
+        )
+
+    n_experts = cfg.get("num_experts") or cfg.get("n_routed_experts") or cfg.get("num_local_experts")
+    moe = None
+    ffn = _opt_int(cfg, "intermediate_size", where)
+    if n_experts:
+        top_k = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
+        if not top_k:
+            raise ConfigError(f"{where}: MoE model is missing 'num_experts_per_tok'; add it")
+        moe_ffn = _opt_int(cfg, "moe_intermediate_size", where) or ffn
+        if not moe_ffn:
+            raise ConfigError(f"{where}: MoE model is missing 'moe_intermediate_size'; add it")
+        shared = _opt_int(cfg, "shared_expert_intermediate_size", where) or 0
+        if not shared and cfg.get("n_shared_experts"):
+            shared = int(cfg["n_shared_experts"]) * moe_ffn
+        dense = set(cfg.get("mlp_only_layers") or [])
+        dense |= set(range(int(cfg.get("first_k_dense_replace") or 0)))
+        step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1)
+        if step > 1:
+            dense |= {i for i in range(n_layers) if (i + 1) % step != 0}
+        moe = MoeSpec(
+            num_experts=int(n_experts),
+            top_k=int(top_k),
+            ffn_hidden_size=moe_ffn,
+            shared_ffn_hidden_size=shared,
+            shared_expert_gate=bool(shared) and model_type in SHARED_GATE_TYPES,
+            expert_bias=model_type == "gpt_oss",
+            router_bias=model_type == "gpt_oss" or cfg.get("topk_method") == "noaux_tc",  # DeepSeek: e_score_correction_bias
+            dense_layers=tuple(sorted(dense)),
+        )
+        if moe.top_k > moe.num_experts:
+            raise ConfigError(f"{where}: num_experts_per_tok {moe.top_k} exceeds num_experts {moe.num_experts}")
+    if ffn is None:
+        if moe is None or moe.dense_layers:
+            raise ConfigError(f"{where}: missing required field 'intermediate_size'; add it")
+        ffn = moe.ffn_hidden_size
+    rope = cfg.get("rope_parameters") or {}
+    rotary = float(cfg.get("partial_rotary_factor") or rope.get("partial_rotary_factor") or 1.0)
+    return ModelSpec(
+        name=name,
+        model_type=model_type,
+        hidden_size=hidden,
+        num_layers=n_layers,
+        vocab_size=vocab,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn_hidden_size=ffn,
+        layer_types=layer_types,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        attn_output_gate=bool(cfg.get("attn_output_gate", model_type in GATED_ATTENTION_TYPES)),
+        qk_norm=model_type in QK_NORM_TYPES,
+        attention_bias=bool(cfg.get("attention_bias", False)),
+        attention_sinks=model_type == "gpt_oss",
+        sliding_window=cfg.get("sliding_window") if SLIDING in layer_types else None,
+        rotary_fraction=rotary,
+        linear=linear,
+        mla=mla,
+        moe=moe,
+        mtp_layers=int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0),
+        source=source,
+    )

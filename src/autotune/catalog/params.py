@@ -1,0 +1,180 @@
+"""Exact parameter counts: per layer, per layer type, total and active per token.
+
+Each layer is a list of `ParamItem`s that say how the tensor shards under Megatron-core: `tp` (split
+over tensor parallel), `rep` (replicated on every TP rank), `expert` (split over EP x ETP). The memory
+model sums these per pipeline stage; the MFU convention uses `ParamCounts.active`.
+
+The seed's active rule (Qwen3.5-122B-A10B: 9,008,136,192): every weight matrix used for one token, plus
+ONE vocabulary matrix; 1-D tensors (norms, biases, A_log, dt_bias, sinks) and MTP are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import FULL, LINEAR, SLIDING, ModelSpec
+
+__all__ = ["ParamItem", "ParamCounts", "layer_items", "param_counts", "padded_vocab"]
+
+
+@dataclass(frozen=True)
+class ParamItem:
+    name: str
+    count: int
+    shard: str  # "tp" | "rep" | "expert"
+    matrix: bool  # a weight matrix (counted by the active rule) or a 1-D tensor
+    active: float = 1.0  # fraction used per token (top_k / num_experts for routed experts)
+
+
+def _attention_items(m: ModelSpec, kind: str) -> list[ParamItem]:
+    h = m.hidden_size
+    if kind == LINEAR:
+        la = m.linear
+        assert la is not None
+        kd, vd, nv = la.key_dim, la.value_dim, la.num_value_heads
+        return [
+            ParamItem("gdn.in_proj_qkvz", h * (2 * kd + 2 * vd), "tp", True),
+            ParamItem("gdn.in_proj_ba", h * 2 * nv, "tp", True),
+            ParamItem("gdn.conv1d", (2 * kd + vd) * la.conv_kernel, "tp", True),
+            ParamItem("gdn.out_proj", vd * h, "tp", True),
+            ParamItem("gdn.A_log", nv, "tp", False),
+            ParamItem("gdn.dt_bias", nv, "tp", False),
+            ParamItem("gdn.norm", la.value_head_dim, "rep", False),
+        ]
+    if m.mla is not None:
+        a, nh = m.mla, m.num_heads
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        items = []
+        if a.q_lora_rank:
+            items += [
+                ParamItem("mla.q_down", h * a.q_lora_rank, "rep", True),
+                ParamItem("mla.q_norm", a.q_lora_rank, "rep", False),
+                ParamItem("mla.q_up", a.q_lora_rank * nh * qk, "tp", True),
+            ]
+        else:
+            items.append(ParamItem("mla.q_proj", h * nh * qk, "tp", True))
+        return items + [
+            ParamItem("mla.kv_down", h * (a.kv_lora_rank + a.qk_rope_head_dim), "rep", True),
+            ParamItem("mla.kv_norm", a.kv_lora_rank, "rep", False),
+            ParamItem("mla.kv_up", a.kv_lora_rank * nh * (a.qk_nope_head_dim + a.v_head_dim), "tp", True),
+            ParamItem("mla.o_proj", nh * a.v_head_dim * h, "tp", True),
+        ]
+    q = m.num_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    q_out = 2 * q if m.attn_output_gate else q
+    items = [
+        ParamItem("attn.q_proj", h * q_out, "tp", True),
+        ParamItem("attn.k_proj", h * kv, "tp", True),
+        ParamItem("attn.v_proj", h * kv, "tp", True),
+        ParamItem("attn.o_proj", q * h, "tp", True),
+    ]
+    if m.attention_bias:
+        items += [
+            ParamItem("attn.qkv_bias", q_out + 2 * kv, "tp", False),
+            ParamItem("attn.o_bias", h, "rep", False),
+        ]
+    if m.qk_norm:
+        items.append(ParamItem("attn.qk_norm", 2 * m.head_dim, "rep", False))
+    if m.attention_sinks:
+        items.append(ParamItem("attn.sinks", m.num_heads, "tp", False))
+    return items
+
+
+def _mlp_items(m: ModelSpec, i: int) -> list[ParamItem]:
+    h = m.hidden_size
+    if not m.is_moe_layer(i):
+        return [ParamItem("mlp.dense", 3 * h * m.ffn_hidden_size, "tp", True)]
+    e = m.moe
+    assert e is not None
+    frac = e.top_k / e.num_experts
+    items = [
+        ParamItem("moe.router", h * e.num_experts, "rep", True),
+        ParamItem("moe.experts", e.num_experts * 3 * h * e.ffn_hidden_size, "expert", True, frac),
+    ]
+    if e.router_bias:
+        items.append(ParamItem("moe.router_bias", e.num_experts, "rep", False))
+    if e.expert_bias:
+        items.append(ParamItem("moe.expert_bias", e.num_experts * (2 * e.ffn_hidden_size + h), "expert", False, frac))
+    if e.shared_ffn_hidden_size:
+        items.append(ParamItem("moe.shared", 3 * h * e.shared_ffn_hidden_size, "tp", True))
+        if e.shared_expert_gate:
+            items.append(ParamItem("moe.shared_gate", h, "rep", True))
+    return items
+
+
+def layer_items(m: ModelSpec, i: int) -> list[ParamItem]:
+    """Every parameter tensor of decoder layer i (0-based), with its sharding."""
+    kind = m.layer_types[i]
+    norms = ParamItem("norms", 2 * m.hidden_size, "rep", False)
+    return _attention_items(m, kind) + _mlp_items(m, i) + [norms]
+
+
+def padded_vocab(m: ModelSpec, tp: int = 1, divisible_by: int = 128) -> int:
+    """Megatron pads the vocabulary to a multiple of divisible_by x TP."""
+    unit = divisible_by * tp
+    return -(-m.vocab_size // unit) * unit
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Exact counts (unpadded vocabulary). `active` follows the seed's rule (see module docstring)."""
+
+    total: int
+    active: int
+    vectors: int
+    vocab_matrix: int
+    mtp: int
+    per_layer_type: dict[str, int]
+    active_per_layer_type: dict[str, int]
+
+    @property
+    def active_with_vectors(self) -> int:
+        return self.active + self.vectors_active
+
+    vectors_active: int = 0
+
+
+def _kind_key(m: ModelSpec, i: int) -> str:
+    kind = m.layer_types[i]
+    attn = {LINEAR: "gdn", SLIDING: "sliding_attention", FULL: "mla" if m.mla else "attention"}[kind]
+    return f"{attn}+{'moe' if m.is_moe_layer(i) else 'dense'}"
+
+
+def param_counts(m: ModelSpec) -> ParamCounts:
+    total = active = vectors = vectors_active = 0
+    per_type: dict[str, int] = {}
+    active_type: dict[str, int] = {}
+    for i in range(m.num_layers):
+        key = _kind_key(m, i)
+        for it in layer_items(m, i):
+            total += it.count
+            per_type[key] = per_type.get(key, 0) + it.count
+            used = round(it.count * it.active)
+            if it.matrix:
+                active += used
+                active_type[key] = active_type.get(key, 0) + used
+            else:
+                vectors += it.count
+                vectors_active += used
+    vocab = m.vocab_size * m.hidden_size
+    n_vocab = 1 if m.tie_embeddings else 2
+    total += n_vocab * vocab + m.hidden_size  # embeddings (+ output layer) and the final norm
+    vectors += m.hidden_size
+    vectors_active += m.hidden_size
+    active += vocab
+    mtp = 0
+    if m.mtp_layers:
+        # an MTP block: two input norms, a 2h -> h projection, one decoder layer (the last layer's kind), a norm
+        h = m.hidden_size
+        last = sum(it.count for it in layer_items(m, m.num_layers - 1))
+        mtp = m.mtp_layers * (2 * h + 2 * h * h + last + h)
+    return ParamCounts(
+        total=total,
+        active=active,
+        vectors=vectors,
+        vocab_matrix=vocab,
+        mtp=mtp,
+        per_layer_type=per_type,
+        active_per_layer_type=active_type,
+        vectors_active=vectors_active,
+    )

@@ -1,0 +1,73 @@
+"""The shipped model catalog and name lookup.
+
+`load_model(name_or_path)` takes a catalog name (case-insensitive; close names suggested on a miss), a
+path to a config.json, or a directory holding one. The shipped configs come from ../shared/models/
+(see its README for provenance) plus `tiny-moe`, a small MoE for CPU trials and tests.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from ..errors import ConfigError, UnknownName
+from .model import ModelSpec, from_hf_config
+
+__all__ = ["load_model", "model_names"]
+
+
+def _data_dir():
+    return resources.files("autotune.catalog") / "data" / "models"
+
+
+@lru_cache(maxsize=None)
+def model_names() -> tuple[str, ...]:
+    return tuple(sorted(p.name[: -len(".json")] for p in _data_dir().iterdir() if p.name.endswith(".json")))
+
+
+def _read_json(path: Path, label: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read ({exc.strerror}); check the path") from None
+
+
+def suggest(name: str, choices: tuple[str, ...] | list[str]) -> str:
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.5)
+    if not close:
+        close = [c for lc, c in lowered.items() if name.lower() in lc][:3]
+    return ", ".join(lowered[c] if c in lowered else c for c in close)
+
+
+@lru_cache(maxsize=64)
+def _load_named(name: str) -> ModelSpec:
+    path = _data_dir() / f"{name}.json"
+    return from_hf_config(json.loads(path.read_text()), name, source=f"catalog:{name}")
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A ModelSpec from a catalog name or a config.json path."""
+    names = model_names()
+    exact = {n.lower(): n for n in names}
+    if name_or_path.lower() in exact:
+        return _load_named(exact[name_or_path.lower()])
+    p = Path(name_or_path)
+    if p.is_dir():
+        p = p / "config.json"
+    if p.suffix == ".json" or p.exists():
+        if not p.exists():
+            raise ConfigError(f"model config {str(p)!r} does not exist; pass a config.json path or a catalog name")
+        cfg = _read_json(p, f"config.json {str(p)!r}")
+        name = p.parent.name if p.name == "config.json" else p.stem
+        return from_hf_config(cfg, name, source=str(p))
+    hint = suggest(name_or_path, names)
+    hint = f"did you mean {hint}? " if hint else ""
+    raise UnknownName(
+        f"unknown model {name_or_path!r}: {hint}run `autotune models` for the catalog, or pass a path to a config.json"
+    )

@@ -1,0 +1,1 @@
+"""The command line: one command per file, registered in main.py."""

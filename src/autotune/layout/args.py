@@ -1,0 +1,160 @@
+"""Layout <-> Megatron-LM / slime command-line arguments.
+
+`layout_args(layout, style)` gives the layout's flags in the order the seed recipes' `run:` blocks use;
+`layout_from_args(argv)` reads them back (unknown flags are ignored; the last occurrence wins, as with
+argparse, so `--moe-token-dispatcher-type flex` after MODEL_ARGS overrides alltoall).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Iterable, Literal
+
+from ..errors import BadInput
+from .core import Layout, Recompute
+
+__all__ = ["layout_args", "layout_from_args", "format_args"]
+
+Style = Literal["slime", "megatron"]
+
+
+def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192) -> list[tuple[str, str | None]]:
+    """Ordered (flag, value) pairs; value None for a switch."""
+    a: list[tuple[str, str | None]] = [
+        ("--tensor-model-parallel-size", str(layout.tp)),
+        ("--pipeline-model-parallel-size", str(layout.pp)),
+    ]
+    if layout.vpp > 1:
+        a.append(("--num-virtual-stages-per-pipeline-rank", str(layout.vpp)))
+    a += [
+        ("--context-parallel-size", str(layout.cp)),
+        ("--expert-model-parallel-size", str(layout.ep)),
+        ("--expert-tensor-parallel-size", str(layout.etp)),
+    ]
+    if layout.sequence_parallel:
+        a.append(("--sequence-parallel", None))
+    rc = layout.recompute
+    if rc.granularity != "none":
+        a.append(("--recompute-granularity", rc.granularity))
+    if rc.granularity == "full":
+        a += [("--recompute-method", str(rc.method)), ("--recompute-num-layers", str(rc.num_layers))]
+    if rc.granularity == "selective" and rc.modules:
+        a.append(("--recompute-modules", " ".join(rc.modules)))
+    if layout.max_tokens_per_gpu is not None:
+        if style == "slime":
+            a += [("--use-dynamic-batch-size", None), ("--max-tokens-per-gpu", str(layout.max_tokens_per_gpu))]
+        else:
+            a.append(("--micro-batch-size", str(layout.rows_per_microbatch(seq_len))))
+    else:
+        a.append(("--micro-batch-size", str(layout.micro_batch_size or 1)))
+    if layout.distributed_optimizer:
+        a.append(("--use-distributed-optimizer", None))
+    if layout.precision_aware_optimizer:
+        a.append(("--use-precision-aware-optimizer", None))
+    if layout.optimizer_offload:
+        a += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", f"{layout.optimizer_offload:g}")]
+    if layout.moe_shared_expert_overlap:
+        a.append(("--moe-shared-expert-overlap", None))
+    if layout.cross_entropy_fusion:
+        a += [("--cross-entropy-loss-fusion", None), ("--cross-entropy-fusion-impl", "te")]
+    if style == "megatron":
+        if layout.overlap_grad_reduce:
+            a.append(("--overlap-grad-reduce", None))
+        if layout.overlap_param_gather and layout.distributed_optimizer:
+            a.append(("--overlap-param-gather", None))
+    if style == "megatron" or layout.dispatcher != "alltoall":
+        a.append(("--moe-token-dispatcher-type", layout.dispatcher))
+    return a
+
+
+def format_args(pairs: Iterable[tuple[str, str | None]]) -> list[str]:
+    out: list[str] = []
+    for flag, value in pairs:
+        out.append(flag)
+        if value is not None:
+            out.extend(value.split(" ") if flag == "--recompute-modules" else [value])
+    return out
+
+
+_INT = {
+    "--tensor-model-parallel-size": "tp",
+    "--pipeline-model-parallel-size": "pp",
+    "--num-virtual-stages-per-pipeline-rank": "vpp",
+    "--virtual-pipeline-model-parallel-size": "vpp",
+    "--context-parallel-size": "cp",
+    "--expert-model-parallel-size": "ep",
+    "--expert-tensor-parallel-size": "etp",
+    "--max-tokens-per-gpu": "max_tokens_per_gpu",
+    "--micro-batch-size": "micro_batch_size",
+}
+_SWITCH = {
+    "--sequence-parallel": "sequence_parallel",
+    "--use-distributed-optimizer": "distributed_optimizer",
+    "--use-precision-aware-optimizer": "precision_aware_optimizer",
+    "--moe-shared-expert-overlap": "moe_shared_expert_overlap",
+    "--cross-entropy-loss-fusion": "cross_entropy_fusion",
+    "--overlap-grad-reduce": "overlap_grad_reduce",
+    "--overlap-param-gather": "overlap_param_gather",
+}
+
+
+def layout_from_args(argv: str | list[str], world: int | None = None) -> Layout:
+    """Read a layout from a command line (a string, e.g. a recipe's run: block, or a token list)."""
+    if isinstance(argv, str):
+        argv = shlex.split(argv.replace("\\\n", " "), comments=True)
+    kw: dict = {k: False for k in _SWITCH.values()}
+    kw["overlap_grad_reduce"] = kw["overlap_param_gather"] = True
+    rc: dict = {}
+    dynamic = False
+    nodes = per_node = None
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        try:
+            if tok in _INT and nxt is not None:
+                kw[_INT[tok]] = int(nxt)
+                i += 1
+            elif tok in _SWITCH:
+                kw[_SWITCH[tok]] = True
+            elif tok == "--use-dynamic-batch-size":
+                dynamic = True
+            elif tok == "--moe-token-dispatcher-type" and nxt is not None:
+                kw["dispatcher"] = nxt
+                i += 1
+            elif tok == "--recompute-granularity" and nxt is not None:
+                rc["granularity"] = nxt
+                i += 1
+            elif tok == "--recompute-method" and nxt is not None:
+                rc["method"] = nxt
+                i += 1
+            elif tok == "--recompute-num-layers" and nxt is not None:
+                rc["num_layers"] = int(nxt)
+                i += 1
+            elif tok == "--recompute-modules":
+                mods = []
+                while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                    mods.append(argv[i + 1])
+                    i += 1
+                rc["modules"] = tuple(mods)
+            elif tok == "--optimizer-offload-fraction" and nxt is not None:
+                kw["optimizer_offload"] = float(nxt)
+                i += 1
+            elif tok == "--actor-num-nodes" and nxt is not None:
+                nodes = int(nxt)
+                i += 1
+            elif tok == "--actor-num-gpus-per-node" and nxt is not None:
+                per_node = int(nxt)
+                i += 1
+        except ValueError:
+            raise BadInput(f"argument {tok} {nxt!r}: expected a number") from None
+        i += 1
+    if world is None:
+        if nodes is None or per_node is None:
+            raise BadInput("the command line has no --actor-num-nodes/--actor-num-gpus-per-node; pass the GPU count")
+        world = nodes * per_node
+    if dynamic:
+        kw.pop("micro_batch_size", None)
+    else:
+        kw.pop("max_tokens_per_gpu", None)
+    return Layout(world=world, recompute=Recompute(**rc) if rc else Recompute(), **kw)

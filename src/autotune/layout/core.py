@@ -1,0 +1,229 @@
+"""Layout: the one object that knows the parallel degrees of a training run.
+
+It holds what the user or a planner chooses (TP, PP, VPP, CP, EP, ETP, recompute, dispatcher, batching,
+optimizer options) and derives the rest (DP, expert-DP, effective sequence parallel). Nothing else in
+autotune multiplies degrees. The seed's label form ("TP1 PP4 EP8 DP8") parses and prints here; the
+Megatron/slime argument mapping is in `args.py`; the legality rules in `rules.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+from ..errors import BadInput
+
+__all__ = ["Layout", "Recompute", "DISPATCHERS", "SELECTIVE_MODULES"]
+
+DISPATCHERS = ("alltoall", "allgather", "flex")
+GRANULARITIES = ("none", "selective", "full")
+METHODS = ("uniform", "block")
+SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """Activation recomputation, as Megatron's --recompute-* arguments."""
+
+    granularity: Literal["none", "selective", "full"] = "none"
+    method: Literal["uniform", "block"] | None = None  # full only
+    num_layers: int | None = None  # full only: layers per uniform chunk, or first N layers (block)
+    modules: tuple[str, ...] = ()  # selective only; empty means Megatron's default (core_attn)
+
+    def __post_init__(self):
+        if self.granularity not in GRANULARITIES:
+            raise BadInput(f"recompute granularity {self.granularity!r}: choose one of {', '.join(GRANULARITIES)}")
+        if self.granularity == "full":
+            if self.method not in METHODS:
+                raise BadInput(f"full recompute method {self.method!r}: choose uniform or block (e.g. full:uniform:1)")
+            if not self.num_layers or self.num_layers < 1:
+                raise BadInput(f"full recompute needs num_layers >= 1, got {self.num_layers} (e.g. full:uniform:2)")
+        bad = [m for m in self.modules if m not in SELECTIVE_MODULES]
+        if bad:
+            raise BadInput(f"selective recompute module(s) {bad}: choose from {', '.join(SELECTIVE_MODULES)}")
+
+    @classmethod
+    def parse(cls, text: str | None) -> "Recompute":
+        """'none', 'selective', 'selective:core_attn,moe_act', 'full:uniform:2', 'full:block:4'."""
+        if not text or text == "none":
+            return cls()
+        parts = text.split(":")
+        if parts[0] == "selective":
+            mods = tuple(m for m in (parts[1].split(",") if len(parts) > 1 else []) if m)
+            return cls("selective", modules=mods)
+        if parts[0] == "full" and len(parts) == 3 and parts[2].isdigit():
+            return cls("full", parts[1], int(parts[2]))  # type: ignore[arg-type]
+        raise BadInput(
+            f"--recompute {text!r}: use none, selective[:modules], or full:uniform|block:N (e.g. full:uniform:2)"
+        )
+
+    def __str__(self) -> str:
+        if self.granularity == "full":
+            return f"full:{self.method}:{self.num_layers}"
+        if self.granularity == "selective":
+            return "selective" + (":" + ",".join(self.modules) if self.modules else "")
+        return "none"
+
+    def describe(self) -> str:
+        if self.granularity == "full":
+            n = self.num_layers
+            return f"full recompute ({self.method}, {n} layer{'s' if n != 1 else ''})"
+        if self.granularity == "selective":
+            return f"selective recompute ({', '.join(self.modules) or 'core_attn'})"
+        return "no recompute"
+
+
+_LABEL = re.compile(r"^(TP|PP|VPP|CP|EP|ETP|DP)(\d+)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout for `world` GPUs. DP and expert-DP are derived, never stored."""
+
+    world: int
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sequence_parallel: bool = True  # requested; effective only when TP > 1 (see `sp`)
+    recompute: Recompute = field(default_factory=Recompute)
+    dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
+    max_tokens_per_gpu: int | None = None  # dynamic batching (slime --max-tokens-per-gpu)
+    micro_batch_size: int | None = None  # rows per micro-batch when not dynamic
+    distributed_optimizer: bool = True
+    precision_aware_optimizer: bool = False
+    optimizer_offload: float = 0.0  # fraction of optimizer state on the host
+    moe_shared_expert_overlap: bool = False
+    cross_entropy_fusion: bool = True
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+
+    def __post_init__(self):
+        for name in ("world", "tp", "pp", "vpp", "cp", "ep", "etp"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise BadInput(f"{name.upper()} {v!r}: parallel degrees are positive integers")
+        if self.dispatcher not in DISPATCHERS:
+            raise BadInput(f"--dispatcher {self.dispatcher!r}: choose one of {', '.join(DISPATCHERS)}")
+        if self.max_tokens_per_gpu is not None and self.micro_batch_size is not None:
+            raise BadInput("set either --max-tokens-per-gpu (dynamic batching) or --micro-batch-size, not both")
+        if self.max_tokens_per_gpu is not None and self.max_tokens_per_gpu < 1:
+            raise BadInput(f"--max-tokens-per-gpu {self.max_tokens_per_gpu}: must be positive")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise BadInput(f"--micro-batch-size {self.micro_batch_size}: must be positive")
+        if not 0.0 <= self.optimizer_offload <= 1.0:
+            raise BadInput(f"optimizer offload fraction {self.optimizer_offload}: must be within [0, 1]")
+
+    # --- derived degrees -------------------------------------------------------------------------
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def dp(self) -> int:
+        return self.world // self.model_parallel if self.world % self.model_parallel == 0 else 0
+
+    @property
+    def expert_dp(self) -> int:
+        g = self.ep * self.etp * self.pp
+        return self.world // g if self.world % g == 0 else 0
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallel as Megatron applies it: only with TP > 1."""
+        return self.sequence_parallel and self.tp > 1
+
+    def rows_per_microbatch(self, seq_len: int) -> int:
+        if self.max_tokens_per_gpu is not None:
+            return max(1, self.max_tokens_per_gpu // max(1, seq_len // self.cp))
+        return self.micro_batch_size or 1
+
+    def num_microbatches(self, global_batch: int, seq_len: int) -> int:
+        """Micro-batches per DP rank per step (what sets the pipeline schedule)."""
+        rows = global_batch // max(1, self.dp)
+        return max(1, -(-rows // self.rows_per_microbatch(seq_len)))
+
+    # --- label -----------------------------------------------------------------------------------
+    def label(self, moe: bool = True) -> str:
+        """The seed's label: 'TP1 PP4 EP8 DP8' (VPP, CP, ETP appear when above 1; EP for MoE models)."""
+        parts = [f"TP{self.tp}", f"PP{self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"VPP{self.vpp}")
+        if self.cp > 1:
+            parts.append(f"CP{self.cp}")
+        if moe or self.ep > 1:
+            parts.append(f"EP{self.ep}")
+        if self.etp > 1:
+            parts.append(f"ETP{self.etp}")
+        parts.append(f"DP{self.dp}")
+        return " ".join(parts)
+
+    def __str__(self) -> str:
+        return self.label()
+
+    @classmethod
+    def parse(cls, label: str, world: int | None = None, **options) -> "Layout":
+        """Parse 'TP1 PP4 EP8 DP8' (any order, commas allowed). DP, if given, must match the world size."""
+        degrees: dict[str, int] = {}
+        for token in label.replace(",", " ").split():
+            m = _LABEL.match(token.strip())
+            if not m:
+                raise BadInput(
+                    f"layout {label!r}: cannot read {token!r}; write degrees like 'TP1 PP4 EP8 DP8' "
+                    "(TP, PP, VPP, CP, EP, ETP, DP)"
+                )
+            key = m.group(1).lower()
+            if key in degrees:
+                raise BadInput(f"layout {label!r}: {key.upper()} given twice")
+            degrees[key] = int(m.group(2))
+            if degrees[key] < 1:
+                raise BadInput(f"layout {label!r}: {key.upper()} must be at least 1")
+        dp = degrees.pop("dp", None)
+        mp = degrees.get("tp", 1) * degrees.get("pp", 1) * degrees.get("cp", 1)
+        if world is None:
+            if dp is None:
+                raise BadInput(f"layout {label!r}: give DP or the GPU count (--count) so DP can be derived")
+            world = mp * dp
+        elif dp is not None and mp * dp != world:
+            raise BadInput(
+                f"layout {label!r} uses TP x PP x CP x DP = {mp * dp} GPUs but --count is {world}; "
+                f"use DP{world // mp if world % mp == 0 else '?'} or --count {mp * dp}"
+            )
+        return cls(world=world, **degrees, **options)
+
+    def with_(self, **changes) -> "Layout":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["recompute"] = asdict(self.recompute)
+        d["recompute"]["modules"] = list(self.recompute.modules)
+        d.update(dp=self.dp, expert_dp=self.expert_dp, label=self.label())
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Layout":
+        d = {k: v for k, v in d.items() if k not in ("dp", "expert_dp", "label")}
+        rc = d.pop("recompute", None) or {}
+        if isinstance(rc, dict):
+            rc = Recompute(**{**rc, "modules": tuple(rc.get("modules") or ())})
+        return cls(recompute=rc, **d)
+
+    def summary(self, seq_len: int = 8192) -> str:
+        """A one-line description in the seed's words."""
+        bits = [f"TP {self.tp}, PP {self.pp}" + (f", VPP {self.vpp}" if self.vpp > 1 else "")]
+        bits[0] += f", CP {self.cp}, EP {self.ep}, ETP {self.etp}, DP {self.dp}"
+        if self.max_tokens_per_gpu:
+            bits.append(f"max {self.max_tokens_per_gpu:,} tokens/GPU")
+        else:
+            bits.append(f"{self.micro_batch_size or 1} row(s) per micro-batch")
+        bits.append(self.recompute.describe())
+        if self.distributed_optimizer:
+            bits.append(("precision-aware " if self.precision_aware_optimizer else "") + "distributed optimizer")
+        bits.append(f"{self.dispatcher} dispatcher" + (" with shared-expert overlap" if self.moe_shared_expert_overlap else ""))
+        if self.optimizer_offload:
+            bits.append(f"optimizer offload {self.optimizer_offload:.0%}")
+        return "; ".join(bits)

@@ -1,0 +1,177 @@
+"""Megatron-core's legality rules for a layout, vectorised over a LayoutTable.
+
+Each rule is a mask function (True = satisfied) and a message that names the values. `check` runs all
+of them over a table; `violations` and `validate` explain one layout and propose the nearest legal
+alternative (fewest, smallest changes to the degrees). Sources: megatron/core/transformer/
+transformer_config.py (heads, query groups, Gated DeltaNet, recompute, shared-expert overlap),
+moe_layer.py (MoE with TP needs SP), pipeline_parallel/schedules.py (interleaved micro-batches),
+token_dispatcher.py (flex needs TP x EP > 1), parallel_state.py (world-size divisibility).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..catalog import ModelSpec, Workload
+from ..errors import IllegalLayout
+from .core import Layout
+from .table import LayoutTable
+
+__all__ = ["Rule", "RULES", "Violation", "check", "legal_mask", "violations", "validate", "nearest_legal"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    ok: Callable[[ModelSpec, Workload, LayoutTable], np.ndarray]
+    message: Callable[[ModelSpec, Workload, Layout], str]
+
+
+@dataclass(frozen=True)
+class Violation:
+    code: str
+    message: str
+
+
+def _div(a, b):
+    return (np.asarray(a) % np.asarray(b)) == 0
+
+
+def _layers_per_chunk(m: ModelSpec, t: LayoutTable):
+    return m.num_layers // (t.pp * t.vpp)
+
+
+def _mla(m: ModelSpec) -> bool:
+    return m.mla is not None
+
+
+RULES: list[Rule] = [
+    Rule("world_mp", lambda m, w, t: _div(t.world, t.tp * t.pp * t.cp),
+         lambda m, w, l: f"TP x PP x CP = {l.tp * l.pp * l.cp} does not divide the {l.world} GPUs"),
+    Rule("world_ep", lambda m, w, t: _div(t.world, t.ep * t.etp * t.pp),
+         lambda m, w, l: f"EP x ETP x PP = {l.ep * l.etp * l.pp} does not divide the {l.world} GPUs"),
+    Rule("heads_tp", lambda m, w, t: _div(m.num_heads, t.tp),
+         lambda m, w, l: f"num_attention_heads {m.num_heads} is not a multiple of TP {l.tp}"),
+    Rule("query_groups_tp",
+         lambda m, w, t: np.full(len(t), True) if _mla(m) else (_div(m.num_kv_heads, t.tp) | _div(t.tp, m.num_kv_heads)),
+         lambda m, w, l: f"num_query_groups {m.num_kv_heads} is neither a multiple nor a divisor of TP {l.tp}"),
+    Rule("linear_heads_tp",
+         lambda m, w, t: np.full(len(t), True) if not m.linear
+         else _div(m.linear.num_key_heads, t.tp) & _div(m.linear.num_value_heads, t.tp),
+         lambda m, w, l: f"Gated DeltaNet heads ({m.linear.num_key_heads} key / {m.linear.num_value_heads} value) "
+                         f"are not multiples of TP {l.tp}"),
+    Rule("linear_no_cp", lambda m, w, t: (t.cp == 1) | (not m.linear),
+         lambda m, w, l: f"Gated DeltaNet does not support context parallelism (CP {l.cp}); use CP 1"),
+    Rule("cp_seq", lambda m, w, t: _div(w.seq_len, 2 * t.cp) | (t.cp == 1),
+         lambda m, w, l: f"sequence length {w.seq_len} is not divisible by 2 x CP = {2 * l.cp}"),
+    Rule("layers_pp", lambda m, w, t: _div(m.num_layers, t.pp * t.vpp),
+         lambda m, w, l: f"{m.num_layers} layers do not split evenly over PP x VPP = {l.pp * l.vpp} stages"),
+    Rule("vpp_needs_pp", lambda m, w, t: (t.vpp == 1) | (t.pp > 1),
+         lambda m, w, l: f"VPP {l.vpp} needs pipeline parallelism (PP > 1), got PP {l.pp}"),
+    Rule("interleaved_microbatches",
+         lambda m, w, t: (t.vpp == 1) | _div(t.num_microbatches(w.global_batch, w.seq_len), t.pp),
+         lambda m, w, l: f"the interleaved schedule needs micro-batches per DP rank "
+                         f"({l.num_microbatches(w.global_batch, w.seq_len)}) to be a multiple of PP {l.pp}"),
+    Rule("dense_no_ep", lambda m, w, t: (t.ep == 1) & (t.etp == 1) if not m.is_moe else np.full(len(t), True),
+         lambda m, w, l: f"{m.name} has no experts: EP and ETP must be 1 (got EP {l.ep}, ETP {l.etp})"),
+    Rule("experts_ep", lambda m, w, t: _div(m.moe.num_experts, t.ep) if m.moe else np.full(len(t), True),
+         lambda m, w, l: f"{m.moe.num_experts} experts do not divide over EP {l.ep}"),
+    Rule("expert_ffn_etp", lambda m, w, t: _div(m.moe.ffn_hidden_size, t.etp) if m.moe else np.full(len(t), True),
+         lambda m, w, l: f"expert FFN {m.moe.ffn_hidden_size} is not divisible by ETP {l.etp}"),
+    Rule("ffn_tp",
+         lambda m, w, t: _div(m.ffn_hidden_size, t.tp)
+         & (_div(m.moe.shared_ffn_hidden_size, t.tp) if m.moe and m.moe.shared_ffn_hidden_size else True),
+         lambda m, w, l: f"FFN width {m.ffn_hidden_size}"
+                         + (f" / shared expert {m.moe.shared_ffn_hidden_size}" if m.moe else "")
+                         + f" is not divisible by TP {l.tp}"),
+    Rule("moe_tp_needs_sp", lambda m, w, t: (t.tp == 1) | t.sp | (not m.is_moe),
+         lambda m, w, l: f"MoE with TP {l.tp} needs sequence parallelism (--sequence-parallel)"),
+    Rule("dp_batch", lambda m, w, t: (t.dp > 0) & _div(w.global_batch, np.maximum(t.dp, 1)),
+         lambda m, w, l: f"global batch {w.global_batch} rows does not divide over DP {l.dp}"),
+    Rule("row_fits_tokens", lambda m, w, t: (t.max_tokens == 0) | (t.max_tokens >= w.seq_len // t.cp),
+         lambda m, w, l: f"max tokens per GPU {l.max_tokens_per_gpu} is below one row's share "
+                         f"({w.seq_len // l.cp} = {w.seq_len} tokens / CP {l.cp})"),
+    Rule("microbatch_divides",
+         lambda m, w, t: (t.max_tokens > 0) | _div(w.global_batch // np.maximum(t.dp, 1), t.mbs),
+         lambda m, w, l: f"micro-batch size {l.micro_batch_size} does not divide the "
+                         f"{w.global_batch // max(1, l.dp)} rows per DP rank"),
+    Rule("recompute_layers",
+         lambda m, w, t: (t.rc_gran != 2) | ((t.rc_layers >= 1) & (t.rc_layers <= _layers_per_chunk(m, t))),
+         lambda m, w, l: f"recompute over {l.recompute.num_layers} layers exceeds the "
+                         f"{m.num_layers // (l.pp * l.vpp)} layers per pipeline chunk"),
+    Rule("shared_overlap_alltoall", lambda m, w, t: ~t.shared_overlap | (t.dispatcher == 0),
+         lambda m, w, l: f"--moe-shared-expert-overlap works only with the alltoall dispatcher, not {l.dispatcher}"),
+    Rule("flex_needs_tp_ep", lambda m, w, t: (t.dispatcher != 2) | (t.tp * t.ep > 1),
+         lambda m, w, l: "the flex dispatcher needs TP x EP > 1"),
+    Rule("precision_aware_needs_dist", lambda m, w, t: ~t.precision_aware | t.dist_opt,
+         lambda m, w, l: "the precision-aware optimizer needs the distributed optimizer"),
+]
+
+
+def check(model: ModelSpec, workload: Workload, t: LayoutTable) -> dict[str, np.ndarray]:
+    return {r.code: np.asarray(r.ok(model, workload, t), dtype=bool) & np.ones(len(t), bool) for r in RULES}
+
+
+def legal_mask(model: ModelSpec, workload: Workload, t: LayoutTable) -> np.ndarray:
+    ok = np.ones(len(t), dtype=bool)
+    for mask in check(model, workload, t).values():
+        ok &= mask
+    return ok
+
+
+def violations(model: ModelSpec, workload: Workload, layout: Layout) -> list[Violation]:
+    t = LayoutTable.from_layouts([layout])
+    out = []
+    for r in RULES:
+        if not bool(np.asarray(r.ok(model, workload, t)).reshape(-1)[0]):
+            out.append(Violation(r.code, r.message(model, workload, layout)))
+    return out
+
+
+def _candidates(world: int) -> list[int]:
+    return [d for d in (1, 2, 4, 8, 16, 32, 64, 128, 256) if d <= world]
+
+
+def nearest_legal(model: ModelSpec, workload: Workload, layout: Layout) -> Layout | None:
+    """The legal layout with the smallest change in degrees (log2 distance), other settings kept."""
+    c = _candidates(layout.world)
+    ep_vals = c if model.is_moe else [1]
+    grid = np.array(list(itertools.product(c, c, [1, 2, 3, 4, 6, 8], c, ep_vals, c if model.is_moe else [1])))
+    tp, pp, vpp, cp, ep, etp = grid.T
+    base = LayoutTable.from_layouts([layout])
+    n = len(grid)
+    t = LayoutTable.from_columns(
+        layout.world, n, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
+        sp=np.where(tp > 1, True, base.sp[0]),
+        rc_gran=base.rc_gran[0], rc_method=base.rc_method[0],
+        rc_layers=np.minimum(np.maximum(base.rc_layers[0], 0), np.maximum(1, model.num_layers // (pp * vpp))),
+        rc_modules=base.rc_modules[0], dispatcher=base.dispatcher[0],
+        max_tokens=np.where(base.max_tokens[0] > 0, np.maximum(base.max_tokens[0], workload.seq_len // cp), 0),
+        mbs=base.mbs[0], dist_opt=base.dist_opt[0] | base.precision_aware[0], precision_aware=base.precision_aware[0],
+        offload=base.offload[0], shared_overlap=base.shared_overlap[0] & (base.dispatcher[0] == 0),
+        ce_fusion=base.ce_fusion[0], overlap_grad=base.overlap_grad[0], overlap_param=base.overlap_param[0],
+    )
+    ok = legal_mask(model, workload, t)
+    if not ok.any():
+        return None
+    cur = np.array([layout.tp, layout.pp, layout.vpp, layout.cp, layout.ep, layout.etp])
+    dist = np.abs(np.log2(grid) - np.log2(cur)).sum(axis=1) + 1e-3 * np.log2(grid).sum(axis=1)
+    dist = np.where(ok, dist, np.inf)
+    return t.row(int(np.argmin(dist)))
+
+
+def validate(model: ModelSpec, workload: Workload, layout: Layout) -> None:
+    """Raise IllegalLayout naming every violated rule and the nearest legal alternative."""
+    bad = violations(model, workload, layout)
+    if not bad:
+        return
+    near = nearest_legal(model, workload, layout)
+    hint = f"; nearest legal layout: {near.label(model.is_moe)}" if near else "; no legal layout is near"
+    if near and near.recompute != layout.recompute:
+        hint += f" with recompute {near.recompute}"
+    msg = f"layout {layout.label(model.is_moe)} is illegal for {model.name}: " + "; ".join(v.message for v in bad) + hint
+    raise IllegalLayout(msg, bad, near)

@@ -1,0 +1,120 @@
+"""TrialSpec and TrialResult: the plain JSON files in runs/<study>/trials/<n>/.
+
+They cross process and machine boundaries (driver -> backend -> runner -> driver), so they are pydantic
+models validated on read. A failed trial is a result with a failure class, not an exception: an OOM
+teaches the search where the memory wall is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ConfigError
+
+__all__ = ["TrialSpec", "TrialResult", "StepRecord", "FailureClass", "write_json_atomic", "read_model"]
+
+FailureClass = Literal["ok", "oom", "timeout", "nccl", "nan", "crash", "infra"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSpec(_Strict):
+    kind: Literal["synthetic", "pretokenized"] = "synthetic"
+    path: str | None = None  # a .npy / .bin of token ids for "pretokenized"
+
+
+class TrialSpec(_Strict):
+    """Everything a backend needs to run one trial; written as trial_spec.json before dispatch."""
+
+    schema_version: Literal[1] = 1
+    study: str
+    number: int = Field(ge=0)
+    model: str  # catalog name or config.json path
+    gpu: str
+    count: int = Field(gt=0)  # world size
+    gpus_per_node: int = Field(gt=0)
+    layout: dict  # Layout.to_dict()
+    workload: dict  # Workload fields
+    steps: int = Field(default=20, gt=0)
+    warmup_steps: int = Field(default=5, ge=0)  # steps before the scoring window
+    seed: int = 1234
+    data: DataSpec = Field(default_factory=DataSpec)
+    proxy: dict | None = None  # how the model was shrunk for the trial, if at all
+    timeout_s: float = Field(default=3600.0, gt=0)
+    command: list[str] | None = None  # the exact command a backend ran (filled in by the backend)
+    env: dict[str, str] = Field(default_factory=dict)
+    predicted: dict | None = None  # the cost model's prediction at dispatch
+
+
+class StepRecord(_Strict):
+    step: int
+    time_s: float
+    tokens: int
+    lm_loss: float | None = None
+    grad_norm: float | None = None
+    peak_memory_bytes: list[int] = Field(default_factory=list)  # per rank
+
+
+class TrialResult(_Strict):
+    """What came back. `source` says whether it was measured or predicted by the simulator."""
+
+    schema_version: Literal[1] = 1
+    study: str
+    number: int
+    status: FailureClass
+    source: Literal["measured", "predicted"] = "measured"
+    backend: str = ""
+    tokens_per_s_per_gpu: float | None = None
+    step_time_s: float | None = None
+    step_time_cv_percent: float | None = None
+    peak_memory_bytes: int | None = None  # max over ranks
+    window: tuple[int, int] | None = None
+    steps: list[StepRecord] = Field(default_factory=list)
+    stack: dict[str, str] = Field(default_factory=dict)
+    proxy: dict | None = None
+    reason: str | None = None  # one line: why it failed, or notes (e.g. "standard attention: GDN unsupported on CPU")
+    log_tail: str | None = None
+    wall_s: float | None = None
+    gpu_hours: float | None = None
+    attempts: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def write_json_atomic(path: Path, data: dict | BaseModel) -> None:
+    """Write JSON via a temp file + rename, so a crash never leaves a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_model(cls: type[BaseModel], path: Path):
+    """Load and validate a JSON file as `cls`; one-line ConfigError on any problem."""
+    try:
+        return cls.model_validate_json(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        raise ConfigError(f"{path}: field {loc}: {err['msg']} ({len(exc.errors())} error(s)); fix the file") from None
