@@ -40,9 +40,9 @@ def _read_json(path: Path, label: str) -> dict:
 def suggest(name: str, choices: tuple[str, ...] | list[str]) -> str:
     lowered = {c.lower(): c for c in choices}
     close = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.5)
-    if not close:
-        close = [c for lc, c in lowered.items() if name.lower() in lc][:3]
-    return ", ".join(lowered[c] if c in lowered else c for c in close)
+    prefixed = [lc for lc in lowered if lc.startswith(name.lower())]
+    close = prefixed[:3] + [c for c in close if c not in prefixed]
+    return ", ".join(lowered[c] for c in close[:3])
 
 
 @lru_cache(maxsize=64)

@@ -10,7 +10,7 @@ from rich.console import Console
 __all__ = ["console", "err_console", "print_json"]
 
 console = Console(highlight=False, soft_wrap=False)
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # errors stay on one line
 
 
 def print_json(obj) -> None:

@@ -1,0 +1,132 @@
+"""`autotune estimate`: memory per pipeline stage and predicted throughput of one layout."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from ..catalog import param_counts
+from ..cost import MEMORY_TERMS, evaluate
+from ..layout import LayoutTable, format_args, layout_args, validate
+from .common import BatchOpt, JsonOpt, PerNodeOpt, SeqOpt, layout_options, recipe_inputs, resolve
+from .console import console, print_json
+
+GiB = 1024**3
+
+
+def estimate(
+    model: str = typer.Option(None, "--model", "-m", help="Catalog name or config.json path."),
+    gpu: str = typer.Option(None, "--gpu", "-g", help="GPU kind (H100, H200, B200, cpu)."),
+    count: int = typer.Option(None, "--count", "-n", help="Number of GPUs."),
+    layout: str = typer.Option(None, "--layout", "-l", help='Degrees, e.g. "TP1 PP4 EP8 DP8" (add VPP2, CP2, ETP2).'),
+    recompute: str = typer.Option("none", "--recompute", help="none | selective[:modules] | full:uniform|block:N"),
+    dispatcher: str = typer.Option("alltoall", "--dispatcher", help="alltoall | allgather | flex"),
+    max_tokens_per_gpu: int = typer.Option(None, "--max-tokens-per-gpu", help="Dynamic batching cap (default: one row)."),
+    micro_batch_size: int = typer.Option(None, "--micro-batch-size", help="Fixed rows per micro-batch instead."),
+    precision_aware: bool = typer.Option(False, "--precision-aware-optimizer", help="TE precision-aware optimizer."),
+    dist_opt: bool = typer.Option(True, "--distributed-optimizer/--no-distributed-optimizer"),
+    shared_overlap: bool = typer.Option(False, "--shared-expert-overlap", help="--moe-shared-expert-overlap"),
+    offload: float = typer.Option(0.0, "--optimizer-offload", help="Fraction of optimizer state on the host."),
+    gpus_per_node: int = PerNodeOpt,
+    seq_len: int = SeqOpt,
+    global_batch: int = BatchOpt,
+    recipe: str = typer.Option(None, "--recipe", help="Take model, GPUs, workload and layout from a recipe file."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Will this layout fit, and how fast will it be? Memory per stage, peak against capacity, and the
+    predicted tokens/s/GPU with the step-time breakdown.
+
+    Example: autotune estimate --model Qwen3.5-122B-A10B --gpu H200 --count 32 --layout "TP1 PP4 EP8 DP8"
+    --recompute full:uniform:2
+    """
+    measured = None
+    if recipe:
+        doc, m, cluster, workload, lay = recipe_inputs(recipe)
+        measured = (doc.get("result") or {}).get("tokens_per_s_per_gpu")
+    else:
+        missing = [f for f, v in (("--model", model), ("--gpu", gpu), ("--count", count), ("--layout", layout)) if v is None]
+        if missing:
+            from ..errors import BadInput
+
+            raise BadInput(f"missing {', '.join(missing)}: give them, or --recipe PATH (see `autotune estimate --help`)")
+        m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch)
+        lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, seq_len,
+                             precision_aware_optimizer=precision_aware, distributed_optimizer=dist_opt,
+                             moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload)
+    validate(m, workload, lay)
+    ev = evaluate(m, workload, cluster, LayoutTable.from_layouts([lay]))
+    out = report(m, cluster, workload, lay, ev, 0)
+    if measured is not None:
+        out["measured"] = {"tokens_per_s_per_gpu": float(measured),
+                           "error_percent": 100.0 * (out["throughput"]["tokens_per_s_per_gpu"] / float(measured) - 1)}
+    if json_out:
+        print_json(out)
+    else:
+        render(out)
+
+
+def report(m, cluster, workload, lay, ev, i: int) -> dict:
+    """The JSON shape of one layout's prediction (also used by space and search)."""
+    mem, tim = ev.memory, ev.time
+    counts = param_counts(m)
+    stages = [{"stage": s, **{k: int(v) for k, v in row.items()}} for s, row in enumerate(mem.stage_breakdown(i))]
+    return {
+        "model": m.name,
+        "gpu": cluster.gpu.name,
+        "count": cluster.count,
+        "active_params": counts.active,
+        "total_params": counts.total,
+        "layout": lay.label(m.is_moe),
+        "layout_detail": lay.to_dict(),
+        "summary": lay.summary(workload.seq_len),
+        "args": format_args(layout_args(lay, "slime", workload.seq_len)),
+        "memory": {
+            "peak_bytes": int(mem.peak[i]),
+            "capacity_bytes": int(mem.capacity_bytes),
+            "headroom_bytes": int(mem.capacity_bytes - mem.peak[i]),
+            "fits": bool(mem.fits[i]),
+            "peak_stage": int(mem.peak_stage[i]),
+            "stages": stages,
+        },
+        "throughput": {
+            "tokens_per_s_per_gpu": float(tim.tokens_per_s_per_gpu[i]),
+            "mfu": float(tim.mfu[i]),
+            "usd_per_million_tokens": float(tim.usd_per_million_tokens[i]),
+            "step_time_s": float(tim.step_time[i]),
+            "gpu_hours_per_step": float(tim.gpu_hours(1)[i]),
+            "microbatches_per_step": int(lay.num_microbatches(workload.global_batch, workload.seq_len)),
+            "breakdown": tim.breakdown(i),
+        },
+    }
+
+
+def render(out: dict) -> None:
+    mem, thr = out["memory"], out["throughput"]
+    console.print(f"[bold]{out['model']}[/] on {out['count']} x {out['gpu']}: [bold]{out['layout']}[/]  ({out['summary']})")
+    t = Table(title="memory per GPU by pipeline stage (GiB)")
+    t.add_column("term")
+    for s in mem["stages"]:
+        t.add_column(f"stage {s['stage']}", justify="right")
+    for term in MEMORY_TERMS + ("total",):
+        t.add_row(term, *[f"{s[term] / GiB:.1f}" for s in mem["stages"]], style="bold" if term == "total" else None)
+    console.print(t)
+    verdict = "[green]fits[/]" if mem["fits"] else "[red]does not fit[/]"
+    console.print(f"peak {mem['peak_bytes'] / GiB:.1f} GiB (stage {mem['peak_stage']}) of {mem['capacity_bytes'] / GiB:.1f} GiB: "
+                  f"{verdict}, headroom {mem['headroom_bytes'] / GiB:.1f} GiB")
+    b = Table(title="step time breakdown (s per step, slowest stage)")
+    b.add_column("term")
+    b.add_column("seconds", justify="right")
+    b.add_column("share", justify="right")
+    for k, v in sorted(thr["breakdown"].items(), key=lambda kv: -kv[1]):
+        if v > 0:
+            b.add_row(k, f"{v:.3f}", f"{v / thr['step_time_s']:.1%}")
+    console.print(b)
+    line = (f"predicted [bold]{thr['tokens_per_s_per_gpu']:,.1f}[/] tokens/s/GPU, MFU {thr['mfu']:.1%}, "
+            f"${thr['usd_per_million_tokens']:.2f} per 1M tokens, step {thr['step_time_s']:.2f} s")
+    if "measured" in out:
+        line += f"; measured {out['measured']['tokens_per_s_per_gpu']:,.1f} ({out['measured']['error_percent']:+.1f}%)"
+    console.print(line)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("estimate")(estimate)

@@ -1,0 +1,50 @@
+"""Pure, vectorised predictions: memory per stage and step time, as named breakdowns.
+
+`evaluate` runs both models over a LayoutTable with the calibrated coefficients of the GPU kind.
+No torch, no ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..catalog import ClusterSpec, ModelSpec, Workload
+from ..layout import LayoutTable
+from .calibrate import Calibration, load_calibration
+from .memory import TERMS as MEMORY_TERMS
+from .memory import MemoryCoefficients, MemoryResult, estimate_memory
+from .time import MB_TERMS, STEP_TERMS, TimeCoefficients, TimeResult, estimate_time
+
+__all__ = [
+    "Evaluation",
+    "evaluate",
+    "MemoryCoefficients",
+    "MemoryResult",
+    "estimate_memory",
+    "MEMORY_TERMS",
+    "TimeCoefficients",
+    "TimeResult",
+    "estimate_time",
+    "MB_TERMS",
+    "STEP_TERMS",
+    "Calibration",
+    "load_calibration",
+]
+
+
+@dataclass
+class Evaluation:
+    table: LayoutTable
+    memory: MemoryResult
+    time: TimeResult
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+def evaluate(model: ModelSpec, workload: Workload, cluster: ClusterSpec, table: LayoutTable,
+             calibration: Calibration | None = None) -> Evaluation:
+    cal = calibration if calibration is not None else load_calibration(cluster.gpu.name)
+    mem = estimate_memory(model, workload, cluster, table, cal.memory)
+    tim = estimate_time(model, workload, cluster, table, cal.time, cal.memory, mem=mem)
+    return Evaluation(table, mem, tim)

@@ -1,0 +1,62 @@
+"""FLOPs: per GPU, per pipeline stage, per micro-batch, by kind of work; and the MFU convention.
+
+Kinds: dense GEMMs (attention projections, dense MLPs, shared experts, router), attention scores and
+values (causal: half the context on average; sliding windows capped), the Gated DeltaNet chunked
+recurrence, routed-expert grouped GEMMs, the output layer. Forward only; backward is 2x forward for
+GEMMs (see time.py). MFU follows the seed: tokens/s/GPU x 6 x N_active / peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..catalog import ModelSpec, Workload, padded_vocab, param_counts
+from ..layout import LayoutTable
+from .layers import layer_tables, stage_sums
+
+__all__ = ["StageFlops", "stage_flops", "model_flops_per_token", "mfu"]
+
+
+@dataclass
+class StageFlops:
+    """Forward FLOPs per GPU for one micro-batch, each (n, S)."""
+
+    dense: np.ndarray
+    attention: np.ndarray
+    linear_attention: np.ndarray
+    experts: np.ndarray
+    output: np.ndarray
+    tokens: np.ndarray  # (n,) tokens in one micro-batch (whole rows, before CP)
+
+
+def stage_flops(model: ModelSpec, workload: Workload, t: LayoutTable) -> StageFlops:
+    lt = layer_tables(model)
+    S = int(t.pp.max())
+    s = workload.seq_len
+    tokens = (t.rows_per_mb(s) * s).astype(float)
+    # each GPU of a TP x CP group computes 1 / (TP x CP) of the replica's work; experts spread evenly
+    share = (1.0 / (t.tp * t.cp))[:, None]
+    tok = tokens[:, None]
+    ctx = np.where(lt.kind == 1, np.minimum(model.sliding_window or s, s / 2), s / 2)  # mean causal context
+    attn = stage_sums(lt.flops_attn_quadratic * ctx, t.pp, t.vpp, S)
+    last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
+    vocab = np.array([padded_vocab(model, int(x)) for x in t.tp], dtype=float)[:, None]
+    return StageFlops(
+        dense=stage_sums(lt.flops_dense, t.pp, t.vpp, S) * tok * share,
+        attention=attn * tok * share,
+        linear_attention=stage_sums(lt.flops_linear_attn, t.pp, t.vpp, S) * tok * share,
+        experts=stage_sums(lt.flops_expert, t.pp, t.vpp, S) * tok * share,
+        output=np.where(last, 2.0 * model.hidden_size * vocab * tok * share, 0.0),
+        tokens=tokens,
+    )
+
+
+def model_flops_per_token(model: ModelSpec) -> float:
+    """6 x N_active, the seed's MFU convention (attention scores not counted)."""
+    return 6.0 * param_counts(model).active
+
+
+def mfu(model: ModelSpec, tokens_per_s_per_gpu, peak_tflops: float):
+    return np.asarray(tokens_per_s_per_gpu) * model_flops_per_token(model) / (peak_tflops * 1e12)

@@ -1,0 +1,182 @@
+"""Per-layer tables of a model, the raw material of the vectorised cost model.
+
+For each decoder layer: parameter counts by sharding kind (tp / rep / expert), activation bytes saved
+for backward per token split into named *parts* (so selective recompute can drop parts), and forward
+FLOPs per token by kind. `stage_sums` folds any per-layer column into per-pipeline-stage totals for
+every (PP, VPP) pair at once. No torch, no ray.
+
+Activation parts (bytes per token of the micro-batch, before any parallel division), each with a
+*divisor class*:
+  seq   hidden-size tensors on the sequence-parallel path (LayerNorm inputs, linear inputs): / (CP x TP if SP)
+  tp    head- or FFN-sharded tensors inside attention and dense MLPs: / (CP x TP)
+  rep   router tensors (sequence-sharded with SP, never head-sharded): / (CP x TP if SP)
+  exph  expert hidden-size tensors per routed copy (top-k copies): x ETP / (CP x TP if SP) x imbalance
+  expf  expert FFN tensors per routed copy: / (CP x TP if SP) x imbalance
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..catalog import ModelSpec
+from ..catalog.model import LINEAR, SLIDING
+from ..catalog.params import layer_items
+
+__all__ = ["LayerTables", "layer_tables", "PARTS", "PART_CLASS", "stage_sums"]
+
+BF16 = 2
+FP32 = 4
+
+# part name -> divisor class
+PART_CLASS = {
+    "ln": "seq",  # RMSNorm inputs (2 per layer)
+    "attn_in": "seq",  # input of the QKV / in_proj linear (saved by column-parallel linear)
+    "attn_core": "tp",  # what the attention kernel saves: q, k, v, output (flash) or the GDN kernel's inputs/output
+    "attn_other": "tp",  # qk-norm inputs, output gate, projections' inputs inside attention
+    "mlp": "tp",  # dense MLP: fc1 output, activation output
+    "mlp_in": "seq",  # dense MLP / shared expert input
+    "router": "rep",  # router logits and probabilities (fp32)
+    "moe_perm": "exph",  # permuted tokens (expert fc1 input) and expert fc2 output, per routed copy
+    "moe_fc1": "expf",  # expert fc1 output (gate and up), per routed copy
+    "moe_act": "expf",  # expert activation output (fc2 input), per routed copy
+    "shared": "tp",  # shared expert fc1 and activation outputs
+}
+PARTS = tuple(PART_CLASS)
+
+
+@dataclass(frozen=True)
+class LayerTables:
+    n_layers: int
+    params_tp: np.ndarray  # (L,) parameters split over TP
+    params_rep: np.ndarray  # (L,) replicated on every TP rank
+    params_exp: np.ndarray  # (L,) expert parameters split over EP x ETP
+    act: np.ndarray  # (L, P) activation bytes per token by part
+    is_moe: np.ndarray  # (L,) bool
+    kind: np.ndarray  # (L,) 0 full attention, 1 sliding, 2 linear (GDN), 3 MLA
+    flops_dense: np.ndarray  # (L,) forward matmul FLOPs per token outside attention scores/experts
+    flops_attn_quadratic: np.ndarray  # (L,) forward FLOPs per token per token of context (scores + AV)
+    flops_expert: np.ndarray  # (L,) forward FLOPs per token for the k routed experts
+    flops_linear_attn: np.ndarray  # (L,) forward FLOPs per token of the GDN chunked recurrence
+
+
+def _attention_parts(m: ModelSpec, kind: str) -> dict[str, float]:
+    h = m.hidden_size
+    if kind == LINEAR:
+        la = m.linear
+        kd, vd, nv = la.key_dim, la.value_dim, la.num_value_heads
+        conv = 2 * kd + vd
+        return {
+            "attn_in": BF16 * h,
+            # in_proj outputs (qkvz, ba), conv input/output, l2-normed q/k, gates in fp32
+            "attn_other": BF16 * (2 * kd + 2 * vd + 2 * nv) + BF16 * 2 * conv + BF16 * 2 * kd + FP32 * 2 * nv
+            + BF16 * 3 * vd,  # gated norm input, z, out_proj input
+            "attn_core": BF16 * (conv + vd),  # the chunked delta-rule kernel's q, k, v and output
+        }
+    if m.mla is not None:
+        a, nh = m.mla, m.num_heads
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        q_lat = a.q_lora_rank or 0
+        return {
+            "attn_in": BF16 * h,
+            "attn_other": BF16 * (q_lat + a.kv_lora_rank + a.qk_rope_head_dim)  # latent norms' inputs
+            + BF16 * nh * a.v_head_dim,  # o_proj input
+            "attn_core": BF16 * nh * (2 * qk + a.v_head_dim + a.v_head_dim),  # q, k, v, out
+        }
+    q = m.num_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    other = BF16 * q  # o_proj input
+    if m.qk_norm:
+        other += BF16 * (q + kv)
+    if m.attn_output_gate:
+        other += BF16 * 2 * q  # gate logits and sigmoid output
+    return {"attn_in": BF16 * h, "attn_other": other, "attn_core": BF16 * (2 * q + 2 * kv)}
+
+
+def _mlp_parts(m: ModelSpec, i: int) -> dict[str, float]:
+    h = m.hidden_size
+    if not m.is_moe_layer(i):
+        f = m.ffn_hidden_size
+        return {"mlp_in": BF16 * h, "mlp": BF16 * (2 * f + f)}
+    e = m.moe
+    parts = {
+        "mlp_in": BF16 * h,
+        "router": FP32 * 2 * e.num_experts,
+        "moe_perm": e.top_k * BF16 * 2 * h,
+        "moe_fc1": e.top_k * BF16 * 2 * e.ffn_hidden_size,
+        "moe_act": e.top_k * BF16 * e.ffn_hidden_size,
+    }
+    if e.shared_ffn_hidden_size:
+        parts["shared"] = BF16 * 3 * e.shared_ffn_hidden_size
+    return parts
+
+
+def _flops(m: ModelSpec, i: int) -> tuple[float, float, float, float]:
+    """Forward FLOPs per token: (dense matmuls, attention per context token, routed experts, GDN)."""
+    dense = expert = 0.0
+    for it in layer_items(m, i):
+        if not it.matrix or it.name == "gdn.conv1d":
+            continue
+        if it.shard == "expert":
+            expert += 2 * it.count * it.active
+        else:
+            dense += 2 * it.count
+    kind = m.layer_types[i]
+    quad = lin = 0.0
+    if kind == LINEAR:
+        la = m.linear
+        # chunked delta rule (chunk 64): intra-chunk attention + state updates, ~ 4 x chunk x (dk + dv) per head
+        lin = 2 * la.num_value_heads * (64 * (la.key_head_dim + la.value_head_dim) + 2 * la.key_head_dim * la.value_head_dim)
+        dense += 2 * (2 * la.key_dim + la.value_dim) * la.conv_kernel
+    elif m.mla is not None:
+        a = m.mla
+        quad = 2 * m.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+    else:
+        quad = 2 * m.num_heads * 2 * m.head_dim
+    return dense, quad, expert, lin
+
+
+@lru_cache(maxsize=32)
+def layer_tables(m: ModelSpec) -> LayerTables:
+    L = m.num_layers
+    ptp, prep, pexp = np.zeros(L), np.zeros(L), np.zeros(L)
+    act = np.zeros((L, len(PARTS)))
+    kind = np.zeros(L, dtype=np.int8)
+    fl = np.zeros((L, 4))
+    for i in range(L):
+        for it in layer_items(m, i):
+            {"tp": ptp, "rep": prep, "expert": pexp}[it.shard][i] += it.count
+        parts = {"ln": BF16 * 2 * m.hidden_size, **_attention_parts(m, m.layer_types[i]), **_mlp_parts(m, i)}
+        for name, v in parts.items():
+            act[i, PARTS.index(name)] += v
+        t = m.layer_types[i]
+        kind[i] = 2 if t == LINEAR else (1 if t == SLIDING else (3 if m.mla else 0))
+        fl[i] = _flops(m, i)
+    return LayerTables(
+        n_layers=L, params_tp=ptp, params_rep=prep, params_exp=pexp, act=act,
+        is_moe=np.array([m.is_moe_layer(i) for i in range(L)]), kind=kind,
+        flops_dense=fl[:, 0], flops_attn_quadratic=fl[:, 1], flops_expert=fl[:, 2], flops_linear_attn=fl[:, 3],
+    )
+
+
+def stage_sums(values: np.ndarray, pp: np.ndarray, vpp: np.ndarray, n_stages: int) -> np.ndarray:
+    """Sum a per-layer column (L,) or table (L, K) into per-stage totals for each row's (PP, VPP).
+
+    Returns (n, n_stages[, K]); stages beyond a row's PP are zero. Layer i of a model split into PP x VPP
+    chunks sits on stage (i // layers_per_chunk) % PP. Work is done once per distinct (PP, VPP) pair.
+    """
+    values = np.asarray(values, dtype=float)
+    L = values.shape[0]
+    extra = values.shape[1:]
+    out = np.zeros((len(pp), n_stages) + extra)
+    pairs, inverse = np.unique(np.stack([pp, vpp], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    for k, (p, v) in enumerate(pairs):
+        chunk = max(1, L // (p * v))
+        stage = (np.arange(L) // chunk) % p
+        per = np.zeros((n_stages,) + extra)
+        np.add.at(per, np.minimum(stage, n_stages - 1), values)
+        out[inverse == k] = per
+    return out

@@ -1,0 +1,200 @@
+"""The memory model: per-GPU peak bytes for every pipeline stage of many layouts at once.
+
+Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
+  weights      bf16 parameters (dense / TP, experts / (EP x ETP), embedding on the first stage, output
+               layer on the last; Megatron pads the vocabulary to a multiple of 128 x TP)
+  grads        fp32 main gradients (--accumulate-allreduce-grads-in-fp32, as the seed)
+  optimizer    fp32 master copy + two Adam moments: 12 B/param, sharded over DP (dense) and expert-DP
+               (experts) by the distributed optimizer, less the host-offloaded fraction
+  activations  what the in-flight micro-batches keep for backward: 1F1B keeps PP - stage micro-batches,
+               interleaved keeps 2(PP - stage - 1) + (VPP - 1) PP + 1 model chunks; full recompute keeps only
+               each recompute group's input; selective recompute drops the named parts
+  recompute    the transient working set while one recompute group is re-run in backward
+  logits       output layer and loss on the last stage (fp32 softmax unless the loss is fused)
+  dispatcher   token-dispatch buffers: all-to-all receive copies, all-gather of the EP x TP group, or DeepEP's
+               preallocated NVLink/RDMA buffers for flex
+  overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation
+
+Sources: Korthikanti et al. 2022 (activation accounting), megatron/training/theoretical_memory_usage.py
+(weights/optimizer, in-flight micro-batches), extended for MoE, hybrid attention and full recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..catalog import ClusterSpec, ModelSpec, Workload, padded_vocab
+from ..layout import SELECTIVE_MODULES, LayoutTable
+from .layers import PART_CLASS, PARTS, layer_tables, stage_sums
+
+__all__ = ["MemoryResult", "estimate_memory", "TERMS", "MemoryCoefficients"]
+
+TERMS = ("weights", "grads", "optimizer", "activations", "recompute", "logits", "dispatcher", "overhead")
+GiB = 1024**3
+
+# selective-recompute module -> activation parts it frees
+SELECTIVE_DROPS = {
+    "core_attn": ("attn_core",),
+    "layernorm": ("ln",),
+    "moe_act": ("moe_act",),
+    "mlp": ("mlp",),
+    "moe": ("router", "moe_perm", "moe_fc1", "moe_act"),
+    "shared_experts": ("shared",),
+    "mla_up_proj": ("attn_other",),
+}
+
+
+@dataclass(frozen=True)
+class MemoryCoefficients:
+    """Fixed costs that no formula gives; defaults from published measurements on Hopper."""
+
+    cuda_context: float = 0.8 * GiB  # context + cuBLAS/cuDNN workspaces
+    nccl_per_group: float = 0.25 * GiB  # buffers per communicator kind in use
+    fragmentation: float = 0.08  # share of activation bytes lost to the caching allocator
+    imbalance_off: float = 1.3  # hottest EP rank's token load when the load-balancing loss is off
+    imbalance_on: float = 1.1
+    deepep_buffer: float = 2.0 * GiB  # DeepEP NVLink (+ RDMA) buffers for the flex dispatcher
+    grad_bytes: float = 4.0  # fp32 main gradients
+    optim_bytes: float = 12.0  # fp32 master + Adam m, v
+
+
+@dataclass
+class MemoryResult:
+    terms: dict[str, np.ndarray]  # name -> (n, S)
+    n_stages: np.ndarray  # (n,) = PP
+    capacity_bytes: float
+
+    @property
+    def total(self) -> np.ndarray:
+        tot = sum(self.terms.values())
+        S = tot.shape[1]
+        return np.where(np.arange(S)[None, :] < self.n_stages[:, None], tot, 0.0)
+
+    @property
+    def peak(self) -> np.ndarray:
+        return self.total.max(axis=1)
+
+    @property
+    def peak_stage(self) -> np.ndarray:
+        return self.total.argmax(axis=1)
+
+    @property
+    def fits(self) -> np.ndarray:
+        return self.peak <= self.capacity_bytes
+
+    def stage_breakdown(self, i: int) -> list[dict[str, float]]:
+        out = []
+        for s in range(int(self.n_stages[i])):
+            row = {k: float(v[i, s]) for k, v in self.terms.items()}
+            row["total"] = float(sum(row.values()))
+            out.append(row)
+        return out
+
+
+def _inflight(t: LayoutTable, M: np.ndarray, S: int) -> np.ndarray:
+    """Micro-batch-equivalents of activations each stage keeps (n, S)."""
+    s = np.arange(S)[None, :]
+    pp, vpp = t.pp[:, None], t.vpp[:, None]
+    one_f_one_b = np.minimum(pp - s, M[:, None])
+    chunks = 2 * (pp - s - 1) + (vpp - 1) * pp + 1
+    interleaved = np.minimum(chunks, (M * t.vpp)[:, None]) / vpp  # in units of a whole stage's layers
+    return np.maximum(np.where(vpp > 1, interleaved, one_f_one_b), 0)
+
+
+def estimate_memory(
+    model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable,
+    coef: MemoryCoefficients = MemoryCoefficients(),
+) -> MemoryResult:
+    lt = layer_tables(model)
+    n, S = len(t), int(t.pp.max())
+    h = model.hidden_size
+    last = (np.arange(S)[None, :] == (t.pp - 1)[:, None])
+    first = np.zeros((n, S), dtype=bool)
+    first[:, 0] = True
+    tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
+    dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
+
+    # --- parameters --------------------------------------------------------------------------------
+    p_dense = stage_sums(lt.params_tp, t.pp, t.vpp, S) / tp + stage_sums(lt.params_rep, t.pp, t.vpp, S)
+    p_exp = stage_sums(lt.params_exp, t.pp, t.vpp, S) / (ep * etp)
+    vocab = np.array([padded_vocab(model, int(x)) for x in t.tp])[:, None].astype(float) * h / tp
+    p_dense = p_dense + np.where(first, vocab, 0) + np.where(last, h, 0)  # embedding; final norm
+    if not model.tie_embeddings:
+        p_dense = p_dense + np.where(last, vocab, 0)
+    elif S > 1:
+        p_dense = p_dense + np.where(last & ~first, vocab, 0)  # tied: the last stage keeps a copy
+    params = p_dense + p_exp
+    opt_dense = np.where(t.dist_opt[:, None], p_dense / dp, p_dense)
+    opt_exp = np.where(t.dist_opt[:, None], p_exp / edp, p_exp)
+    keep = (1.0 - t.offload)[:, None]
+    terms = {
+        "weights": 2.0 * params,
+        "grads": coef.grad_bytes * params,
+        "optimizer": coef.optim_bytes * (opt_dense + opt_exp) * keep,
+    }
+
+    # --- activations per token of one micro-batch ------------------------------------------------------
+    rows = t.rows_per_mb(workload.seq_len)
+    tokens = (rows * workload.seq_len)[:, None].astype(float)  # tokens of one micro-batch (whole rows)
+    sp = t.sp_eff[:, None]
+    tok = 1.0 / (cp * np.where(sp, tp, 1.0))
+    imb = np.where(ep > 1, coef.imbalance_on if workload.load_balancing_loss else coef.imbalance_off, 1.0)
+    div = {"seq": tok, "tp": 1.0 / (cp * tp), "rep": tok, "exph": tok * etp * imb, "expf": tok * imb}
+    per_part = stage_sums(lt.act, t.pp, t.vpp, S)  # (n, S, P)
+    keep_part = np.ones((n, len(PARTS)), dtype=bool)
+    sel = t.rc_gran == 1
+    mods = np.where(sel & (t.rc_modules == 0), 1, t.rc_modules)  # Megatron's default: core_attn
+    for b, mod in enumerate(SELECTIVE_MODULES):
+        on = sel & ((mods >> b) & 1).astype(bool)
+        for part in SELECTIVE_DROPS[mod]:
+            keep_part[on, PARTS.index(part)] = False
+    full_layer = np.zeros((n, S))  # bytes per token of the stage's layers, everything saved
+    kept_layer = np.zeros((n, S))
+    for j, part in enumerate(PARTS):
+        b = per_part[:, :, j] * div[PART_CLASS[part]]
+        full_layer += b
+        kept_layer += b * keep_part[:, j][:, None]
+    L_stage = np.maximum(1.0, (model.num_layers / t.pp)[:, None])
+    avg_layer = full_layer / L_stage
+    seq_in = 2.0 * h * tok  # a recompute group's checkpointed input
+    full = (t.rc_gran == 2)[:, None]
+    block = (t.rc_method == 1)[:, None]
+    N = np.maximum(1, t.rc_layers)[:, None].astype(float)
+    chunk_layers = L_stage / t.vpp[:, None]
+    groups = np.ceil(chunk_layers / N) * t.vpp[:, None]
+    n_rc = np.minimum(N, chunk_layers) * t.vpp[:, None]  # block: layers recomputed per stage
+    stored_full = np.where(block, n_rc * seq_in + (L_stage - n_rc) * avg_layer, groups * seq_in)
+    stored = np.where(full, stored_full, kept_layer)
+    M = t.num_microbatches(workload.global_batch, workload.seq_len)
+    inflight = _inflight(t, M, S)
+    terms["activations"] = stored * tokens * inflight * (1 + coef.fragmentation)
+    working = np.where(full, np.where(block, 1.0, np.minimum(N, chunk_layers)) * avg_layer,
+                       np.where(sel[:, None], (full_layer - kept_layer) / L_stage, 0.0))
+    terms["recompute"] = working * tokens
+
+    # --- output layer and loss on the last stage ----------------------------------------------------
+    vocab_local = np.array([padded_vocab(model, int(x)) for x in t.tp])[:, None] / tp
+    logit_bytes = np.where(t.ce_fusion[:, None], 2.0 + 4.0, 2.0 + 4.0 + 4.0 + 4.0)
+    terms["logits"] = np.where(last, tokens / cp * vocab_local * logit_bytes, 0.0)
+
+    # --- dispatcher buffers ---------------------------------------------------------------------------
+    if model.is_moe:
+        k = model.moe.top_k
+        moe_frac = float(lt.is_moe.mean())
+        a2a = tokens * tok * k * 2.0 * h * 2 * imb  # send + receive copies of the routed tokens
+        ag = tokens / cp * ep * 2.0 * h  # all-gather of the TP x EP group's tokens (bf16)
+        inter_node = (t.ep * t.etp * t.tp > cluster.node_size)[:, None]
+        deepep = coef.deepep_buffer * np.where(inter_node, 1.5, 1.0) + 0 * tokens
+        buf = np.select([t.dispatcher[:, None] == 0, t.dispatcher[:, None] == 1], [a2a, ag], deepep)
+        terms["dispatcher"] = np.where((ep * etp * tp) > 1, buf, 0.0) * (moe_frac > 0)
+    else:
+        terms["dispatcher"] = np.zeros((n, S))
+
+    groups_in_use = 2 + (t.tp > 1) + (t.pp > 1) + (t.cp > 1) + (t.ep > 1) + (t.etp > 1) + (t.edp > 1)
+    terms["overhead"] = np.broadcast_to(
+        (coef.cuda_context + coef.nccl_per_group * groups_in_use)[:, None], (n, S)).astype(float)
+    mask = np.arange(S)[None, :] < t.pp[:, None]
+    terms = {k: np.where(mask, v, 0.0) for k, v in terms.items()}
+    return MemoryResult(terms=terms, n_stages=t.pp.copy(), capacity_bytes=float(cluster.gpu.memory_bytes))
