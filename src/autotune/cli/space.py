@@ -1,0 +1,90 @@
+"""`autotune space`: the pruning funnel of a search space and the best predicted layouts."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from ..errors import BadInput
+from ..space import explore, load_space
+from .common import BatchOpt, CountOpt, GpuOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
+from .console import console, print_json
+from .estimate import report
+
+GiB = 1024**3
+
+
+def space(
+    model: str = ModelOpt,
+    gpu: str = GpuOpt,
+    count: int = CountOpt,
+    gpus_per_node: int = PerNodeOpt,
+    seq_len: int = SeqOpt,
+    global_batch: int = BatchOpt,
+    space_file: str = typer.Option(None, "--space", help="A search-space YAML (default: search_spaces/default.yaml "
+                                                         "merged with the model's override)."),
+    top: int = typer.Option(20, "--top", help="How many of the best layouts to show."),
+    no_deepep: bool = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: drop the flex dispatcher."),
+    no_te: bool = typer.Option(False, "--no-te", help="The cluster lacks Transformer Engine."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """What is legal, what fits and what could win: enumerate the search space for a model and cluster,
+    prune it (Megatron's rules, missing software, predicted OOM, cannot win) and rank the rest by
+    predicted tokens/s/GPU.
+
+    Example: autotune space --model Qwen3.5-122B-A10B --gpu H200 --count 32 --top 10
+    """
+    if top < 1:
+        raise BadInput(f"--top {top}: must be at least 1")
+    kw = {}
+    if no_deepep:
+        kw["has_deepep"] = False
+    if no_te:
+        kw["has_te"] = False
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, **kw)
+    sp = load_space(space_file, m)
+    res = explore(sp, m, workload, cluster)
+    best = [report(m, cluster, workload, res.table.row(int(i)), res.evaluation, int(i)) for i in res.kept[:top]]
+    if json_out:
+        print_json({
+            "model": m.name, "gpu": cluster.gpu.name, "count": cluster.count, "space": sp.source,
+            "funnel": [{"stage": s, "count": c} for s, c in res.funnel],
+            "reasons": res.reasons, "notes": res.notes, "top": best,
+        })
+        return
+    console.print(f"search space [bold]{sp.source}[/] for {m.name} on {cluster.count} x {cluster.gpu.name}")
+    f = Table(title="pruning funnel")
+    f.add_column("stage")
+    f.add_column("layouts", justify="right")
+    for s, c in res.funnel:
+        f.add_row(s, f"{c:,}")
+    console.print(f)
+    r = Table(title="removed, by first reason")
+    r.add_column("reason")
+    r.add_column("layouts", justify="right")
+    for k, v in sorted(res.reasons.items(), key=lambda kv: -kv[1]):
+        r.add_row(k, f"{v:,}")
+    console.print(r)
+    for note in res.notes:
+        console.print(f"note: {note}")
+    if not best:
+        why = ", ".join(f"{k} ({v:,})" for k, v in res.last_reasons.items())
+        raise BadInput(f"no layout survives pruning; the last candidates were removed by: {why}. "
+                       "Widen the space (--space), add GPUs, or shorten --seq-len")
+    t = Table(title=f"top {len(best)} by predicted tokens/s/GPU")
+    for col in ("#", "layout", "recompute", "disp.", "tok/GPU", "tokens/s/GPU", "MFU", "$/1M", "peak GiB", "top cost"):
+        t.add_column(col, justify="right" if col not in ("layout", "recompute", "disp.", "top cost") else "left")
+    for k, b in enumerate(best, 1):
+        d, thr = b["layout_detail"], b["throughput"]
+        rc = d["recompute"]
+        rc_s = rc["granularity"] if rc["granularity"] != "full" else f"full {rc['method']} {rc['num_layers']}"
+        top_term = max(thr["breakdown"].items(), key=lambda kv: kv[1])
+        t.add_row(str(k), b["layout"], rc_s, d["dispatcher"] + ("+ovl" if d["moe_shared_expert_overlap"] else ""),
+                  f"{d['max_tokens_per_gpu'] or ''}", f"{thr['tokens_per_s_per_gpu']:,.1f}", f"{thr['mfu']:.1%}",
+                  f"{thr['usd_per_million_tokens']:.2f}", f"{b['memory']['peak_bytes'] / GiB:.1f}",
+                  f"{top_term[0]} {top_term[1] / thr['step_time_s']:.0%}")
+    console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("space")(space)

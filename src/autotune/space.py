@@ -1,0 +1,243 @@
+"""SearchSpace: the dimensions autotune varies (search_spaces/*.yaml), enumerated and pruned as arrays.
+
+`load_space` reads the default space merged with a per-model override (or a user file); `explore`
+enumerates every combination, removes illegal layouts (Megatron's rules), layouts that need software
+the cluster lacks, impractical placements, predicted OOMs and layouts that cannot win, and reports the
+funnel with counts per reason. Everything after enumeration is vectorised. No torch, no ray.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from .catalog import ClusterSpec, ModelSpec, Workload
+from .cost import Calibration, Evaluation, evaluate
+from .errors import ConfigError
+from .layout import DISPATCHERS, RULES, LayoutTable, Recompute
+from .layout.core import GRANULARITIES, METHODS, SELECTIVE_MODULES
+
+__all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult"]
+
+
+class Dimensions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tp: list[int] = [1]
+    pp: list[int] = [1]
+    vpp: list[int] = [1]
+    cp: list[int] = [1]
+    ep: list[int] = [1]
+    etp: list[int] = [1]
+    recompute: list[str] = ["none"]
+    dispatcher: list[str] = ["alltoall"]
+    rows_per_microbatch: list[int] = [1]
+    distributed_optimizer: list[bool] = [True]
+    precision_aware_optimizer: list[bool] = [False]
+    moe_shared_expert_overlap: list[bool] = [False]
+    optimizer_offload: list[float] = [0.0]
+
+    @field_validator("*")
+    @classmethod
+    def _non_empty(cls, v, info):
+        if not v:
+            raise ValueError("is empty; give at least one value")
+        if info.field_name in ("tp", "pp", "vpp", "cp", "ep", "etp", "rows_per_microbatch") and min(v) < 1:
+            raise ValueError("values must be positive integers")
+        if info.field_name == "recompute":
+            for r in v:
+                Recompute.parse(r)
+        if info.field_name == "dispatcher":
+            bad = [d for d in v if d not in DISPATCHERS]
+            if bad:
+                raise ValueError(f"unknown dispatcher(s) {bad}; allowed: {', '.join(DISPATCHERS)}")
+        return sorted(set(v), key=v.index)
+
+
+class Prune(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tp_within_node: bool = True
+    ep_tp_within_nodes: int = 8
+    memory_margin: float = 0.03
+    keep_within: float = 0.70
+
+
+class SearchSpace(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "custom"
+    description: str = ""
+    extends: str | None = None
+    dimensions: Dimensions = Dimensions()
+    prune: Prune = Prune()
+    source: str = ""
+
+
+def _packaged(name: str):
+    return resources.files("autotune") / "search_spaces" / f"{name}.yaml"
+
+
+def _read_yaml(text: str, label: str) -> dict:
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"search space {label}: not valid YAML ({exc}); fix the file") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"search space {label}: expected a mapping with 'dimensions'")
+    return data
+
+
+def _parse(data: dict, label: str) -> SearchSpace:
+    try:
+        return SearchSpace.model_validate({**data, "source": label})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc)
+        allowed = ""
+        if err["type"] == "extra_forbidden":
+            section = loc[0] if len(loc) > 1 else None
+            model = {"dimensions": Dimensions, "prune": Prune}.get(section or "", SearchSpace)
+            allowed = f"; allowed: {', '.join(model.model_fields)}"
+            msg = f"unknown {'dimension' if section == 'dimensions' else 'key'} '{loc[-1]}'"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if len(loc) > 2 and loc[-1].isdigit():
+                key = ".".join(loc[:-1])
+        raise ConfigError(f"search space {label}: {key}: {msg}{allowed}") from None
+
+
+def load_space(path: str | None = None, model: ModelSpec | None = None) -> SearchSpace:
+    """The space in `path`, else the default merged with search_spaces/<model>.yaml when it exists."""
+    if path:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"search space {path!r} does not exist; pass a YAML file or omit --space")
+        data = _read_yaml(p.read_text(), str(p))
+        label = str(p)
+    else:
+        data, label = {"extends": "default"}, "default"
+        if model is not None and _packaged(model.name).is_file():
+            data = _read_yaml(_packaged(model.name).read_text(), f"search_spaces/{model.name}.yaml")
+            label = f"search_spaces/{model.name}.yaml"
+    base = data.get("extends")
+    if base:
+        if not _packaged(base).is_file():
+            raise ConfigError(f"search space {label}: extends unknown space {base!r}; use 'default'")
+        parent = _read_yaml(_packaged(base).read_text(), f"search_spaces/{base}.yaml")
+        merged = {**parent, **{k: v for k, v in data.items() if k not in ("dimensions", "prune")}}
+        merged["dimensions"] = {**(parent.get("dimensions") or {}), **(data.get("dimensions") or {})}
+        merged["prune"] = {**(parent.get("prune") or {}), **(data.get("prune") or {})}
+        merged.pop("extends", None)
+        data = merged
+    return _parse(data, label)
+
+
+def _recompute_codes(text: str) -> tuple[int, int, int, int]:
+    rc = Recompute.parse(text)
+    mods = sum(1 << SELECTIVE_MODULES.index(m) for m in rc.modules)
+    return GRANULARITIES.index(rc.granularity), METHODS.index(rc.method) if rc.method else 0, rc.num_layers or 0, mods
+
+
+def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec) -> LayoutTable:
+    d = space.dimensions
+    ep = d.ep if model.is_moe else [1]
+    etp = d.etp if model.is_moe else [1]
+    disp = d.dispatcher if model.is_moe else ["alltoall"]
+    overlap = d.moe_shared_expert_overlap if model.is_moe and model.moe.shared_ffn_hidden_size else [False]
+    rcs = [_recompute_codes(r) for r in d.recompute]
+    axes = [d.tp, d.pp, d.vpp, d.cp, ep, etp, range(len(rcs)), [DISPATCHERS.index(x) for x in disp],
+            d.rows_per_microbatch, d.distributed_optimizer, d.precision_aware_optimizer, overlap, d.optimizer_offload]
+    grid = np.array(list(itertools.product(*axes)), dtype=float)
+    tp, pp, vpp, cp, epv, etpv, rci, dsp, rows, dist, pa, so, off = grid.T
+    rc = np.array(rcs)[rci.astype(int)]
+    return LayoutTable.from_columns(
+        cluster.count, len(grid), tp=tp, pp=pp, vpp=vpp, cp=cp, ep=epv, etp=etpv, sp=True,
+        rc_gran=rc[:, 0], rc_method=rc[:, 1], rc_layers=rc[:, 2], rc_modules=rc[:, 3], dispatcher=dsp,
+        max_tokens=(rows * workload.seq_len // cp).astype(np.int64), dist_opt=dist.astype(bool),
+        precision_aware=pa.astype(bool), shared_overlap=so.astype(bool), offload=off,
+    )
+
+
+@dataclass
+class SpaceResult:
+    space: SearchSpace
+    enumerated: int
+    funnel: list[tuple[str, int]]  # (stage, count remaining)
+    reasons: dict[str, int]  # reason -> layouts removed for it (first reason only)
+    last_reasons: dict[str, int]  # reasons that removed the final layouts of the last non-empty stage
+    table: LayoutTable  # the layouts that fit (legal, supported, practical)
+    evaluation: Evaluation | None
+    kept: np.ndarray  # indices into `table`, best first
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best_tokens_per_s(self) -> float:
+        return float(self.evaluation.time.tokens_per_s_per_gpu[self.kept[0]]) if len(self.kept) else 0.0
+
+
+def _first_reason(masks: list[tuple[str, np.ndarray]], n: int) -> tuple[np.ndarray, dict[str, int]]:
+    alive = np.ones(n, dtype=bool)
+    counts: dict[str, int] = {}
+    for reason, ok in masks:
+        dead = alive & ~ok
+        if dead.any():
+            counts[reason] = int(dead.sum())
+        alive &= ok
+    return alive, counts
+
+
+def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec,
+            calibration: Calibration | None = None) -> SpaceResult:
+    t = enumerate_space(space, model, workload, cluster)
+    n = len(t)
+    from .layout.rules import check
+
+    legal_masks = [(f"illegal: {r.code}", m) for r, m in zip(RULES, check(model, workload, t).values())]
+    alive, reasons = _first_reason(legal_masks, n)
+    funnel = [("enumerated", n), ("legal", int(alive.sum()))]
+    notes = []
+    soft = [("needs DeepEP (flex dispatcher) which the cluster lacks", ~((t.dispatcher == 2) & (not cluster.has_deepep))),
+            ("needs Transformer Engine (precision-aware optimizer) which the cluster lacks",
+             ~(t.precision_aware & (not cluster.has_te)))]
+    p = space.prune
+    practical = [("TP spans nodes", ~((t.tp > cluster.node_size) & p.tp_within_node)),
+                 (f"EP x ETP x TP spans more than {p.ep_tp_within_nodes} nodes",
+                  t.ep * t.etp * np.maximum(t.tp // t.etp, 1) <= p.ep_tp_within_nodes * cluster.node_size)]
+    alive_after, later = _first_reason([("legal", alive)] + soft + practical, n)
+    later.pop("legal", None)
+    if alive.any() and not alive_after.any():
+        last = later
+    else:
+        last = None
+    alive = alive_after
+    reasons.update(later)
+    if not cluster.has_deepep and "flex" in space.dimensions.dispatcher:
+        notes.append("flex dispatcher dropped: DeepEP is not available on this cluster")
+    if not cluster.has_te and True in space.dimensions.precision_aware_optimizer:
+        notes.append("precision-aware optimizer dropped: Transformer Engine is not available")
+    funnel.append(("supported and practical", int(alive.sum())))
+    idx = np.flatnonzero(alive)
+    last_reasons = last if last is not None else dict(reasons)
+    if len(idx) == 0:
+        return SpaceResult(space, n, funnel + [("fits", 0), ("kept", 0)], reasons, last_reasons,
+                           t.take(idx), None, np.array([], dtype=int), notes)
+    sub = t.take(idx)
+    ev = evaluate(model, workload, cluster, sub, calibration)
+    fits = ev.memory.peak <= ev.memory.capacity_bytes * (1 - p.memory_margin)
+    if not fits.any():
+        last_reasons = {"predicted OOM": int((~fits).sum())}
+    reasons["predicted OOM"] = int((~fits).sum())
+    funnel.append(("fits", int(fits.sum())))
+    tps = np.where(fits, ev.time.tokens_per_s_per_gpu, -np.inf)
+    best = tps.max() if fits.any() else 0.0
+    keep = fits & (tps >= p.keep_within * best)
+    reasons["cannot win (predicted below {:.0%} of the best)".format(p.keep_within)] = int((fits & ~keep).sum())
+    order = np.argsort(-tps, kind="stable")
+    kept = order[keep[order]]
+    funnel.append(("kept", int(len(kept))))
+    return SpaceResult(space, n, funnel, {k: v for k, v in reasons.items() if v}, last_reasons, sub, ev, kept, notes)
