@@ -1,0 +1,62 @@
+"""`autotune export [RUN_DIR] [--rank N] [--out PATH] [--format recipe|slime|megatron|script]`.
+
+Exports one recipe of a search (RUN_DIR/recipes/rank-NN-*.yaml; RUN_DIR defaults to the newest directory
+under ./runs) or a recipe file: as recipe YAML (default recipes/<model>/<gpu>/<name>.yaml), the slime
+command, Megatron-core arguments (both printed unless --out), or an executable launch script.
+A recipe whose derived numbers do not recompute is refused (exit 2), as `autotune recipes validate` would.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import BadInput, ConfigError
+from ..recipes import check_recipe, load_recipe, recipe_relpath, recipe_stem, write_recipe
+from ..recipes.export import FORMATS, launch_script, megatron_args, resolve_source, slime_command
+from ..recipes.io import write_text_atomic
+from .console import err_console
+
+
+def export(
+    run_dir: Optional[str] = typer.Argument(
+        None, help="Run directory of a search (default: the newest under ./runs), or a recipe file."
+    ),
+    rank: int = typer.Option(1, "--rank", help="Which recipe of the run: 1 is the best."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write here instead of the default place / stdout."),
+    fmt: str = typer.Option("recipe", "--format", help="recipe (YAML), slime (command), megatron (arguments), script (launch script)."),
+) -> None:
+    """Export the best (or --rank N) recipe of a search as a recipe, a command line or a launch script."""
+    if fmt not in FORMATS:
+        raise BadInput(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    src = resolve_source(run_dir, rank)
+    recipe = load_recipe(src)
+    errors = [str(p) for p in check_recipe(recipe) if p.level == "error"]
+    if errors:
+        raise ConfigError(f"{src}: not exported, the recipe is inconsistent: " + "; ".join(errors))
+    name = recipe_stem(src)
+    if fmt == "recipe":
+        dest = out or Path(recipe_relpath(recipe, name))
+        write_recipe(recipe, dest, name)
+        err_console.print(f"wrote {dest} (from {src}); check it with `autotune recipes validate {dest}`", markup=False)
+        return
+    if fmt == "script":
+        dest = out or Path(f"{name}.sh")
+        write_text_atomic(dest, launch_script(recipe, name), mode=0o755)
+        err_console.print(f"wrote {dest} (from {src}); set the variables it names, then run it", markup=False)
+        return
+    text = slime_command(recipe) if fmt == "slime" else megatron_args(recipe, name)
+    if out is not None:
+        write_text_atomic(out, text)
+        err_console.print(f"wrote {out} (from {src})", markup=False)
+    else:
+        # Plain stdout, not rich: the command must come out byte for byte (no wrapping, no markup).
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)

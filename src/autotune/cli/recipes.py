@@ -1,0 +1,162 @@
+"""`autotune recipes list|show|validate`: the leaderboard, one recipe, and recipe validation.
+
+Recipes are read from ./recipes, then the repository's recipes/ (or the --dir given). `validate` prints
+every problem with its field path and exits 2 when any recipe is invalid (schema errors, or derived
+numbers that do not recompute).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich import box
+from rich.table import Table
+
+from ..catalog.registry import suggest
+from ..errors import ConfigError, UnknownName
+from ..recipes import check_recipe, leaderboard, load_all, load_recipe, recipe_stem
+from ..recipes.io import RecipeInvalid, find_recipes
+from ..recipes.rank import caption
+from ..recipes.schema import Recipe
+from .console import console, err_console, print_json
+
+recipes_app = typer.Typer(
+    name="recipes", help="Browse and validate OpenRecipes recipes (recipes/<model>/<gpu>/<name>.yaml).",
+    no_args_is_help=True,
+)
+
+DIRS = typer.Option(None, "--dir", help="Recipe directory or file to read (repeatable); default ./recipes, then the repository's.")
+
+
+def _load(dirs: Optional[List[Path]]):
+    good, bad = load_all(list(dirs) if dirs else None)
+    for exc in bad:
+        err_console.print(f"warning: skipped {exc}", markup=False)
+    return good
+
+
+@recipes_app.command("list")
+def list_recipes(
+    model: Optional[str] = typer.Option(None, "--model", help="Only this model (e.g. Qwen3.5-122B-A10B)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only this GPU kind (e.g. H200)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    dirs: Optional[List[Path]] = DIRS,
+) -> None:
+    """The leaderboard: recipes ranked by tokens/s per GPU, with $ / 1M tokens, GPUs, layout, date and author."""
+    entries = leaderboard(_load(dirs), model=model, gpu=gpu)
+    if json_out:
+        print_json([e.to_dict() for e in entries])
+        return
+    if not entries:
+        console.print("no recipes" + (f" for {model or ''} {gpu or ''}".rstrip() if model or gpu else ""))
+        return
+    pairs = {(e.recipe.model, e.recipe.gpu.type) for e in entries}
+    one = len(pairs) == 1
+    title = f"Training {entries[0].recipe.model} on {entries[0].recipe.gpu.type}" if one else "Recipes"
+    t = Table(title=title, caption=caption(entries), caption_justify="left", box=box.SIMPLE_HEAD)
+    t.add_column("#", justify="right", no_wrap=True)
+    if not one:
+        t.add_column("Model / GPU")
+    for col in ("Tokens/s\nper GPU", "$ / 1M\ntokens", "GPUs"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("Layout", min_width=24)
+    t.add_column("Measured", no_wrap=True)
+    t.add_column("Author")
+    for e in entries:
+        r = e.recipe
+        cells = [f"#{e.rank}"] + ([] if one else [f"{r.model} / {r.gpu.type}"])
+        cells += [f"{r.result.tokens_per_s_per_gpu:,.1f}", f"${r.result.usd_per_million_tokens:.2f}", str(r.gpu.count),
+                  f"{r.layout.label}\n{r.layout.highlights}", r.result.measured.isoformat(), r.author.name]
+        t.add_row(*cells)
+    console.print(t)
+
+
+def _find(name: str, dirs: Optional[List[Path]]) -> tuple[Path, Recipe]:
+    p = Path(name)
+    if p.is_file():
+        return p, load_recipe(p)
+    items = _load(dirs)
+    for path, recipe in items:
+        if recipe_stem(path).lower() == name.lower():
+            return path, recipe
+    hint = suggest(name, [recipe_stem(p) for p, _ in items])
+    raise UnknownName(f"no recipe named {name!r}" + (f" (did you mean {hint}?)" if hint else "") + "; `autotune recipes list` shows them")
+
+
+def _card(name: str, path: Path, r: Recipe) -> list[str]:
+    res, lay = r.result, r.layout
+    lines = [f"{name}  {res.tokens_per_s_per_gpu:,.1f} tokens/s/GPU  {lay.label}  {lay.highlights}", f"({path})", ""]
+    gpus = f"{r.gpu.count} x {r.gpu.type} {r.gpu.memory_gb} GB ({r.gpu.instance}, {r.gpu.per_node} per node)"
+    measured = res.measured.isoformat()
+    if (res.steps_per_run, res.window) != (20, [5, 19]):  # the seed notes only a non-standard run
+        measured += f", {res.steps_per_run}-step run scored over steps {res.window[0]}–{res.window[1]}"
+    rows = [("Author", r.author.name + (f" ({r.author.url})" if r.author.url else "")), ("Status", r.status),
+            ("GPUs", gpus), ("Layout", lay.summary), ("Tokens/s per GPU", f"{res.tokens_per_s_per_gpu:,.2f}"),
+            ("$ / 1M tokens", f"${res.usd_per_million_tokens:.2f}"),
+            ("MFU", f"{res.mfu:.1%} (N = {res.active_params.count:,} active parameters per token)"
+             + (f"; {res.mfu_note}" if res.mfu_note else ""))]
+    if res.step_time_cv_percent is not None:
+        rows.append(("Step-time CV", f"{res.step_time_cv_percent:.2f}%"))
+    c = r.correctness.convergence
+    rows.append(("Convergence check", f"correlation {c.correlation}, final loss difference {c.final_loss_difference}, "
+                 f"{c.pointwise_failures} pointwise failures over {c.steps} steps" if c else r.correctness.summary))
+    rows += [("Component test", f"{t.test}: {t.gpu}, {t.date.isoformat()}. Shape: {t.shape}. {t.detail}")
+             for t in r.correctness.component_tests]
+    rows.append(("Measured", measured))
+    if res.gpu_hours is not None:
+        rows.append(("GPU-hours", f"{res.gpu_hours:g}"))
+    d = r.workload.dataset
+    if d is not None:
+        rows.append(("Rows", f"{d.build.name} (rows_sha256 {d.rows_sha256})"))
+    lines += [f"{k:<18} {v}" for k, v in rows]
+    lines += ["", "Stack"] + [f"  {k.replace('_', ' '):<18} {v}" for k, v in r.stack.model_dump().items()]
+    lines += ["", "Environment"] + [f"  {k}={v}" for k, v in r.env.items()]
+    lines += ["", "Command", r.run.rstrip("\n")]
+    return lines
+
+
+@recipes_app.command("show")
+def show(
+    name: str = typer.Argument(..., help="Recipe name (e.g. attune-tp1-pp4-ep8-rc2) or path to a recipe file."),
+    json_out: bool = typer.Option(False, "--json", help="Print the recipe as JSON."),
+    dirs: Optional[List[Path]] = DIRS,
+) -> None:
+    """One recipe: numbers, layout, correctness, stack, environment and the command that runs it."""
+    path, recipe = _find(name, dirs)
+    if json_out:
+        print_json(recipe.model_dump(mode="json"))
+        return
+    for line in _card(recipe_stem(path), path, recipe):
+        console.print(line, markup=False, soft_wrap=True)
+
+
+@recipes_app.command("validate")
+def validate(
+    paths: Optional[List[Path]] = typer.Argument(None, help="Recipe files or directories; default: all recipes."),
+) -> None:
+    """Validate recipes against the schema and recompute their derived numbers; exit 2 if any is invalid."""
+    files = find_recipes(list(paths) if paths else None)
+    missing = [p for p in (paths or []) if not p.exists()]
+    if missing:
+        raise ConfigError(f"{missing[0]}: no such recipe file or directory")
+    if not files:
+        raise ConfigError("no recipe files found: pass recipe files or directories (recipes/<model>/<gpu>/*.yaml)")
+    bad = 0
+    for f in files:
+        try:
+            problems = [str(p) if p.level == "error" else f"warning: {p}" for p in check_recipe(load_recipe(f))]
+            errors = sum(1 for p in problems if not p.startswith("warning: "))
+        except RecipeInvalid as exc:
+            problems, errors = exc.problems, len(exc.problems)
+        bad += errors > 0
+        console.print(f"{'invalid' if errors else 'ok':<8} {f}", markup=False, soft_wrap=True)
+        for p in problems:
+            console.print(f"  {p}", markup=False, soft_wrap=True)
+    if bad:
+        raise ConfigError(f"{bad} of {len(files)} recipe(s) invalid; fix the fields named above")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(recipes_app, name="recipes")

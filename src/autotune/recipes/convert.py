@@ -1,0 +1,121 @@
+"""A recipe's layout, workload and cluster as autotune's own objects (Layout, Workload, ClusterSpec).
+
+Two readings of a recipe's layout exist and the checks compare them:
+- `layout_of(recipe)`: from the `layout:` section, plus the optimizer options that only the summary names
+  (precision-aware / distributed optimizer, shared-expert overlap, TE cross-entropy fusion), in the words
+  `emit.summarize` writes. Sequence parallelism: the section records the *effective* value (false at TP 1);
+  at TP 1 the requested flag is kept on, as the seed's `run:` blocks pass `--sequence-parallel` there.
+- `run_layout(recipe)`: parsed from the `run:` command line with `layout_from_args`.
+
+`workload_of` reads the section fields, and the optimizer hyperparameters from the run block (the only place
+a recipe states them). Nothing here multiplies degrees: Layout does.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import fields
+
+from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
+from ..errors import AutotuneError, BadInput
+from ..layout import Layout, Recompute, layout_from_args
+from .schema import Recipe
+
+__all__ = ["PHRASE", "layout_of", "run_layout", "workload_of", "cluster_of", "model_of", "run_flags", "is_moe"]
+
+# Summary phrases that carry layout options the `layout:` section has no field for (written by emit).
+PHRASE = {
+    "distributed_optimizer": "distributed optimizer",
+    "precision_aware_optimizer": "precision-aware",
+    "moe_shared_expert_overlap": "shared-expert overlap",
+    "cross_entropy_fusion": "cross-entropy fusion",
+    "load_balancing_on": "load-balancing loss on",
+}
+
+# Run-block flag -> Workload field, for the optimizer hyperparameters.
+_WORKLOAD_FLAGS = {
+    "--optimizer": "optimizer",
+    "--lr": "lr",
+    "--min-lr": "min_lr",
+    "--lr-warmup-fraction": "warmup_fraction",
+    "--weight-decay": "weight_decay",
+    "--adam-beta1": "adam_beta1",
+    "--adam-beta2": "adam_beta2",
+}
+
+
+def run_flags(run: str) -> dict[str, str | None]:
+    """Every `--flag [value]` in a run block; the last occurrence wins, as with argparse."""
+    tokens = shlex.split(run.replace("\\\n", " "), comments=True)
+    out: dict[str, str | None] = {}
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--"):
+            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+            out[tok] = nxt if nxt is not None and not nxt.startswith("--") else None
+    return out
+
+
+def model_of(recipe: Recipe) -> ModelSpec | None:
+    """The catalog's ModelSpec for the recipe's model, or None when the catalog does not know it."""
+    try:
+        return load_model(recipe.model)
+    except AutotuneError:
+        return None
+
+
+def is_moe(recipe: Recipe) -> bool:
+    m = model_of(recipe)
+    return m.is_moe if m is not None else recipe.layout.ep > 1
+
+
+def layout_of(recipe: Recipe) -> Layout:
+    """The Layout the `layout:` section (and its summary) describes. Raises BadInput if it is not a layout."""
+    s = recipe.layout
+    text = s.summary
+    rc = s.recompute
+    return Layout(
+        world=recipe.gpu.count,
+        tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.etp,
+        sequence_parallel=s.sequence_parallel or s.tp == 1,
+        recompute=Recompute(rc.granularity, rc.method, rc.num_layers, tuple(rc.modules or ())),
+        dispatcher=s.dispatcher,
+        max_tokens_per_gpu=s.max_tokens_per_gpu,
+        micro_batch_size=None if s.max_tokens_per_gpu is not None else s.rows_per_microbatch,
+        distributed_optimizer=PHRASE["distributed_optimizer"] in text,
+        precision_aware_optimizer=PHRASE["precision_aware_optimizer"] in text,
+        optimizer_offload=s.offload.optimizer_fraction if s.offload else 0.0,
+        moe_shared_expert_overlap=PHRASE["moe_shared_expert_overlap"] in text,
+        cross_entropy_fusion=PHRASE["cross_entropy_fusion"] in text,
+    )
+
+
+def run_layout(recipe: Recipe) -> Layout:
+    """The Layout the `run:` command line sets (world from --actor-num-nodes x --actor-num-gpus-per-node)."""
+    return layout_from_args(recipe.run)
+
+
+def workload_of(recipe: Recipe) -> Workload:
+    """The Workload a recipe trains: rows, batch, steps and window from the sections, optimizer from the run."""
+    w, r = recipe.workload, recipe.result
+    kw: dict = dict(
+        seq_len=w.row_tokens,
+        global_batch=w.global_batch,
+        precision=w.precision,
+        steps=r.steps_per_run,
+        window=(r.window[0], r.window[1]),
+        load_balancing_loss=PHRASE["load_balancing_on"] in recipe.layout.summary,
+    )
+    types = {f.name: f.type for f in fields(Workload)}
+    for flag, value in run_flags(recipe.run).items():
+        name = _WORKLOAD_FLAGS.get(flag)
+        if name and value is not None:
+            try:
+                kw[name] = value if types[name] in (str, "str") else float(value)
+            except ValueError:
+                raise BadInput(f"run: {flag} {value!r} is not a number") from None
+    return Workload(**kw)
+
+
+def cluster_of(recipe: Recipe) -> ClusterSpec:
+    """The cluster the recipe ran on (the GPU must be in the catalog)."""
+    return ClusterSpec.of(recipe.gpu.type, recipe.gpu.count, recipe.gpu.per_node)

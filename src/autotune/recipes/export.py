@@ -1,0 +1,126 @@
+"""Export a recipe: as its YAML, as the slime command, as Megatron-core arguments, or as a launch script.
+
+The source is a search's run directory (`runs/<study>/recipes/rank-NN-<name>.yaml`, the newest directory
+under ./runs by default) or a recipe file, so a published recipe exports the same way. The Megatron
+arguments and the script are built from the layout the recipe's `run:` block sets (the most complete
+reading of it: it carries every option), through `layout_args`, so nothing here maps degrees to flags.
+
+The launch script is the run block made runnable under `set -euo pipefail`: the seed's placeholders
+become checked variables (`<slime entry module>` -> $SLIME_ENTRY, `${MODEL_ARGS[@]}` from the sourced
+$MODEL_ARGS_SCRIPT, and every "$VAR" the command reads must be set), and NVLINK_COUNT is counted when unset
+because the seed's NCCL_NVLS_ENABLE reads it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from ..errors import BadInput
+from ..layout import layout_args
+from .convert import is_moe, run_layout, workload_of
+from .emit import num
+from .schema import Recipe
+
+__all__ = ["FORMATS", "SLIME_PLACEHOLDER", "resolve_source", "slime_command", "megatron_args", "launch_script"]
+
+FORMATS = ("recipe", "slime", "megatron", "script")
+SLIME_PLACEHOLDER = "<slime entry module>"
+_PRECISION_FLAG = {"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16", "fp32": None}
+
+
+def resolve_source(run_dir: str | Path | None, rank: int = 1, runs_root: Path = Path("runs")) -> Path:
+    """The recipe file to export: a recipe file as given, or RUN_DIR/recipes/rank-NN-*.yaml."""
+    if rank < 1:
+        raise BadInput(f"--rank {rank}: ranks start at 1")
+    if run_dir is None:
+        dirs = [d for d in runs_root.iterdir() if d.is_dir()] if runs_root.is_dir() else []
+        if not dirs:
+            raise BadInput(f"no run directory under ./{runs_root}: run `autotune search` first, or pass a run directory or recipe file")
+        run_dir = max(dirs, key=lambda d: d.stat().st_mtime)
+    src = Path(run_dir)
+    if src.is_file():
+        return src
+    if not src.is_dir():
+        raise BadInput(f"{src}: no such run directory or recipe file")
+    found = sorted((src / "recipes").glob(f"rank-{rank:02d}-*.yaml"))
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise BadInput(f"{src}/recipes has {len(found)} rank-{rank:02d} recipes; export one by its file path")
+    have = sorted({p.name[:7] for p in (src / "recipes").glob("rank-*.yaml")})
+    if not have:
+        raise BadInput(f"{src} has no recipes/rank-NN-*.yaml yet: the search writes them when it finishes")
+    raise BadInput(f"{src}/recipes has no rank-{rank:02d} recipe; available: {', '.join(have)}")
+
+
+def slime_command(recipe: Recipe) -> str:
+    """The slime command line: the recipe's run block (env exports included), exactly as measured."""
+    return recipe.run
+
+
+def megatron_args(recipe: Recipe, name: str = "") -> str:
+    """Megatron-core arguments for the recipe's layout and workload, as a bash array (model arguments not included)."""
+    lay, work = run_layout(recipe), workload_of(recipe)
+    pairs = list(layout_args(lay, "megatron", work.seq_len))
+    pairs += [
+        ("--seq-length", str(work.seq_len)),
+        ("--global-batch-size", str(work.global_batch)),
+        ("--train-iters", str(work.steps)),
+    ]
+    if _PRECISION_FLAG.get(work.precision):
+        pairs.append((_PRECISION_FLAG[work.precision], None))
+    pairs += [
+        ("--optimizer", work.optimizer), ("--lr", num(work.lr)), ("--lr-decay-style", "cosine"),
+        ("--min-lr", num(work.min_lr)), ("--lr-warmup-fraction", num(work.warmup_fraction)),
+        ("--weight-decay", num(work.weight_decay)), ("--adam-beta1", num(work.adam_beta1)),
+        ("--adam-beta2", num(work.adam_beta2)),
+        ("--attention-dropout", "0.0"), ("--hidden-dropout", "0.0"),
+        ("--accumulate-allreduce-grads-in-fp32", None), ("--attention-softmax-in-fp32", None),
+        ("--attention-backend", "flash"), ("--calculate-per-token-loss", None),
+        ("--distributed-timeout-minutes", "30"),
+    ]
+    if is_moe(recipe) and not work.load_balancing_loss:
+        pairs += [("--moe-router-load-balancing-type", "none"), ("--moe-aux-loss-coeff", "0")]
+    lines = [
+        f"# Megatron-core arguments for {name or recipe.model}: {recipe.layout.label} on {recipe.gpu.count} x {recipe.gpu.type}.",
+        "# Add the model's architecture arguments (slime's MODEL_ARGS), checkpoint and data paths.",
+        "MEGATRON_ARGS=(",
+    ]
+    for flag, value in pairs:
+        vals = value.split(" ") if value is not None and flag == "--recompute-modules" else ([value] if value is not None else [])
+        lines.append("  " + " ".join([flag] + [shlex.quote(v) for v in vals]))
+    return "\n".join(lines + [")"]) + "\n"
+
+
+def _required_vars(run: str, env: dict[str, str]) -> list[str]:
+    names = re.findall(r'"\$([A-Z_][A-Z0-9_]*)"', run)
+    skip = set(env) | {"NVLINK_COUNT", "SLIME_ENTRY"}
+    return [n for i, n in enumerate(names) if n not in skip and n not in names[:i]]
+
+
+def launch_script(recipe: Recipe, name: str) -> str:
+    """An executable bash script that runs the recipe (passes `bash -n`)."""
+    run = recipe.run.replace(SLIME_PLACEHOLDER, '"$SLIME_ENTRY"')
+    need = _required_vars(run, recipe.env)
+    head = [
+        "#!/usr/bin/env bash",
+        f"# {name}: {recipe.layout.label} ({recipe.layout.highlights}) on {recipe.gpu.count} x {recipe.gpu.type};",
+        f"# {recipe.result.tokens_per_s_per_gpu:,} tokens/s/GPU, status {recipe.status}. Generated by `autotune export --format script`.",
+        "# Set before running: SLIME_ENTRY (slime's training entry module, the recipe's <slime entry module>),",
+        f"# MODEL_ARGS_SCRIPT (slime's model script for {recipe.model}, which defines the MODEL_ARGS array)"
+        + (f", {', '.join(need)}." if need else "."),
+        "set -euo pipefail",
+        "",
+        # No apostrophes in these messages: bash parses quotes inside "${VAR:?word}".
+        ': "${SLIME_ENTRY:?set SLIME_ENTRY to the slime training entry module}"',
+        ': "${MODEL_ARGS_SCRIPT:?set MODEL_ARGS_SCRIPT to the slime model script that defines MODEL_ARGS}"',
+    ]
+    head += [f': "${{{v}:?set {v} (see the recipe)}}"' for v in need]
+    if "NVLINK_COUNT" in run:
+        # The seed's NCCL_NVLS_ENABLE reads NVLINK_COUNT; count NVLink links when the caller has not.
+        head.append("NVLINK_COUNT=\"${NVLINK_COUNT:-$(nvidia-smi topo -m 2>/dev/null | grep -o 'NV[0-9][0-9]*' | wc -l || true)}\"")
+    head += ["# shellcheck source=/dev/null", 'source "$MODEL_ARGS_SCRIPT"', ""]
+    return "\n".join(head) + "\n" + run
+

@@ -1,0 +1,83 @@
+"""The words of a recipe: the layout summary, the leaderboard highlights, the slime loss-mask type.
+
+The summary follows the seed's sentence ("TP 1, PP 4, CP 1, EP 8, ETP 1, DP 8; one 8,192-token row per
+microbatch; full recompute (uniform, 2 layers); precision-aware distributed optimizer; alltoall dispatcher;
+load-balancing loss off; TE cross-entropy fusion; no offload"). Its option phrases are the ones
+`convert.layout_of` reads back (convert.PHRASE), so a recipe's summary and run block can be compared.
+
+Highlights name what differs from the seed's reference layout (full uniform recompute of 1 layer, the
+alltoall dispatcher), after the token cap, and end with the load-balancing loss: the seed's
+"max 8,192 tokens/GPU, recompute 2 layers, load-balancing loss off".
+"""
+
+from __future__ import annotations
+
+from ..catalog import Workload
+from ..layout import Layout
+from .convert import PHRASE
+
+__all__ = ["summarize", "highlights", "loss_mask_for"]
+
+
+def _rows_phrase(layout: Layout, seq_len: int) -> str:
+    rows = layout.rows_per_microbatch(seq_len)
+    if rows == 1:
+        return f"one {seq_len:,}-token row per microbatch"
+    return f"{rows} rows of {seq_len:,} tokens per microbatch"
+
+
+def _optimizer_phrase(layout: Layout) -> str:
+    kind = PHRASE["distributed_optimizer"] if layout.distributed_optimizer else "unsharded optimizer"
+    return (PHRASE["precision_aware_optimizer"] + " " if layout.precision_aware_optimizer else "") + kind
+
+
+def summarize(layout: Layout, workload: Workload, moe: bool = True) -> str:
+    """The recipe's layout summary, in the seed's words and order."""
+    degrees = f"TP {layout.tp}, PP {layout.pp}" + (f", VPP {layout.vpp}" if layout.vpp > 1 else "")
+    degrees += f", CP {layout.cp}, EP {layout.ep}, ETP {layout.etp}, DP {layout.dp}"
+    bits = [degrees]
+    if layout.tp > 1:
+        bits.append("sequence parallel" if layout.sp else "no sequence parallel")
+    bits += [_rows_phrase(layout, workload.seq_len), layout.recompute.describe(), _optimizer_phrase(layout)]
+    overlap = " with " + PHRASE["moe_shared_expert_overlap"] if layout.moe_shared_expert_overlap else ""
+    bits.append(f"{layout.dispatcher} dispatcher{overlap}")
+    if moe:
+        bits.append(PHRASE["load_balancing_on"] if workload.load_balancing_loss else "load-balancing loss off")
+    if layout.cross_entropy_fusion:
+        bits.append("TE " + PHRASE["cross_entropy_fusion"])
+    bits.append(f"optimizer offload {layout.optimizer_offload:.0%}" if layout.optimizer_offload else "no offload")
+    return "; ".join(bits)
+
+
+def highlights(layout: Layout, workload: Workload, moe: bool = True) -> str:
+    """What sets the recipe apart, as the leaderboard prints it under the layout label."""
+    if layout.max_tokens_per_gpu is not None:
+        bits = [f"max {layout.max_tokens_per_gpu:,} tokens/GPU"]
+    else:
+        n = layout.micro_batch_size or 1
+        bits = [f"micro-batch {n} row{'s' if n != 1 else ''}"]
+    rc = layout.recompute
+    if rc.granularity == "full" and (rc.method, rc.num_layers) != ("uniform", 1):
+        n = rc.num_layers
+        bits.append(f"{'block ' if rc.method == 'block' else ''}recompute {n} layer{'s' if n != 1 else ''}")
+    elif rc.granularity == "selective":
+        bits.append("selective recompute")
+    elif rc.granularity == "none":
+        bits.append("no recompute")
+    if layout.dispatcher != "alltoall":
+        bits.append(f"{layout.dispatcher} dispatcher")
+    if layout.optimizer_offload:
+        bits.append(f"optimizer offload {layout.optimizer_offload:.0%}")
+    if moe and not workload.load_balancing_loss:
+        bits.append("load-balancing loss off")
+    return ", ".join(bits)
+
+
+def loss_mask_for(model_name: str) -> str:
+    """slime's --loss-mask-type for a model family (chat template of the tokenizer)."""
+    name = model_name.lower()
+    if name.startswith("qwen3.5"):
+        return "qwen3_5"
+    if name.startswith("qwen3"):
+        return "qwen3"
+    return "qwen"
