@@ -39,7 +39,7 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("H100", int(79.6 * GiB), 80, 989.4, 3350, 450, 6.9, 8, 400.0, "AWS p5.48xlarge"),
         GpuSpec("H200", int(139.8 * GiB), 141, 989.4, 4800, 450, 7.9, 8, 400.0, "AWS p5en.48xlarge"),
         GpuSpec("B200", int(178.4 * GiB), 180, 2250.0, 8000, 900, 14.2, 8, 400.0, "AWS p6-b200.48xlarge"),
-        GpuSpec("cpu", int(24 * GiB), 24, 0.2, 20, 5, 0.0, 2, 1.0, "this machine (CPU, gloo)", False),
+        GpuSpec("cpu", int(24 * GiB), 24, 0.2, 20, 5, 0.0, 8, 1.0, "this machine (CPU, gloo)", False),
     )
 }
 

@@ -1,0 +1,165 @@
+"""`autotune search`: find the fastest layout, with as few real trials as the model allows."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from ..errors import BadInput
+from ..search.driver import SearchConfig, SearchDriver
+from ..search.planners import resolve_planner
+from ..search.study import StudyDir
+from ..space import load_space
+from ..trials.backends import BACKENDS, get_backend
+from .common import BatchOpt, CountOpt, GpuOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
+from .console import console, err_console, print_json
+from .report import outcome_json, render_outcome
+
+BACKEND_CHOICES = ("auto", "simulate", "local", "ray", "slime")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def _latest_study(runs: Path, prefix: str) -> str | None:
+    cands = sorted((p for p in runs.glob(f"{prefix}*") if (p / "study.db").exists()), key=lambda p: p.stat().st_mtime)
+    return cands[-1].name if cands else None
+
+
+def search(
+    model: str = ModelOpt,
+    gpu: str = GpuOpt,
+    count: int = CountOpt,
+    gpus_per_node: int = PerNodeOpt,
+    seq_len: int = SeqOpt,
+    global_batch: int = BatchOpt,
+    space_file: str = typer.Option(None, "--space", help="Search-space YAML (default: the shipped default + model override)."),
+    backend: str = typer.Option("auto", "--backend", help="auto | simulate | local | ray | slime. auto: ray when "
+                                "--ray-address or RAY_ADDRESS is set, else the cost-model simulator."),
+    planner: str = typer.Option("auto", "--planner", help="auto | model | optuna | random | llm (auto: model-guided)."),
+    trials: int = typer.Option(10, "--trials", help="Most trials to dispatch (screened-out proposals do not count)."),
+    budget_gpu_hours: float = typer.Option(None, "--budget-gpu-hours", help="Stop once trials have used this many GPU-hours."),
+    parallel: int = typer.Option(1, "--parallel", help="Trials running at once."),
+    study: str = typer.Option(None, "--study", help="Study name (default: <model>-<gpu>x<count>-<time>); an existing name resumes it."),
+    runs_dir: str = typer.Option("runs", "--runs-dir", help="Where studies live: <runs-dir>/<study>/study.db, trials/, recipes/."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the latest study for this model/GPU/count (or --study)."),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address for --backend ray/slime."),
+    steps: int = typer.Option(None, "--steps", help="Training steps per real trial (default: the workload's 20)."),
+    timeout_s: float = typer.Option(3600.0, "--trial-timeout", help="Seconds before a trial is stopped."),
+    noise: float = typer.Option(0.02, "--noise", help="Run-to-run noise: a gain below this is not worth a trial."),
+    seed: int = typer.Option(0, "--seed", help="Seed for planners and synthetic data."),
+    sim_delay: float = typer.Option(0.0, "--sim-delay", hidden=True, help="Seconds each simulated trial takes."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Search for the fastest correct layout and emit ranked recipes.
+
+    The model screens every layout first (illegal, missing software, predicted OOM, cannot win); the planner
+    proposes trials; the backend runs them; measured trials recalibrate the model and re-rank what is left.
+    With no cluster configured, trials run on the cost-model simulator and results are predictions.
+
+    Example: autotune search --model Qwen3.5-122B-A10B --gpu H200 --count 32
+    """
+    if trials < 1:
+        raise BadInput(f"--trials {trials}: must be at least 1")
+    if parallel < 1:
+        raise BadInput(f"--parallel {parallel}: must be at least 1")
+    if budget_gpu_hours is not None and budget_gpu_hours <= 0:
+        raise BadInput(f"--budget-gpu-hours {budget_gpu_hours}: must be positive")
+    if backend not in BACKEND_CHOICES:
+        raise BadInput(f"--backend {backend!r}: choose one of {', '.join(BACKEND_CHOICES)}")
+    planner_name, planner_note = resolve_planner(planner)
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch)
+    notes = [planner_note] if planner_note else []
+    address = ray_address or os.environ.get("RAY_ADDRESS")
+    if backend == "auto":
+        backend = "ray" if address else "simulate"
+        if backend == "simulate":
+            notes.append("no cluster configured (no --ray-address or RAY_ADDRESS): trials run on the cost-model "
+                         "simulator; results are PREDICTIONS and recipes carry status: predicted")
+    if backend not in BACKENDS:
+        raise BadInput(f"--backend {backend!r} is not available in this installation")
+    sp = load_space(space_file, m)
+    runs = Path(runs_dir)
+    prefix = f"{_slug(m.name)}-{_slug(cluster.gpu.name)}x{cluster.count}"
+    if study is None:
+        study = _latest_study(runs, prefix) if resume else None
+        if resume and study is None:
+            raise BadInput(f"--resume: no study for {m.name} on {cluster.count} x {cluster.gpu.name} under {runs}/; "
+                           "run without --resume to start one")
+        study = study or f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+    elif not re.fullmatch(r"[A-Za-z0-9._-]+", study):
+        raise BadInput(f"--study {study!r}: use letters, digits, '.', '_' and '-' only")
+    sd = StudyDir(runs, study)
+    opts = {"delay_s": sim_delay} if backend == "simulate" else {}
+    if backend in ("ray", "slime"):
+        opts["address"] = address
+    be = get_backend(backend, **opts)
+    cfg = SearchConfig(trials=trials, budget_gpu_hours=budget_gpu_hours, parallel=parallel, planner=planner_name,
+                       noise=noise, steps=steps, seed=seed, timeout_s=timeout_s,
+                       poll_s=0.02 if backend == "simulate" else 1.0)
+    for note in notes:
+        err_console.print(f"note: {note}")
+    view = _LiveView(m, cluster, sd, enabled=not json_out)
+    driver = SearchDriver(m, cluster, workload, sp, be, sd, cfg, on_event=view.event)
+    with view:
+        outcome = driver.run()
+    outcome.notes = notes + outcome.notes
+    from .report import emit_recipes
+
+    recipes = emit_recipes(driver, outcome)
+    out = outcome_json(driver, outcome, recipes)
+    if json_out:
+        print_json(out)
+    else:
+        render_outcome(out)
+
+
+class _LiveView:
+    """A live table of trials on stderr while the search runs."""
+
+    def __init__(self, model, cluster, sd: StudyDir, enabled: bool):
+        self.rows: list[tuple] = []
+        self.title = f"searching {model.name} on {cluster.count} x {cluster.gpu.name} (study {sd.name})"
+        self.live = Live(self._table(), console=err_console, refresh_per_second=8, transient=False) if enabled else None
+
+    def _table(self) -> Table:
+        t = Table(title=self.title)
+        for c in ("trial", "layout", "state", "predicted", "result"):
+            t.add_column(c)
+        for row in self.rows[-15:]:
+            t.add_row(*row)
+        return t
+
+    def event(self, kind: str, d: dict) -> None:
+        if kind == "dispatched":
+            self.rows.append((str(d["number"]), d["layout"], "running", f"{d['predicted']:,.1f}", ""))
+        elif kind == "screened":
+            self.rows.append((str(d["number"]), d["layout"], "screened", "", d["reason"][:60]))
+        elif kind == "finished":
+            self.rows = [r for r in self.rows if r[0] != str(d["number"])]
+            val = f"{d['value']:,.1f}" if d.get("value") else ""
+            pred = f"{d['predicted']:,.1f}" if d.get("predicted") else ""
+            state = d["status"] if d["source"] == "measured" or d["status"] != "ok" else "predicted"
+            self.rows.append((str(d["number"]), d["layout"], state, pred, val))
+        if self.live:
+            self.live.update(self._table())
+
+    def __enter__(self):
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:
+            self.live.__exit__(*exc)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("search")(search)

@@ -1,0 +1,1 @@
+"""The search: the driver loop (ask/tell), the Optuna study on disk, and the planners."""

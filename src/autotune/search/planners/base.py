@@ -1,0 +1,84 @@
+"""The planner interface: propose layouts to try next, observe what trials taught.
+
+A planner sees a PlanContext (the candidates that survived the model's screen, their current predicted
+throughput, what was tried and what it gave) and returns Proposals. It never runs anything; the driver
+screens every proposal again before dispatch, so a planner (an LLM included) cannot send an illegal or
+predicted-OOM layout to a cluster.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...catalog import ClusterSpec, ModelSpec, Workload
+from ...layout import Layout, LayoutTable
+
+__all__ = ["Planner", "PlanContext", "Proposal", "TrialRecord", "similarity"]
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    layout: Layout
+    status: str  # ok | oom | timeout | nccl | nan | crash | infra | screened
+    source: str  # measured | predicted
+    value: float | None  # tokens/s/GPU (measured, or predicted by the simulator)
+    predicted: float | None  # the model's prediction at dispatch
+
+
+@dataclass
+class Proposal:
+    layout: Layout
+    why: str
+    trial: object | None = None  # an Optuna trial already asked for (optuna planner)
+
+
+@dataclass
+class PlanContext:
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    table: LayoutTable  # candidates: legal, supported, predicted to fit
+    predicted: np.ndarray  # tokens/s/GPU per candidate under the current calibration
+    keys: list[str]  # layout_key per candidate
+    tried: set[str]
+    history: list[TrialRecord] = field(default_factory=list)
+    sigma: float = 0.10  # the model's relative uncertainty for a layout unlike any measured one
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def untried(self) -> np.ndarray:
+        return np.array([k not in self.tried for k in self.keys], dtype=bool)
+
+    def uncertainty(self) -> np.ndarray:
+        """Per-candidate relative uncertainty: smaller near layouts that were measured."""
+        measured = [r.layout for r in self.history if r.source == "measured" and r.status == "ok"]
+        if not measured:
+            return np.full(len(self.keys), self.sigma)
+        sim = np.max([similarity(self.table, lay) for lay in measured], axis=0)
+        return self.sigma * (1.0 - 0.6 * sim)
+
+
+def _columns(t: LayoutTable) -> list[np.ndarray]:
+    return [t.tp, t.pp, t.vpp, t.cp, t.ep, t.etp, t.rc_gran * 1000 + t.rc_method * 100 + t.rc_layers,
+            t.dispatcher, t.max_tokens, t.shared_overlap.astype(int)]
+
+
+def similarity(t: LayoutTable, lay: Layout) -> np.ndarray:
+    """Share of layout dimensions equal to `lay`, per row of `t` (0..1)."""
+    one = _columns(LayoutTable.from_layouts([lay]))
+    cols = _columns(t)
+    return np.mean([c == o[0] for c, o in zip(cols, one)], axis=0)
+
+
+class Planner(ABC):
+    name: str = "base"
+
+    @abstractmethod
+    def propose(self, ctx: PlanContext, k: int) -> list[Proposal]:
+        """Up to k layouts to try next (fewer, or none, when it has nothing worth trying)."""
+
+    def observe(self, record: TrialRecord) -> None:  # noqa: B027 - optional hook
+        """Learn from a finished trial (the context also carries the full history)."""

@@ -1,0 +1,20 @@
+"""Random search over the screened candidates: the baseline the benchmarks compare against."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import PlanContext, Planner, Proposal
+
+__all__ = ["RandomPlanner"]
+
+
+class RandomPlanner(Planner):
+    name = "random"
+
+    def propose(self, ctx: PlanContext, k: int) -> list[Proposal]:
+        idx = np.flatnonzero(ctx.untried())
+        if len(idx) == 0:
+            return []
+        pick = ctx.rng.choice(idx, size=min(k, len(idx)), replace=False)
+        return [Proposal(ctx.table.row(int(i)), "uniformly random among untried candidates") for i in pick]
