@@ -1,0 +1,136 @@
+"""slime's MODEL_ARGS for a ModelSpec: the model script's arguments, generalised.
+
+The shape follows THUDM/slime `scripts/models/qwen3.5-35B-A3B.sh` (and qwen3-next-80B-A3B.sh): the
+plugin spec for the Qwen3-Next/Qwen3.5 families, attention and norm flags, the MoE block, the gated
+attention and shared-expert gate, then Gated DeltaNet's sizes for hybrid stacks. For the
+Qwen3.5-122B-A10B this gives REFERENCE.md's list (the seed recipes' MODEL_ARGS) followed by the GDN
+arguments. Two values ModelSpec does not keep (rope theta, RMSNorm epsilon) are read from the model's
+config.json when it can be found, else Megatron-style defaults apply.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from ...catalog import ModelSpec
+
+__all__ = ["slime_model_args"]
+
+# slime_plugins specs: Qwen3-Next/Qwen3.5 need slime's own layer spec (GDN + gated attention).
+_PLUGIN_SPECS = {
+    "qwen3_5": ("slime_plugins.models.qwen3_5", "get_qwen3_5_spec"),
+    "qwen3_next": ("slime_plugins.models.qwen3_next", "get_qwen3_next_spec"),
+}
+
+
+def _num(x: float) -> str:
+    """1e-06 -> 1e-6, 10000000.0 -> 10000000, 0.25 -> 0.25 (as slime's scripts write them)."""
+    if float(x).is_integer() and abs(x) >= 1:
+        return str(int(x))
+    text = f"{x:g}"
+    if "e" in text:
+        mant, exp = text.split("e")
+        text = f"{mant}e{int(exp)}"
+    return text
+
+
+def _hf_config(model: ModelSpec) -> dict:
+    """The text part of the model's config.json, or {} when its source is not a readable file."""
+    src = model.source or ""
+    try:
+        if src.startswith("catalog:"):
+            ref = resources.files("autotune.catalog") / "data" / "models" / f"{src[len('catalog:'):]}.json"
+            cfg = json.loads(ref.read_text())
+        elif src and Path(src).is_file():
+            cfg = json.loads(Path(src).read_text())
+        else:
+            return {}
+    except (OSError, ValueError):
+        return {}
+    return cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+
+
+def _layer_pattern(flags: list[int]) -> str:
+    """A per-layer 0/1 list as the shortest Python expression Megatron evaluates: [1]*48, [0]*3+[1]*58."""
+    runs: list[list[int]] = []
+    for f in flags:
+        if runs and runs[-1][0] == f:
+            runs[-1][1] += 1
+        else:
+            runs.append([f, 1])
+    return "+".join(f"[{v}]*{n}" for v, n in runs)
+
+
+def _linear_freq(layer_types: tuple[str, ...]) -> str:
+    """--linear-attention-freq: N when every N-th layer is full attention (the rest linear), else the
+    per-layer list with 1 for a linear-attention layer, as Megatron reads it."""
+    full = [i for i, t in enumerate(layer_types) if t != "linear_attention"]
+    if full:
+        n = full[0] + 1
+        if all(t == ("full_attention" if (i + 1) % n == 0 else "linear_attention") for i, t in enumerate(layer_types)):
+            return str(n)
+    return _layer_pattern([1 if t == "linear_attention" else 0 for t in layer_types])
+
+
+def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[str]:
+    """MODEL_ARGS tokens for `model`. `aux_loss_coeff` 0 is the seed's load-balancing loss off."""
+    cfg = _hf_config(model)
+    rope = cfg.get("rope_parameters") or {}
+    theta = cfg.get("rope_theta") or rope.get("rope_theta") or 10000
+    eps = cfg.get("rms_norm_eps") or 1e-6
+    plugin = next((v for k, v in _PLUGIN_SPECS.items() if model.model_type.startswith(k)), None)
+
+    a: list[str] = ["--spec", *plugin] if plugin else []
+    a.append("--add-qkv-bias" if model.attention_bias else "--disable-bias-linear")
+    if model.qk_norm:
+        a.append("--qk-layernorm")
+    if model.num_kv_heads < model.num_heads:
+        a.append("--group-query-attention")
+    a += ["--num-attention-heads", str(model.num_heads)]
+    if model.num_kv_heads < model.num_heads:
+        a += ["--num-query-groups", str(model.num_kv_heads)]
+    a += ["--kv-channels", str(model.head_dim), "--num-layers", str(model.num_layers),
+          "--hidden-size", str(model.hidden_size), "--ffn-hidden-size", str(model.ffn_hidden_size)]
+    if model.attn_output_gate:
+        a.append("--use-gated-attention")
+    a += ["--normalization", "RMSNorm"]
+    if plugin:  # Qwen3-Next/3.5 RMSNorm scales by (1 + weight)
+        a.append("--apply-layernorm-1p")
+    a += ["--position-embedding-type", "rope", "--norm-epsilon", _num(eps), "--rotary-percent", _num(model.rotary_fraction),
+          "--swiglu"]
+    if not model.tie_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    a += ["--vocab-size", str(model.vocab_size), "--rotary-base", _num(theta)]
+    if model.mla:
+        m = model.mla
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_nope_head_dim),
+              "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)]
+        if m.q_lora_rank:
+            a += ["--q-lora-rank", str(m.q_lora_rank)]
+    if model.moe:
+        e = model.moe
+        a += ["--moe-ffn-hidden-size", str(e.ffn_hidden_size)]
+        if e.shared_ffn_hidden_size:
+            a += ["--moe-shared-expert-intermediate-size", str(e.shared_ffn_hidden_size)]
+        score = "sigmoid" if model.model_type.startswith("deepseek") else "softmax"
+        a += ["--moe-router-score-function", score, "--moe-token-dispatcher-type", "alltoall",
+              "--moe-router-topk", str(e.top_k),
+              "--moe-layer-freq", _layer_pattern([int(model.is_moe_layer(i)) for i in range(model.num_layers)]),
+              "--num-experts", str(e.num_experts), "--moe-grouped-gemm", "--moe-token-drop-policy", "probs",
+              "--moe-router-dtype", "fp32", "--moe-permute-fusion", "--moe-aux-loss-coeff", _num(aux_loss_coeff)]
+        if e.router_bias and model.model_type.startswith("deepseek"):
+            a.append("--moe-router-enable-expert-bias")
+    if model.attn_output_gate:
+        a.append("--attention-output-gate")
+    if model.moe and model.moe.shared_expert_gate:
+        a.append("--moe-shared-expert-gate")
+    if model.linear:
+        g = model.linear
+        # gated_delta_net: megatron-core 0.16's name (the seed's stack); newer releases alias it to gdn.
+        a += ["--experimental-attention-variant", "gated_delta_net", "--linear-attention-freq", _linear_freq(model.layer_types),
+              "--linear-conv-kernel-dim", str(g.conv_kernel), "--linear-key-head-dim", str(g.key_head_dim),
+              "--linear-value-head-dim", str(g.value_head_dim), "--linear-num-key-heads", str(g.num_key_heads),
+              "--linear-num-value-heads", str(g.num_value_heads)]
+    return a
