@@ -104,10 +104,11 @@ def search(
     cfg = SearchConfig(trials=trials, budget_gpu_hours=budget_gpu_hours, parallel=parallel, planner=planner_name,
                        noise=noise, steps=steps, seed=seed, timeout_s=timeout_s,
                        poll_s=0.02 if backend == "simulate" else 1.0)
-    for note in notes:
-        err_console.print(f"note: {note}")
     view = _LiveView(m, cluster, sd, enabled=not json_out)
     driver = SearchDriver(m, cluster, workload, sp, be, sd, cfg, on_event=view.event)
+    driver.prepare()  # bad input fails here, before any output
+    for note in notes:
+        err_console.print(f"note: {note}")
     with view:
         outcome = driver.run()
     outcome.notes = notes + outcome.notes

@@ -132,15 +132,18 @@ def violations(model: ModelSpec, workload: Workload, layout: Layout) -> list[Vio
     return out
 
 
-def _candidates(world: int) -> list[int]:
-    return [d for d in (1, 2, 4, 8, 16, 32, 64, 128, 256) if d <= world]
+def _divisors(n: int, cap: int) -> list[int]:
+    return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
 
 
 def nearest_legal(model: ModelSpec, workload: Workload, layout: Layout) -> Layout | None:
     """The legal layout with the smallest change in degrees (log2 distance), other settings kept."""
-    c = _candidates(layout.world)
-    ep_vals = c if model.is_moe else [1]
-    grid = np.array(list(itertools.product(c, c, [1, 2, 3, 4, 6, 8], c, ep_vals, c if model.is_moe else [1])))
+    w = layout.world
+    small = [d for d in (1, 2, 4, 8, 16) if d <= w]  # TP, CP, ETP: powers of two inside a node
+    pp_vals = _divisors(model.num_layers, w)
+    ep_vals = _divisors(model.moe.num_experts, w) if model.is_moe else [1]
+    etp_vals = small if model.is_moe else [1]
+    grid = np.array(list(itertools.product(small, pp_vals, [1, 2, 3, 4, 6, 8], small, ep_vals, etp_vals)))
     tp, pp, vpp, cp, ep, etp = grid.T
     base = LayoutTable.from_layouts([layout])
     n = len(grid)

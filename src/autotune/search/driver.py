@@ -25,7 +25,7 @@ from ..space import SearchSpace, explore
 from ..trials.backends import Backend, Handle
 from ..trials.spec import TrialResult, TrialSpec, read_model, write_json_atomic
 from .planners import ModelPlanner, PlanContext, Planner, Proposal, RandomPlanner, TrialRecord
-from .study import CONSTRAINT_ATTR, StudyDir, layout_key, layout_params
+from .study import StudyDir, layout_key, layout_params, set_constraint
 
 __all__ = ["SearchConfig", "SearchDriver", "SearchOutcome"]
 
@@ -167,13 +167,30 @@ class SearchDriver:
     def n_dispatched(self) -> int:
         return sum(1 for r in self.records if r.status != "screened")
 
-    def run(self) -> SearchOutcome:
+    def prepare(self) -> None:
+        """Everything that can fail on bad input, before any output: lock, screen the space, open the
+        study, pick up a killed run. Idempotent; run() calls it if the caller did not."""
+        if getattr(self, "_requeue", None) is not None:
+            return
+        self._candidates()  # pure computation: fails on bad input before anything is written
+        fresh = not self.sd.root.exists()
         self.sd.lock()
         try:
-            self._candidates()
             self._open()
-            requeue = self._resume()
-            stop = self._loop(requeue)
+            self._requeue = self._resume()
+        except BaseException:
+            self.backend.close()
+            self.sd.unlock()
+            if fresh:  # leave nothing half-written behind a failed start
+                import shutil
+
+                shutil.rmtree(self.sd.root, ignore_errors=True)
+            raise
+
+    def run(self) -> SearchOutcome:
+        self.prepare()
+        try:
+            stop = self._loop(self._requeue)
             self.study.set_user_attr("stop_reason", stop)
             best = self.best()
             self.emit("done", {"stop_reason": stop})
@@ -287,11 +304,10 @@ class SearchDriver:
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
         if res.status == "ok":
-            trial.set_user_attr(CONSTRAINT_ATTR, [0.0])
+            set_constraint(trial, 0.0)
             self.study.tell(number, res.tokens_per_s_per_gpu)
         elif res.status == "oom":
-            over = max(1.0, ((res.peak_memory_bytes or 0) - self.cluster.gpu.memory_bytes) / GiB)
-            trial.set_user_attr(CONSTRAINT_ATTR, [over])
+            set_constraint(trial, max(1.0, ((res.peak_memory_bytes or 0) - self.cluster.gpu.memory_bytes) / GiB))
             self.study.tell(number, 0.0)
         else:
             self.study.tell(number, state=optuna.trial.TrialState.FAIL)

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import ConfigError, StudyLocked
 from ..layout import Layout
 
-__all__ = ["StudyDir", "PARAM_NAMES", "layout_params", "layout_key", "CONSTRAINT_ATTR"]
+__all__ = ["StudyDir", "PARAM_NAMES", "layout_params", "layout_key", "CONSTRAINT_ATTR", "set_constraint", "constraints_func"]
 
 PARAM_NAMES = ("tp", "pp", "vpp", "cp", "ep", "etp", "recompute", "dispatcher", "max_tokens_per_gpu",
                "precision_aware_optimizer", "moe_shared_expert_overlap")
@@ -40,7 +40,15 @@ def layout_key(lay: Layout) -> str:
 
 
 def constraints_func(trial) -> list[float]:
+    """For Optuna versions without Trial.set_constraint (before 5.0)."""
     return list(trial.user_attrs.get(CONSTRAINT_ATTR, [0.0]))
+
+
+def set_constraint(trial, over_gib: float) -> None:
+    """Record the memory constraint (> 0: OOM by that many GiB) where samplers read it."""
+    trial.set_user_attr(CONSTRAINT_ATTR, [over_gib])
+    if hasattr(trial, "set_constraint"):
+        trial.set_constraint("memory_over_gib", over_gib)
 
 
 class StudyDir:

@@ -16,15 +16,16 @@ __all__ = ["OptunaPlanner", "make_sampler", "distributions"]
 
 
 def make_sampler(kind: str = "auto", seed: int | None = None):
+    # Optuna >= 5 reads constraints set on the trial (Trial.set_constraint); older ones need constraints_func.
+    cons = {} if hasattr(optuna.trial.Trial, "set_constraint") else {"constraints_func": constraints_func}
     have_gp = importlib.util.find_spec("scipy") is not None and importlib.util.find_spec("torch") is not None
     if kind == "gp" or (kind == "auto" and have_gp):
         if not have_gp:
             from ...errors import BadInput
 
             raise BadInput("the GP sampler needs scipy and torch: pip install 'autotune[dev]', or use TPE")
-        return optuna.samplers.GPSampler(seed=seed, constraints_func=constraints_func, n_startup_trials=5)
-    return optuna.samplers.TPESampler(seed=seed, constraints_func=constraints_func, multivariate=True,
-                                      n_startup_trials=5, warn_independent_sampling=False)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5, **cons)
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5, **cons)
 
 
 def distributions(ctx_or_choices) -> dict:

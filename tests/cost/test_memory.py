@@ -1,0 +1,114 @@
+"""The memory model against hand-computed breakdowns, and its behaviour over layouts."""
+
+import json
+
+import numpy as np
+import pytest
+
+from autotune.catalog import ClusterSpec, Workload, load_model
+from autotune.cost import MemoryCoefficients, estimate_memory
+from autotune.layout import Layout, LayoutTable, Recompute
+
+GiB = 1024**3
+C = MemoryCoefficients()
+
+
+def _mem(model, workload, layouts, gpu="H100", count=None):
+    cluster = ClusterSpec.of(gpu, count or layouts[0].world)
+    return estimate_memory(model, workload, cluster, LayoutTable.from_layouts(layouts))
+
+
+@pytest.fixture
+def dense(tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 256,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return load_model(str(p))
+
+
+def test_small_dense_by_hand(dense):
+    w = Workload(seq_len=256, global_batch=4, steps=4, window=(1, 3))
+    r = _mem(dense, w, [Layout(world=2, max_tokens_per_gpu=256)])
+    layer = (64 * 64 + 2 * 64 * 32 + 64 * 64) + 3 * 64 * 128 + 2 * 64
+    params = 4 * layer + 2 * 256 * 64 + 64
+    t = {k: v[0, 0] for k, v in r.terms.items()}
+    assert t["weights"] == 2 * params
+    assert t["grads"] == 4 * params
+    assert t["optimizer"] == pytest.approx(12 * params / 2)  # distributed optimizer over DP 2
+    per_token_layer = 2 * (2 * 64) + 2 * 64 + 2 * 64 + 2 * (2 * 64 + 2 * 32) + 2 * 64 + 2 * 3 * 128
+    assert t["activations"] == pytest.approx(per_token_layer * 4 * 256 * 1 * (1 + C.fragmentation))
+    assert t["logits"] == pytest.approx(256 * 256 * 6)  # bf16 logits + fp32 softmax (fused loss)
+    assert t["dispatcher"] == 0
+    assert t["overhead"] == pytest.approx(C.cuda_context + 3 * C.nccl_per_group)
+    assert r.peak[0] == pytest.approx(sum(t.values()))
+
+
+def test_small_moe_by_hand():
+    m = load_model("tiny-moe")
+    w = Workload(seq_len=256, global_batch=4, steps=4, window=(1, 3))
+    r = _mem(m, w, [Layout(world=4, pp=2, ep=2, max_tokens_per_gpu=256)])
+    attn = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 2 * 16
+    dense_layer = attn + 64 * 8 + 3 * 64 * 32 + 2 * 64
+    experts_layer = 8 * 3 * 64 * 32
+    s0_dense, s1_dense = 2 * dense_layer + 512 * 64, 2 * dense_layer + 512 * 64 + 64
+    s_exp = 2 * experts_layer / 2  # EP 2
+    w0, w1 = r.terms["weights"][0]
+    assert (w0, w1) == (2 * (s0_dense + s_exp), 2 * (s1_dense + s_exp))
+    assert r.terms["optimizer"][0, 0] == pytest.approx(12 * (s0_dense / 2 + s_exp / 1))  # DP 2, expert-DP 1
+    imb = C.imbalance_off
+    tok = 2 * (2 * 64) + 2 * 64 + (2 * 64 + 2 * 96) + 2 * (2 * 64 + 2 * 32) + 2 * 64 + 4 * 2 * 8 \
+        + imb * (2 * 2 * 2 * 64 + 2 * 2 * 2 * 32 + 2 * 2 * 32) + 2 * 3 * 32
+    a0, a1 = r.terms["activations"][0]
+    # 1F1B: stage 0 keeps PP - 0 = 2 micro-batches in flight, stage 1 keeps 1
+    assert a0 == pytest.approx(tok * 2 * 256 * 2 * (1 + C.fragmentation))
+    assert a1 == pytest.approx(tok * 2 * 256 * 1 * (1 + C.fragmentation))
+    assert r.terms["logits"][0, 0] == 0 and r.terms["logits"][0, 1] > 0
+    assert r.terms["dispatcher"][0, 0] == pytest.approx(256 * 2 * 2 * 64 * 2 * imb)
+
+
+def test_seed_layouts_fit_on_h200_and_not_without_recompute():
+    m, w = load_model("Qwen3.5-122B-A10B"), Workload()
+    lays = [Layout.parse("TP1 PP4 EP8 DP8", max_tokens_per_gpu=8192, precision_aware_optimizer=True,
+                         recompute=Recompute.parse(rc), dispatcher=d)
+            for rc, d in (("full:uniform:2", "alltoall"), ("full:uniform:1", "alltoall"), ("full:uniform:1", "flex"), ("none", "alltoall"))]
+    r = _mem(m, w, lays, gpu="H200")
+    assert list(r.fits) == [True, True, True, False]
+    assert r.peak[0] / GiB > 60  # weights + grads + optimizer alone are ~75 GiB
+
+
+def test_monotone_in_the_right_directions():
+    m, w = load_model("Qwen3.5-122B-A10B"), Workload()
+    base = dict(max_tokens_per_gpu=8192, recompute=Recompute.parse("full:uniform:1"))
+    lays = [Layout.parse("TP1 PP4 EP8 DP8", **base), Layout.parse("TP1 PP2 EP8 DP16", **base),
+            Layout.parse("TP1 PP4 EP8 DP8", **{**base, "distributed_optimizer": False}),
+            Layout.parse("TP1 PP4 EP8 DP8", max_tokens_per_gpu=16384, recompute=Recompute.parse("full:uniform:1")),
+            Layout.parse("TP1 PP4 EP8 DP8", **{**base, "cross_entropy_fusion": False}),
+            Layout.parse("TP1 PP4 EP8 DP8", **{**base, "optimizer_offload": 0.5})]
+    p = _mem(m, w, lays, gpu="H200").peak
+    assert p[1] > p[0]  # fewer stages: more layers per GPU
+    assert p[2] > p[0]  # unsharded optimizer
+    assert p[3] > p[0]  # two rows per micro-batch
+    assert p[4] > p[0]  # unfused cross entropy keeps fp32 logits
+    assert p[5] < p[0]  # optimizer offload
+
+
+def test_selective_and_interleaved():
+    m, w = load_model("Qwen3-30B-A3B"), Workload()  # identical layers, so chunks compare exactly
+    mk = lambda **kw: Layout.parse("TP2 PP4 EP8 DP4", max_tokens_per_gpu=8192, **kw)  # noqa: E731
+    lays = [mk(), mk(recompute=Recompute.parse("selective")), mk(recompute=Recompute.parse("selective:core_attn,moe_act,layernorm")),
+            mk(vpp=2), mk(recompute=Recompute.parse("full:block:3"))]
+    a = _mem(m, w, lays, gpu="H200").terms["activations"][:, 0]
+    assert a[2] < a[1] < a[0]
+    assert a[3] > a[0]  # interleaving keeps more in flight on stage 0: 1 + (PP-1)/(PP*VPP)
+    assert a[3] / a[0] == pytest.approx(1 + 3 / 8, rel=1e-6)
+    assert a[4] < a[0]
+
+
+def test_vectorised_equals_one_at_a_time():
+    m, w = load_model("Qwen3.5-122B-A10B"), Workload()
+    lays = [Layout.parse(l, max_tokens_per_gpu=8192, recompute=Recompute.parse(rc))
+            for l in ("TP1 PP4 EP8 DP8", "TP2 PP2 EP8 DP8", "TP1 PP8 EP4 DP4") for rc in ("none", "full:uniform:2")]
+    together = _mem(m, w, lays, gpu="H200").peak
+    alone = np.array([_mem(m, w, [l], gpu="H200").peak[0] for l in lays])
+    assert np.allclose(together, alone)

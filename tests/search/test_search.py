@@ -1,0 +1,147 @@
+"""autotune search end to end on the simulator: study on disk, budgets, screening, resume, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.catalog import ClusterSpec, Workload, load_model
+from autotune.cli.main import main
+from autotune.cost import evaluate
+from autotune.layout import Layout, LayoutTable, violations
+from autotune.search.study import StudyDir
+
+SEED_BEST = 2451.4
+ARGS = ["search", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32"]
+
+
+def run_json(capsys, *args):
+    capsys.readouterr()
+    rc = main([*ARGS, *args, "--json"])
+    out = capsys.readouterr().out
+    return rc, (json.loads(out) if rc == 0 else None)
+
+
+def test_readme_search_finds_a_legal_fitting_layout_at_least_as_fast_as_the_seed(tmp_path, capsys):
+    rc, out = run_json(capsys, "--runs-dir", str(tmp_path), "--trials", "3")
+    assert rc == 0
+    assert {"study", "runs_dir", "backend", "stop_reason", "best", "trials"} <= set(out)
+    assert out["backend"] == "simulate" and out["best"]["status"] == "predicted"
+    assert out["best"]["tokens_per_s_per_gpu"] >= SEED_BEST
+    model, w = load_model("Qwen3.5-122B-A10B"), Workload()
+    best = next(t for t in out["trials"] if t["number"] == out["best"]["number"])
+    study = optuna.load_study(study_name=out["study"], storage=f"sqlite:///{tmp_path / out['study'] / 'study.db'}")
+    ft = study.trials[best["number"]]
+    lay = Layout.from_dict(ft.user_attrs["layout"])
+    assert lay.label() == out["best"]["layout"] and violations(model, w, lay) == []
+    ev = evaluate(model, w, ClusterSpec.of("H200", 32), LayoutTable.from_layouts([lay]))
+    assert bool(ev.memory.fits[0])
+    assert {"tp", "pp", "ep", "recompute", "dispatcher"} <= set(ft.params)
+    assert len(out["trials"]) == 3 and "trial budget" in out["stop_reason"]
+    for t in out["trials"]:
+        d = tmp_path / out["study"] / "trials" / str(t["number"])
+        assert (d / "trial_spec.json").exists() and (d / "trial_result.json").exists()
+    assert len(out["recipes"]) == 3 and all(Path(p).exists() for p in out["recipes"])
+
+
+def test_gpu_hour_budget_is_respected(tmp_path, capsys):
+    rc, out = run_json(capsys, "--runs-dir", str(tmp_path), "--trials", "50", "--budget-gpu-hours", "10")
+    assert rc == 0 and "GPU-hour budget" in out["stop_reason"]
+    per_trial = out["gpu_hours"] / out["dispatched"]
+    assert out["gpu_hours"] - per_trial < 10 <= out["gpu_hours"]  # stops at the first trial that crosses it
+
+
+def test_optuna_planner_never_dispatches_predicted_oom_or_illegal(tmp_path, capsys):
+    rc, out = run_json(capsys, "--runs-dir", str(tmp_path), "--trials", "4", "--planner", "optuna", "--seed", "3")
+    assert rc == 0
+    study = optuna.load_study(study_name=out["study"], storage=f"sqlite:///{tmp_path / out['study'] / 'study.db'}")
+    model, w, cluster = load_model("Qwen3.5-122B-A10B"), Workload(), ClusterSpec.of("H200", 32)
+    screened = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    dispatched = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(dispatched) == 4
+    assert screened, "TPE proposes layouts the model rejects; they must be recorded, not run"
+    for t in screened:
+        assert t.user_attrs["status"] == "screened" and t.user_attrs["reason"]
+        assert not (tmp_path / out["study"] / "trials" / str(t.number)).exists()
+    lays = [Layout.from_dict(t.user_attrs["layout"]) for t in dispatched]
+    assert all(violations(model, w, l) == [] for l in lays)
+    assert evaluate(model, w, cluster, LayoutTable.from_layouts(lays)).memory.fits.all()
+
+
+def _completed(db: Path, name: str):
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+    return study, [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path):
+    cmd = [sys.executable, "-m", "autotune.cli.main", *ARGS, "--runs-dir", str(tmp_path), "--study", "k",
+           "--trials", "5", "--sim-delay", "0.6", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    spec = tmp_path / "k" / "trials" / "2" / "trial_spec.json"
+    deadline = time.time() + 60
+    while not spec.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert spec.exists(), "the driver never reached trial 2"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _, before = _completed(tmp_path / "k" / "study.db", "k")
+    assert 1 <= len(before) < 5
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    study, after = _completed(tmp_path / "k" / "study.db", "k")
+    assert len(after) == 5 == out["dispatched"]
+    assert {t.number for t in before} <= {t.number for t in after}  # nothing finished was lost
+    labels = [json.dumps(t.params, sort_keys=True) for t in after]
+    assert len(set(labels)) == 5  # nothing repeated
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert [t.user_attrs.get("status") for t in failed] == ["requeued"]
+    assert json.dumps(failed[0].params, sort_keys=True) in labels  # the interrupted layout ran again
+
+
+def test_second_driver_refuses(tmp_path, capsys):
+    holder = StudyDir(tmp_path, "busy")
+    holder.lock()
+    try:
+        rc = main([*ARGS, "--runs-dir", str(tmp_path), "--study", "busy", "--trials", "1"])
+    finally:
+        holder.unlock()
+    assert rc == 2
+    assert "in use by another autotune search" in capsys.readouterr().err
+
+
+def test_corrupt_study_db_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "study.db").write_bytes(b"this is not sqlite" * 10)
+    rc = main([*ARGS, "--runs-dir", str(tmp_path), "--study", "bad", "--trials", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not an SQLite database" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "Qwen3.5-122", "--gpu", "H200", "--count", "32"], "did you mean Qwen3.5-122B-A10B"),
+    (["--model", "Qwen3.5-122B-A10B", "--gpu", "A100", "--count", "32"], "unknown GPU"),
+    (["--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "3"], "survives pruning"),
+    (["--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "12"], "does not divide into nodes"),
+    (["--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--planner", "llm"], "--planner llm"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, needle):
+    rc = main(["search", *args, "--runs-dir", str(tmp_path), "--trials", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_empty_space_names_the_rule(tmp_path, capsys):
+    space = tmp_path / "tiny.yaml"
+    space.write_text("dimensions:\n  tp: [1]\n  pp: [1]\n  ep: [8]\n  recompute: [none]\n")
+    rc = main([*ARGS[:-2], "--count", "8", "--space", str(space), "--runs-dir", str(tmp_path / "r"), "--trials", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "predicted OOM" in err
