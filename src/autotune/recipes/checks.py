@@ -129,6 +129,9 @@ def _check_layout(r: Recipe, out: list[Problem]) -> None:
         return
     if s.dp != lay.dp:
         out.append(Problem("layout.dp", f"{s.dp} but gpu.count / (TP x PP x CP) = {r.gpu.count} / {lay.model_parallel} = {lay.dp}"))
+    if s.sequence_parallel != lay.sp:
+        out.append(Problem("layout.sequence_parallel", "true at TP 1, where Megatron ignores --sequence-parallel; "
+                           "the field records the effective value: write false"))
     label = lay.label(model.is_moe if model else s.ep > 1)
     if s.label != label:
         out.append(Problem("layout.label", f"{s.label!r} but the degrees give {label!r}"))
