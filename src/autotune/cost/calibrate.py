@@ -1,16 +1,39 @@
 """Calibration: per-GPU-kind factors on the time model's terms, fitted to measured runs.
 
-PLACEHOLDER until the fitting lands: ships defaults (all factors 1).
+`load_calibration(gpu)` returns what `evaluate` uses: the file named by $AUTOTUNE_CALIBRATION when it
+holds that GPU kind, else the shipped defaults (data/calibration.json), else factors of 1. `fit` fits
+factors to measurements (see _fit.py for the estimator); `fit_kinds` is the recipe behind the shipped
+file and `autotune calibrate`: GPU kinds of one family (H100 and H200 are the same Hopper SM with different
+HBM) first fit together, then each kind is refined from that pooled fit with its own rows, so a kind with
+few rows (H200: the three seeds) borrows the family's compute factors instead of guessing them.
+Measurements live in measurements.py. No torch, no ray, no scipy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import datetime as _dt
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
 
+import numpy as np
+
+from ..errors import ConfigError
+from ._fit import solve
+from .measurements import Measurement, published_measurements, read_measurements, seed_measurements
 from .memory import MemoryCoefficients
-from .time import TimeCoefficients
+from .time import STEP_TERMS, TimeCoefficients
 
-__all__ = ["Calibration", "load_calibration"]
+__all__ = ["Calibration", "load_calibration", "fit", "fit_kinds", "save_calibrations", "read_calibrations",
+           "Measurement", "published_measurements", "seed_measurements", "read_measurements", "FAMILIES",
+           "ENV_VAR", "SHIPPED"]
+
+ENV_VAR = "AUTOTUNE_CALIBRATION"
+SHIPPED = Path(str(resources.files("autotune.cost") / "data" / "calibration.json"))
+FAMILIES = {"H100": "hopper", "H200": "hopper", "B200": "blackwell"}
 
 
 @dataclass(frozen=True)
@@ -19,7 +42,147 @@ class Calibration:
     time: TimeCoefficients = field(default_factory=TimeCoefficients)
     memory: MemoryCoefficients = field(default_factory=MemoryCoefficients)
     provenance: str = "defaults (uncalibrated)"
+    report: dict = field(default_factory=dict, compare=False)  # the fit's rows, residuals, date
+
+    @property
+    def factors(self) -> dict[str, float]:
+        return {k: float(self.time.scale.get(k, 1.0)) for k in STEP_TERMS}
+
+    def to_json(self) -> dict:
+        return {"factors": self.factors, "coefficients": {f.name: getattr(self.time, f.name)
+                                                          for f in fields(self.time) if f.name != "scale"},
+                "provenance": self.provenance, **self.report}
+
+    @classmethod
+    def from_json(cls, gpu: str, d: dict, where: str) -> "Calibration":
+        known = {f.name for f in fields(TimeCoefficients)} - {"scale"}
+        try:
+            coef = {k: float(v) for k, v in (d.get("coefficients") or {}).items() if k in known}
+            scale = {k: float(v) for k, v in (d.get("factors") or {}).items() if k in STEP_TERMS}
+        except (TypeError, ValueError, AttributeError):
+            raise ConfigError(f"{where}: calibration for {gpu} has non-numeric factors; re-run `autotune calibrate`") from None
+        report = {k: v for k, v in d.items() if k not in ("factors", "coefficients", "provenance")}
+        return cls(gpu, TimeCoefficients(**coef, scale=scale), MemoryCoefficients(),
+                   str(d.get("provenance") or where), report)
+
+
+def read_calibrations(path: str | Path) -> dict[str, Calibration]:
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"calibration file {str(p)!r}: cannot read ({exc.strerror}); check ${ENV_VAR}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"calibration file {str(p)!r}: not valid JSON ({exc.msg}); re-run `autotune calibrate`") from None
+    gpus = doc.get("gpus") if isinstance(doc, dict) else None
+    if not isinstance(gpus, dict):
+        raise ConfigError(f"calibration file {str(p)!r}: no 'gpus' object; re-run `autotune calibrate --out {p}`")
+    return {k: Calibration.from_json(k, v, str(p)) for k, v in gpus.items()}
+
+
+_LOADED: dict[tuple, dict[str, Calibration]] = {}
+
+
+def _cached(path: Path) -> dict[str, Calibration]:
+    key = (str(path), path.stat().st_mtime_ns if path.exists() else 0)
+    if key not in _LOADED:
+        _LOADED[key] = read_calibrations(path) if path.exists() else {}
+    return _LOADED[key]
 
 
 def load_calibration(gpu: str) -> Calibration:
-    return Calibration(gpu)
+    """The calibration `evaluate` uses for a GPU kind: $AUTOTUNE_CALIBRATION's file, then the shipped one."""
+    user = os.environ.get(ENV_VAR)
+    for path in ([Path(user).expanduser()] if user else []) + [SHIPPED]:
+        if path != SHIPPED and not path.exists():
+            raise ConfigError(f"${ENV_VAR}={user!r} does not exist; unset it or run `autotune calibrate --out {user}`")
+        for kind, cal in _cached(path).items():
+            if kind.lower() == gpu.lower():
+                return cal
+    return Calibration(gpu, provenance=f"defaults (no calibration for {gpu}: factors 1)")
+
+
+def save_calibrations(path: str | Path, cals: dict[str, Calibration], merge: bool = True) -> Path:
+    """Write (merging into an existing file) atomically: a temp file in the same folder, then rename."""
+    p = Path(path).expanduser()
+    gpus = {}
+    if merge and p.exists():
+        gpus = {k: c.to_json() for k, c in read_calibrations(p).items()}
+    gpus.update({k: c.to_json() for k, c in cals.items()})
+    doc = {"schema_version": 1, "written": _dt.date.today().isoformat(), "generator": "autotune calibrate",
+           "gpus": dict(sorted(gpus.items()))}
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(doc, indent=1) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def _row_report(ms: list[Measurement], before: np.ndarray, after: np.ndarray) -> list[dict]:
+    return [{"row": m.label(), "source": m.source, "weight": m.weight, "measured": round(m.tokens_per_s_per_gpu, 2),
+             "predicted_before": round(m.tokens_per_s_per_gpu * float(np.exp(-b)), 2),
+             "predicted_after": round(m.tokens_per_s_per_gpu * float(np.exp(-a)), 2),
+             "error_before_pct": round(100 * float(np.expm1(-b)), 2), "error_after_pct": round(100 * float(np.expm1(-a)), 2)}
+            for m, b, a in zip(ms, before, after)]
+
+
+def fit(measurements: list[Measurement], base: Calibration | None = None, terms=STEP_TERMS, *,
+        gpu: str | None = None, prior_sigma: float = 0.35, noise_sigma: float = 0.07,
+        min_share: float = 0.01, provenance: str | None = None) -> Calibration:
+    """Factors on the time terms for one GPU kind, fitted by least squares on log step time.
+
+    `base` supplies the physics coefficients and the factors the prior pulls toward (default: factors
+    of 1); measurements may span GPU kinds (each is evaluated on its own cluster) when the caller pools a
+    family. prior_sigma is the prior's standard deviation in log-factor (0.35: a factor of 1.4 is one
+    sigma), noise_sigma the rows' (0.07: 7% run-to-run and software-version spread)."""
+    ms = list(measurements)
+    kinds = sorted({m.gpu for m in ms})
+    gpu = gpu or (base.gpu if base else (kinds[0] if len(kinds) == 1 else None))
+    if gpu is None:
+        raise ValueError(f"measurements span GPU kinds {kinds}: pass gpu= (the kind the factors are for)")
+    base = base or Calibration(gpu)
+    if not ms:
+        return replace(base, gpu=gpu)
+    res = solve(ms, base.time, base.memory, terms, prior_sigma=prior_sigma, noise_sigma=noise_sigma,
+                min_share=min_share)
+    rms = lambda r: float(np.sqrt(np.mean(r**2)))  # noqa: E731
+    report = {"date": _dt.date.today().isoformat(), "fitted_terms": res.fitted, "rows_used": len(ms),
+              "gpus_in_rows": kinds, "prior_sigma": prior_sigma, "noise_sigma": noise_sigma,
+              "rms_log_error_before": round(rms(res.log_resid_before), 4),
+              "rms_log_error_after": round(rms(res.log_resid_after), 4),
+              "rows": _row_report(ms, res.log_resid_before, res.log_resid_after)}
+    text = provenance or f"fitted to {len(ms)} measured row(s) on {', '.join(kinds)} from {base.provenance}"
+    return Calibration(gpu, replace(base.time, scale=res.factors), base.memory, text, report)
+
+
+def fit_kinds(measurements: list[Measurement], kinds: list[str] | None = None) -> dict[str, Calibration]:
+    """One calibration per GPU kind: pooled per family, then refined per kind (see module docstring)."""
+    by_kind: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        by_kind.setdefault(m.gpu, []).append(m)
+    wanted = kinds or sorted(by_kind)
+    out: dict[str, Calibration] = {}
+    for family in sorted({FAMILIES.get(k, k) for k in wanted}):
+        members = [k for k in FAMILIES if FAMILIES[k] == family] or [family]
+        pool = [m for k in members for m in by_kind.get(k, [])]
+        if not pool:
+            continue
+        pooled = fit(pool, gpu=members[0], provenance=f"{family} family pool: {len(pool)} rows "
+                     f"({', '.join(k for k in members if k in by_kind)})")
+        for k in members:
+            if k not in wanted:
+                continue
+            own = by_kind.get(k, [])
+            if own and len(own) < len(pool):
+                out[k] = fit(own, base=replace(pooled, gpu=k),
+                             provenance=f"{k}: {len(own)} own rows, prior from the {family} pool of {len(pool)} rows")
+            else:
+                out[k] = replace(pooled, gpu=k, provenance=pooled.provenance + (f" (no {k} rows)" if not own else ""))
+    return out

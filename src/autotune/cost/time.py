@@ -1,19 +1,22 @@
 """The throughput model: step time for many layouts at once, as a named breakdown.
 
-Per micro-batch and pipeline stage (seconds, forward + backward + recompute):
+Per micro-batch and pipeline stage (seconds, forward + backward + recompute), built in `_terms.py`:
   compute_dense, compute_attention, compute_linear_attention, compute_experts, compute_output
   recompute      forward work re-run in backward (full: every recomputed layer; selective: the dropped parts)
   memory_bound   elementwise/norm/permute traffic, from the bytes the layer touches and the HBM bandwidth
   tp_comm        SP all-gather/reduce-scatter (or all-reduce without SP) at the TP group's bandwidth
   cp_comm        ring exchange of K/V for context parallelism (partly hidden behind attention)
-  ep_comm        token dispatch and combine (alltoall / allgather / flex) over NVLink or the network,
-                 by where the EP group lands
-  pp_p2p         activations sent between pipeline stages (more boundaries with VPP)
-  layer_overhead fixed per-layer launch and synchronisation costs; per recompute-group costs
-  imbalance      the hottest EP rank's extra expert work and traffic when routing is not balanced
-Per step: the steady state (micro-batches x the slowest stage), the pipeline bubble ((PP - 1) / VPP x the
-mean stage), exposed DP gradient reduce-scatter / parameter all-gather, the optimizer step, fixed step
-overhead. Calibration (calibrate.py) multiplies each term by one fitted factor (`TimeCoefficients.scale`).
+  ep_comm        token dispatch and combine (alltoall / allgather / flex) over NVLink or the network
+  pp_p2p         activations sent between pipeline stages (hidden behind compute with VPP)
+  layer_overhead launches and host syncs that GPU work cannot hide; per recompute-region costs
+  imbalance      the hottest EP rank's extra expert work and traffic
+Per step (`compose`): the steady state (micro-batches x the slowest stage), the pipeline bubble
+((PP - 1) / VPP x the mean stage), the DP gradient reduce-scatter / parameter all-gather left exposed
+after overlap with one micro-batch, the optimizer step, a fixed step overhead.
+
+Calibration (calibrate.py) multiplies each term by one fitted factor (`TimeCoefficients.scale`). The
+unscaled terms (`RawTime`) are computed once; `compose` applies any factors cheaply, so a fit can try
+many factor vectors without re-running the physics. No torch, no ray.
 """
 
 from __future__ import annotations
@@ -24,40 +27,76 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
-from .flops import mfu, stage_flops
-from .layers import PART_CLASS, PARTS, layer_tables, stage_sums
-from .memory import MemoryCoefficients, MemoryResult, estimate_memory
+from .flops import mfu
+from .memory import MemoryCoefficients, MemoryResult
 
-__all__ = ["TimeCoefficients", "TimeResult", "estimate_time", "MB_TERMS", "STEP_TERMS"]
+__all__ = ["TimeCoefficients", "TimeResult", "RawTime", "estimate_time", "raw_time", "compose", "step_breakdown",
+           "MB_TERMS", "STEP_TERMS", "DERIVED"]
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
             "recompute", "memory_bound", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead", "imbalance")
 STEP_TERMS = MB_TERMS + ("bubble", "dp_comm", "optimizer", "step_overhead")
+DERIVED = ("recompute", "imbalance")  # linear in other MB terms: they follow those terms' factors
 
 
 @dataclass(frozen=True)
 class TimeCoefficients:
-    """Efficiencies of an ideal implementation, and the calibrated per-term factors."""
+    """Efficiencies of an ideal implementation (Hopper, Megatron-core + TE), and the calibrated factors.
 
-    gemm: float = 0.70  # dense BF16 GEMM, fraction of peak at large shapes
-    attention: float = 0.45  # flash attention forward, fraction of peak
+    The physics uses the efficiencies; calibration never changes them, it multiplies whole terms
+    (`scale`: term name -> factor, missing = 1), so a fitted factor reads as "this term is x% off"."""
+
+    gemm: float = 0.75  # dense BF16 GEMM at large shapes, fraction of peak (cuBLAS ~740 TF/s on H100 at 8k^3)
+    gemm_width: float = 160.0  # narrowest GEMM side at which efficiency halves (tile/wave quantisation)
+    gemm_rows: float = 256.0  # tokens per GEMM at which efficiency halves
+    grouped: float = 0.85  # grouped GEMM relative to one dense GEMM of the same per-expert shape
+    attention: float = 0.45  # flash attention, fraction of peak (backward ~2.5x forward FLOPs at lower rate)
     linear_attention: float = 0.12  # Gated DeltaNet chunked kernels (Triton), fraction of peak
-    experts: float = 0.60  # grouped GEMM at large tokens per expert
-    gemm_half_tokens: float = 256.0  # tokens per (local) expert at which grouped-GEMM efficiency halves
-    mem_touch: float = 3.0  # times each saved activation byte crosses HBM in elementwise kernels per pass
-    nvlink_eff: float = 0.55  # achieved fraction of NVLink bandwidth for collectives / all-to-all
-    net_eff: float = 0.70  # achieved fraction of network bandwidth
+    mem_touch: float = 2.0  # times each saved activation byte crosses HBM in elementwise kernels per pass
+    nvlink_eff: float = 0.70  # achieved fraction of NVLink bandwidth (NCCL busbw ~320 of 450 GB/s on H100)
+    net_eff: float = 0.70  # achieved fraction of the network bandwidth
     flex_nvl: float = 0.85  # DeepEP intra-node throughput relative to NCCL all-to-all
-    flex_net: float = 1.6  # DeepEP inter-node throughput relative to NCCL all-to-all
+    flex_net: float = 1.6  # DeepEP inter-node throughput relative to NCCL all-to-all (NVLink-forwarded RDMA)
     cp_hidden: float = 0.5  # share of the CP ring exchange hidden behind attention
-    layer_overhead_s: float = 2.0e-4  # per layer per pass (launches)
-    moe_overhead_s: float = 8.0e-4  # extra per MoE layer per pass (routing, permute, host sync of counts)
-    recompute_group_s: float = 3.0e-3  # per recompute group per micro-batch (checkpoint boundary, sync)
-    dp_exposed: float = 0.25  # share of DP gradient/param traffic not hidden (with overlap)
+    p2p_hidden_vpp: float = 0.8  # share of PP sends hidden when interleaved (Megatron overlaps p2p with VPP)
+    launch_s: float = 1.0e-4  # per layer per pass: launches the GPU work does not hide
+    moe_sync_s: float = 8.0e-4  # per MoE layer per forward pass: host sync on token counts drains the launch queue
+    recompute_group_s: float = 2.5e-3  # per recompute region per micro-batch (re-entrant backward, RNG state)
+    dp_overlap: float = 1.0  # DP traffic hides behind this many micro-batch stage times (first fwd, last bwd)
     optimizer_bytes: float = 40.0  # HBM bytes per locally held parameter in the optimizer step
     step_overhead_s: float = 0.15  # per step: data, logging, loss reduction, schedule setup
     shared_overlap_gain: float = 0.8  # share of shared-expert compute hidden by --moe-shared-expert-overlap
     scale: dict = field(default_factory=dict)  # term -> calibrated factor (missing = 1)
+
+    def physics_key(self) -> tuple:
+        """Everything but the factors: the cache key of unscaled terms."""
+        return tuple(getattr(self, f) for f in self.__dataclass_fields__ if f != "scale")
+
+
+@dataclass
+class RawTime:
+    """Unscaled terms of n layouts: what `compose` turns into step times under any factors."""
+
+    mb: np.ndarray  # (n, len(MB_TERMS), S) seconds per micro-batch per stage, zero beyond PP
+    dep: np.ndarray  # (n, len(DERIVED), len(MB_TERMS), S) derived term = sum_k dep[k] x (scaled term k)
+    valid: np.ndarray  # (n, S)
+    microbatches: np.ndarray  # (n,)
+    bubble_coef: np.ndarray  # (n,) (PP - 1) / VPP
+    dp_comm: np.ndarray  # (n,) DP traffic time before overlap
+    dp_overlap: np.ndarray  # (n,) micro-batch stage times it can hide behind (0: not overlapped)
+    optimizer: np.ndarray  # (n,)
+    step_overhead: np.ndarray  # (n,)
+    tokens_per_step: float
+    world: int
+
+    def pad(self, S: int) -> "RawTime":
+        extra = S - self.mb.shape[2]
+        if extra <= 0:
+            return self
+        return RawTime(np.pad(self.mb, ((0, 0), (0, 0), (0, extra))),
+                       np.pad(self.dep, ((0, 0), (0, 0), (0, 0), (0, extra))), np.pad(self.valid, ((0, 0), (0, extra))),
+                       self.microbatches, self.bubble_coef, self.dp_comm, self.dp_overlap, self.optimizer,
+                       self.step_overhead, self.tokens_per_step, self.world)
 
 
 @dataclass
@@ -78,26 +117,89 @@ class TimeResult:
         return self.step_time * steps * self.world / 3600.0
 
 
-def _bw(cluster: ClusterSpec, span: np.ndarray, c: TimeCoefficients) -> np.ndarray:
-    """Per-GPU bandwidth (bytes/s) of a group of `span` consecutive ranks: NVLink inside a node,
-    otherwise the node's network share per GPU (the slowest link sets a ring's pace)."""
-    g = cluster.gpu
-    nvl = g.nvlink_gbps * 1e9 * c.nvlink_eff
-    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
-    return np.where(span <= cluster.node_size, nvl, net)
+def factor_vector(scale: dict) -> np.ndarray:
+    return np.array([float(scale.get(k, 1.0)) for k in STEP_TERMS])
 
 
-def _a2a_time(volume, span, cluster: ClusterSpec, c: TimeCoefficients, dispatcher):
-    """All-to-all of `volume` bytes per GPU over `span` consecutive ranks: the off-node share goes
-    over the network, the rest over NVLink."""
-    g = cluster.gpu
-    nvl = g.nvlink_gbps * 1e9 * c.nvlink_eff
-    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
-    off = np.clip(1.0 - cluster.node_size / np.maximum(span, 1), 0.0, 1.0)
-    flex = dispatcher == 2
-    nvl = np.where(flex, nvl * c.flex_nvl, nvl)
-    net = np.where(flex, net * c.flex_net, net)
-    return volume * ((1 - off) / nvl + off / net)
+def _exposed(comm: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """Traffic left exposed after overlapping with `window` seconds of compute: ~comm^2 / 2W when the
+    traffic is small against the window, comm - W when it is large; smooth in between."""
+    w = np.maximum(window, 1e-12)
+    return np.where(window > 0, comm - w * -np.expm1(-comm / w), comm)
+
+
+_DERIVED_IDX = [MB_TERMS.index(d) for d in DERIVED]
+
+
+def _scaled_mb(raw: RawTime, f: np.ndarray) -> np.ndarray:
+    """(n, K, S) per-micro-batch terms under factors f; derived terms rebuilt from the scaled primaries."""
+    K = len(MB_TERMS)
+    mb = raw.mb * f[:K][None, :, None]
+    derived = np.einsum("ndks,nks->nds", raw.dep, mb)
+    mb[:, _DERIVED_IDX, :] = derived * f[_DERIVED_IDX][None, :, None]
+    return mb
+
+
+def step_times(raw: RawTime, f: np.ndarray) -> np.ndarray:
+    """Step times under factor vectors f: (len(STEP_TERMS),) -> (n,), or a batch (B, len) -> (B, n).
+    The fit's inner loop: a whole finite-difference Jacobian is one call."""
+    K = len(MB_TERMS)
+    F = np.atleast_2d(f)
+    mb = raw.mb[None] * F[:, None, :K, None]  # (B, n, K, S)
+    derived = np.einsum("ndks,bnks->bnds", raw.dep, mb)
+    mb[:, :, _DERIVED_IDX, :] = derived * F[:, None, _DERIVED_IDX, None]
+    stage = mb.sum(axis=2)
+    worst = np.where(raw.valid[None], stage, 0.0).max(axis=2)
+    mean = stage.sum(axis=2) / np.maximum(raw.valid.sum(axis=1), 1)
+    c = F[:, K:, None]
+    out = (raw.microbatches * worst + c[:, 0] * raw.bubble_coef * mean + _exposed(raw.dp_comm * c[:, 1], raw.dp_overlap * worst)
+           + c[:, 2] * raw.optimizer + c[:, 3] * raw.step_overhead)
+    return out[0] if np.ndim(f) == 1 else out
+
+
+def step_breakdown(raw: RawTime, f: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per-step terms {name: (n,)} of the slowest stage under factors f, and the scaled (n, K, S) terms."""
+    K = len(MB_TERMS)
+    mbs = _scaled_mb(raw, f)
+    stage = mbs.sum(axis=1)
+    worst_i = np.where(raw.valid, stage, -np.inf).argmax(axis=1)
+    rows = np.arange(mbs.shape[0])
+    step = {k: mbs[rows, j, worst_i] * raw.microbatches for j, k in enumerate(MB_TERMS)}
+    mean = stage.sum(axis=1) / np.maximum(raw.valid.sum(axis=1), 1)
+    step["bubble"] = f[K] * raw.bubble_coef * mean
+    step["dp_comm"] = _exposed(raw.dp_comm * f[K + 1], raw.dp_overlap * stage[rows, worst_i])
+    step["optimizer"] = f[K + 2] * raw.optimizer
+    step["step_overhead"] = f[K + 3] * raw.step_overhead
+    return step, mbs
+
+
+def compose(raw: RawTime, scale: dict, model: ModelSpec, gpu) -> TimeResult:
+    """Step time and its named breakdown under the factors `scale`."""
+    step, mbs = step_breakdown(raw, factor_vector(scale))
+    total = sum(step.values())
+    tps = raw.tokens_per_step / total / raw.world
+    return TimeResult(
+        mb_terms={k: mbs[:, j, :] for j, k in enumerate(MB_TERMS)}, step_terms=step, step_time=total,
+        tokens_per_step=raw.tokens_per_step, world=raw.world, tokens_per_s_per_gpu=tps,
+        mfu=mfu(model, tps, gpu.bf16_tflops),
+        usd_per_million_tokens=np.where(tps > 0, gpu.usd_per_hour / (tps * 3600.0) * 1e6, np.inf),
+    )
+
+
+def raw_time(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable,
+             coef: TimeCoefficients = TimeCoefficients(), mcoef: MemoryCoefficients = MemoryCoefficients()) -> RawTime:
+    """Unscaled terms; `mcoef` supplies the routing imbalance shared with the memory model."""
+    from ._terms import microbatch_terms, step_raw
+
+    mb, deps = microbatch_terms(model, workload, cluster, t, coef, mcoef)
+    n, S = mb["compute_dense"].shape
+    valid = np.arange(S)[None, :] < t.pp[:, None]
+    arr = np.stack([np.where(valid, mb[k], 0.0) for k in MB_TERMS], axis=1)
+    dep = np.zeros((n, len(DERIVED), len(MB_TERMS), S))
+    for i, d in enumerate(DERIVED):
+        for k, v in deps[d].items():
+            dep[:, i, MB_TERMS.index(k), :] = np.where(valid, v, 0.0)
+    return step_raw(model, workload, cluster, t, coef, arr, dep, valid)
 
 
 def estimate_time(
@@ -105,130 +207,8 @@ def estimate_time(
     coef: TimeCoefficients = TimeCoefficients(), mcoef: MemoryCoefficients = MemoryCoefficients(),
     mem: MemoryResult | None = None,
 ) -> TimeResult:
-    g = cluster.gpu
-    peak = g.bf16_tflops * 1e12
-    lt = layer_tables(model)
-    n, S = len(t), int(t.pp.max())
-    fl = stage_flops(model, workload, t)
-    tokens = fl.tokens[:, None]
-    tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
-    sp = t.sp_eff[:, None]
-    tok_share = 1.0 / (cp * np.where(sp, tp, 1.0))  # tokens on one GPU's sequence-parallel path
-    L_stage = stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S)
-    moe_stage = stage_sums(lt.is_moe.astype(float), t.pp, t.vpp, S)
-    imb = np.where(ep > 1, mcoef.imbalance_on if workload.load_balancing_loss else mcoef.imbalance_off, 1.0)
-    mb: dict[str, np.ndarray] = {}
+    """Predicted step time and tokens/s/GPU of every layout in `t`, with named breakdowns.
 
-    # --- compute: forward x 3 (forward + 2x backward) ------------------------------------------------
-    local_tok = tokens / cp
-    width_eff = 1.0 / (1.0 + 512.0 / (model.hidden_size / tp))
-    gemm = coef.gemm * width_eff * local_tok / (local_tok + 256.0)
-    mb["compute_dense"] = 3 * fl.dense / (peak * gemm)
-    mb["compute_attention"] = 3.5 * fl.attention / (peak * coef.attention)  # backward ~2.5x forward
-    mb["compute_linear_attention"] = 3 * fl.linear_attention / (peak * coef.linear_attention)
-    if model.is_moe:
-        e = model.moe
-        copies = tokens * tok_share * e.top_k * etp  # routed token copies per GPU
-        per_expert = copies / np.maximum(1.0, e.num_experts / ep)
-        ge = coef.experts * per_expert / (per_expert + coef.gemm_half_tokens) / (1 + 0.0 * etp)
-        mb["compute_experts"] = 3 * fl.experts / (peak * ge)
-    else:
-        mb["compute_experts"] = np.zeros((n, S))
-    mb["compute_output"] = 3 * fl.output / (peak * gemm)
-
-    # --- memory-bound traffic ------------------------------------------------------------------------
-    div = {"seq": tok_share, "tp": 1.0 / (cp * tp), "rep": tok_share, "exph": tok_share * etp, "expf": tok_share}
-    per_part = stage_sums(lt.act, t.pp, t.vpp, S)
-    act_bytes = sum(per_part[:, :, j] * div[PART_CLASS[p]] for j, p in enumerate(PARTS)) * tokens
-    mb["memory_bound"] = 3 * coef.mem_touch * act_bytes / (g.hbm_gbps * 1e9)
-
-    # --- recompute -----------------------------------------------------------------------------------
-    fwd = (mb["compute_dense"] + mb["compute_linear_attention"] + mb["compute_experts"]) / 3 \
-        + mb["compute_attention"] / 3.5 + mb["memory_bound"] / 3
-    full = (t.rc_gran == 2)[:, None]
-    block = (t.rc_method == 1)[:, None]
-    chunk_layers = np.maximum(1.0, L_stage / t.vpp[:, None])
-    N = np.maximum(1, t.rc_layers)[:, None].astype(float)
-    frac = np.where(block, np.minimum(N, chunk_layers) / chunk_layers, 1.0)
-    groups = np.where(block, np.minimum(N, chunk_layers), np.ceil(chunk_layers / N)) * t.vpp[:, None]
-    sel = (t.rc_gran == 1)[:, None]
-    selective = mb["compute_attention"] / 3.5 + 0.1 * mb["memory_bound"] / 3
-    mb["recompute"] = np.where(full, fwd * frac, np.where(sel, selective, 0.0))
-
-    # --- communication -------------------------------------------------------------------------------
-    h = model.hidden_size
-    seq_bytes = tokens / cp * h * 2.0
-    tp_span = tp
-    tp_vol = np.where(sp, 8 * seq_bytes * (tp - 1) / tp, 8 * seq_bytes * (tp - 1) / tp)  # AG+RS x2 x fwd/bwd; AR = 2x
-    passes = 1.0 + np.where(full, frac * 0.5, 0.0)  # recompute re-runs the forward half
-    mb["tp_comm"] = np.where(tp > 1, tp_vol * L_stage * passes / _bw(cluster, tp_span, coef), 0.0)
-    kv_bytes = tokens / cp * 2 * model.num_kv_heads * model.head_dim * 2.0 / tp
-    attn_layers = stage_sums((lt.kind != 2).astype(float), t.pp, t.vpp, S)
-    mb["cp_comm"] = np.where(cp > 1, 3 * (cp - 1) * kv_bytes * attn_layers * (1 - coef.cp_hidden)
-                             / _bw(cluster, tp * cp, coef), 0.0)
-    if model.is_moe:
-        k = model.moe.top_k
-        span = ep * etp * np.where(tp > etp, tp / etp, 1.0)
-        a2a_vol = tokens * tok_share * k * h * 2.0 * (ep * etp - 1) / (ep * etp)
-        ag_vol = tokens / cp * h * 2.0 * (ep * tp - 1)
-        vol = np.where((t.dispatcher == 1)[:, None], ag_vol, a2a_vol)
-        n_ops = 4 + np.where(full, 2 * frac, 0.0)  # dispatch + combine, forward and backward (+ recompute)
-        ep_t = np.where(ep * etp > 1, n_ops * _a2a_time(vol, span, cluster, coef, t.dispatcher[:, None]), 0.0)
-        mb["ep_comm"] = ep_t * moe_stage
-        shared = 0.0
-        if model.moe.shared_ffn_hidden_size:
-            shared_frac = 3 * h * model.moe.shared_ffn_hidden_size * 2 / np.maximum(lt.flops_dense.mean(), 1)
-            shared = mb["compute_dense"] * min(1.0, shared_frac) * coef.shared_overlap_gain
-        hidden = np.where(t.shared_overlap[:, None], np.minimum(shared, mb["ep_comm"]), 0.0)
-        mb["ep_comm"] = mb["ep_comm"] - hidden
-        mb["imbalance"] = (imb - 1.0) * (mb["compute_experts"] + mb["ep_comm"])
-    else:
-        mb["ep_comm"] = np.zeros((n, S))
-        mb["imbalance"] = np.zeros((n, S))
-    stages_per_node = np.maximum(1.0, cluster.node_size / (t.world / t.pp))[:, None]
-    pp_span = np.where(stages_per_node > 1, 1.0, 2 * cluster.node_size)
-    p2p = 2 * seq_bytes * tok_share * cp * t.vpp[:, None] / _bw(cluster, pp_span, coef)
-    mb["pp_p2p"] = np.where((t.pp > 1)[:, None], p2p, 0.0)
-    overhead = (coef.layer_overhead_s * L_stage + coef.moe_overhead_s * moe_stage) * (3 + np.where(full, frac, 0.0))
-    mb["layer_overhead"] = overhead + np.where(full, groups * coef.recompute_group_s, 0.0)
-
-    valid = np.arange(S)[None, :] < t.pp[:, None]
-    mb = {k: np.where(valid, v * coef.scale.get(k, 1.0), 0.0) for k, v in mb.items()}
-    if mem is None:
-        mem = estimate_memory(model, workload, cluster, t, mcoef)
-    return _compose(workload, cluster, t, mb, coef, mem, model)
-
-
-def _compose(workload, cluster, t, mb, coef, mem: MemoryResult, model) -> TimeResult:
-    """Pipeline schedule, DP traffic and optimizer: from per-micro-batch stage times to a step."""
-    S = next(iter(mb.values())).shape[1]
-    valid = np.arange(S)[None, :] < t.pp[:, None]
-    stage = sum(mb.values())
-    worst = stage.argmax(axis=1)
-    rows = np.arange(len(t))
-    M = t.num_microbatches(workload.global_batch, workload.seq_len).astype(float)
-    step = {k: v[rows, worst] * M for k, v in mb.items()}
-    mean_stage = np.where(valid, stage, 0).sum(axis=1) / t.pp
-    step["bubble"] = (t.pp - 1) / t.vpp * mean_stage * coef.scale.get("bubble", 1.0)
-
-    params = (mem.terms["weights"] / 2.0).max(axis=1)  # most loaded stage
-    dp = np.maximum(t.dp, 1).astype(float)
-    grad_bytes = params * 4.0
-    dp_span = t.tp * t.cp * t.dp
-    traffic = np.where(t.dist_opt, grad_bytes * (dp - 1) / dp + params * 2.0 * (dp - 1) / dp,
-                       2 * grad_bytes * (dp - 1) / dp)
-    exposed = np.where(t.overlap_grad, coef.dp_exposed, 1.0)
-    step["dp_comm"] = np.where(dp > 1, traffic * exposed / _bw(cluster, dp_span, coef), 0.0) * coef.scale.get("dp_comm", 1.0)
-    held = np.where(t.dist_opt, (mem.terms["optimizer"] / 12.0).max(axis=1), params)
-    offload = t.offload * held * 12.0 / 20e9  # host Adam at ~20 GB/s effective
-    step["optimizer"] = (held * coef.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9) + offload) * coef.scale.get("optimizer", 1.0)
-    step["step_overhead"] = np.full(len(t), coef.step_overhead_s * coef.scale.get("step_overhead", 1.0))
-    total = sum(step.values())
-    tokens_step = float(workload.tokens_per_step)
-    tps = tokens_step / total / t.world
-    g = cluster.gpu
-    return TimeResult(
-        mb_terms=mb, step_terms=step, step_time=total, tokens_per_step=tokens_step, world=t.world,
-        tokens_per_s_per_gpu=tps, mfu=mfu(model, tps, g.bf16_tflops),
-        usd_per_million_tokens=np.where(tps > 0, g.usd_per_hour / (tps * 3600.0) * 1e6, np.inf),
-    )
+    `mem` is accepted for API stability; the time model takes parameter shards from the layer tables."""
+    del mem
+    return compose(raw_time(model, workload, cluster, t, coef, mcoef), coef.scale, model, cluster.gpu)

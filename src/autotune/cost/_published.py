@@ -1,0 +1,179 @@
+"""Mapping rows of the public throughput table (data/published_throughput.csv) onto the catalog.
+
+One function, `map_row`, turns a CSV row into the keyword arguments of a Layout and a Measurement, or
+returns the one-line reason the cost model cannot represent it. The rules, and why:
+  - model names: the sources spell the same model many ways ('LLAMA3_70B', 'Llama3 70B', 'Llama 3.1 70B');
+    anything not in the catalog is skipped, as are variants we do not model (token dropping, MTP
+    training, LoRA).
+  - GPU: the kind before any parenthesis ('H100 (Grand Teton, ...)' -> H100); '(4 per node)' sets the
+    node size. Only kinds in the catalog (H100, H200, B200); BF16 only (FP8 changes every GEMM term).
+  - layout: empty VP/CP/ETP mean 1 (Megatron's defaults); an empty EP on an MoE model, or an empty
+    TP/PP/global batch/throughput, is a missing field. FSDP-only rows (FSDP sharding and no TP/PP/EP)
+    have no Megatron layout; FSDP with TP/PP/EP is modelled as the distributed optimizer over DP.
+  - settings the Layout cannot express and that move the step time a lot (async TP, EP communication
+    overlap) skip the row rather than pretend.
+  - throughput: tokens_per_s_per_gpu when given; else a per-GPU figure the table marks "derived" in the
+    notes; else TFLOP/s/GPU converted with our FLOP count (the caller does it, and trusts it less).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..catalog import ModelSpec, padded_vocab
+from ..layout import Recompute
+from .layers import layer_tables
+
+__all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "train_flops_per_token"]
+
+REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "global_batch", "micro_batch", "tp", "pp", "cp",
+                    "vp", "ep", "etp", "precision", "recompute", "tokens_per_s_per_gpu", "tflops_per_gpu")
+
+# normalised source name (lower case, runs of ' _-' as one space) -> catalog name
+_NAMES = [
+    (r"^llama ?3(\.1)?( style)? ?70b", "Llama-3.1-70B"),
+    (r"^llama ?3(\.1)? ?405b", "Llama-3.1-405B"),
+    (r"^deepseek ?v3", "DeepSeek-V3"),
+    (r"^qwen3 ?(moe )?30b", "Qwen3-30B-A3B"),
+    (r"^qwen3 ?235b", "Qwen3-235B-A22B"),
+    (r"^gpt ?oss ?120b", "gpt-oss-120b"),
+    (r"^mixtral ?8x7b", "Mixtral-8x7B-v0.1"),
+    (r"^mixtral ?8x22b", "Mixtral-8x22B-v0.1"),
+    (r"^qwen3 ?next", "Qwen3-Next-80B-A3B-Instruct"),
+    (r"^qwen3\.5 ?122b", "Qwen3.5-122B-A10B"),
+]
+_VARIANTS = [  # qualifiers that change the training step beyond what the model knows
+    (r"tokendrop|token drop", "token-dropping MoE (capacity factor) is not modelled; only dropless"),
+    (r"w/ mtp|incl\. mtp|with mtp", "multi-token-prediction training is not modelled"),
+    (r"lora", "LoRA fine-tuning (frozen base weights) is not modelled"),
+]
+_MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "Mixtral-8x7B-v0.1",
+        "Mixtral-8x22B-v0.1", "Qwen3-Next-80B-A3B-Instruct", "Qwen3.5-122B-A10B"}
+_GPUS = ("H100", "H200", "B200")
+_RECOMPUTE = {"": "none", "none": "none", "selective ac": "selective", "per-op sac": "selective",
+              "selective": "selective", "full ac": "full", "full": "full"}
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[\s_\-]+", " ", text.strip().lower())
+
+
+def catalog_name(source_name: str) -> tuple[str | None, str | None]:
+    """(catalog name, None), or (None, reason)."""
+    n = _norm(source_name)
+    for pattern, reason in _VARIANTS:
+        if re.search(pattern, n):
+            return None, reason
+    for pattern, name in _NAMES:
+        if re.search(pattern, n):
+            return name, None
+    return None, f"model {source_name!r} is not in the catalog"
+
+
+def gpu_kind(text: str) -> tuple[str | None, int | None]:
+    """('H100', None) for 'H100 (Grand Teton, ...)'; the node size when the text says '(N per node)'."""
+    kind = re.split(r"[\s(]", text.strip(), maxsplit=1)[0].upper()
+    per = re.search(r"(\d+) per node", text)
+    return (kind if kind in _GPUS else None), (int(per.group(1)) if per else None)
+
+
+def _int(row: dict, key: str, default: int | None = None) -> int | None:
+    v = (row.get(key) or "").strip()
+    if not v:
+        return default
+    try:
+        return int(float(v))
+    except ValueError:
+        return default
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float((text or "").replace(",", "").strip())
+    except ValueError:
+        return None
+
+
+def map_row(row: dict) -> dict | str:
+    name, why = catalog_name(row.get("model", ""))
+    if name is None:
+        return why or "unknown model"
+    kind, per_node = gpu_kind(row.get("gpu", ""))
+    if kind is None:
+        return f"GPU {row.get('gpu')!r} is not a catalog kind ({', '.join(_GPUS)})"
+    prec = (row.get("precision") or "").strip()
+    if not (prec.upper() == "BF16" or "implies BF16" in prec):
+        return f"precision {prec!r}: only BF16 is modelled"
+    notes, source = row.get("notes") or "", row.get("source") or ""
+    fsdp = re.search(r"FSDP=(\d+)", notes)
+    fsdp_on = bool(fsdp and int(fsdp.group(1)) > 0) or "FSDP-style" in notes or "FSDP2" in source
+    count, seq, gb = _int(row, "num_gpus"), _int(row, "seq_len"), _int(row, "global_batch")
+    tp, pp = _int(row, "tp"), _int(row, "pp")
+    assumed = []
+    batch_tokens = re.search(r"Tokens/Batch=(\d+)M", notes)
+    if gb is None and batch_tokens and seq:  # the Llama 3 paper gives tokens per batch (16M = 2^24)
+        gb = int(batch_tokens.group(1)) * 2**20 // seq
+        assumed.append("global batch from tokens/batch")
+    mbs = _int(row, "micro_batch")
+    if gb is None and fsdp and mbs and count and tp and pp:  # torchtitan: local batch x DP, no accumulation
+        gb = mbs * count // (tp * pp * (_int(row, "cp", 1) or 1))
+        assumed.append("global batch = local batch x DP (no accumulation)")
+    ep = _int(row, "ep", None if name in _MOE else 1)
+    missing = [k for k, v in (("num_gpus", count), ("seq_len", seq), ("global_batch", gb), ("tp", tp), ("pp", pp),
+                              ("ep", ep)) if v is None]
+    if missing:
+        return f"missing field(s): {', '.join(missing)}"
+    if fsdp_on and tp == 1 and pp == 1 and ep == 1:
+        return "FSDP-only (no TP/PP/EP): no Megatron layout to represent"
+    if re.search(r"async TP", notes, re.I):
+        return "async TP (TP communication overlapped with GEMMs) is not a Layout setting"
+    if re.search(r"EP overlap|overlap-moe-expert-parallel-comm|a2a overlap", notes, re.I):
+        return "EP communication overlap (--overlap-moe-expert-parallel-comm) is not a Layout setting"
+    rc = _RECOMPUTE.get((row.get("recompute") or "").strip().lower())
+    if rc is None:
+        return f"recompute {row.get('recompute')!r} is not a Megatron setting we can map"
+    tps = _float(row.get("tokens_per_s_per_gpu"))
+    derived = re.search(r"derived[^;]*?~=\s*([\d,]+(?:\.\d+)?)", notes)
+    tflops = _float(row.get("tflops_per_gpu"))
+    how = "tokens/s/GPU as published"
+    if tps is None and derived:
+        tps, how = _float(derived.group(1)), "tokens/s/GPU derived in the table's notes"
+    elif tps is None:
+        how = "TFLOP/s/GPU as published"
+    if tps is None and tflops is None:
+        return "missing field(s): tokens_per_s_per_gpu and tflops_per_gpu"
+    dispatcher = "flex" if re.search(r"DeepEP|HybridEP", notes) else "alltoall"
+    cp = _int(row, "cp", 1)
+    layout = dict(
+        world=count, tp=tp, pp=pp, vpp=_int(row, "vp", 1) or 1, cp=cp or 1, ep=ep, etp=_int(row, "etp", 1) or 1,
+        sequence_parallel=tp > 1,
+        recompute=Recompute(rc, "uniform", 1) if rc == "full" else Recompute(rc),
+        dispatcher=dispatcher if name in _MOE else "alltoall",
+        micro_batch_size=_int(row, "micro_batch", 1) or 1,
+        distributed_optimizer=True,
+    )
+    assumed += [s for s, cond in (("recompute none", not row.get("recompute")),
+                                  ("FSDP as distributed optimizer", fsdp_on)) if cond]
+    src = f"{source}; {how}" + (f"; assumed {', '.join(assumed)}" if assumed else "")
+    return {
+        "model": name,
+        "layout": layout,
+        "measurement": dict(model=name, gpu=kind, count=count, gpus_per_node=per_node or 8, seq_len=seq,
+                            global_batch=gb, load_balancing_loss=True, tokens_per_s_per_gpu=tps or 1.0),
+        "tflops": tflops if tps is None else None,
+        "source": src,
+    }
+
+
+
+def train_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Forward + backward FLOPs per token (3x forward): every matmul, causal attention over half the
+    context (sliding windows capped), the GDN recurrence, the output layer. Close to Megatron's own
+    count, which is what the TFLOP/s columns of Megatron-based sources use; others differ by a few %."""
+    lt = layer_tables(model)
+    ctx = np.where(lt.kind == 1, min(model.sliding_window or seq_len, seq_len / 2), seq_len / 2)
+    fwd = (lt.flops_dense.sum() + lt.flops_expert.sum() + lt.flops_linear_attn.sum()
+           + (lt.flops_attn_quadratic * ctx).sum() + 2.0 * model.hidden_size * padded_vocab(model, 1))
+    return 3.0 * float(fwd)

@@ -1,0 +1,192 @@
+"""The physics of the throughput model: unscaled time terms for every layout of a LayoutTable.
+
+`microbatch_terms` gives seconds per micro-batch per pipeline stage for each MB term; `step_raw` adds
+the per-step pieces (DP traffic, optimizer, overhead) and packs a `RawTime`. time.py composes them into
+step times under calibrated factors. Every term is a closed form over numpy columns: no per-layout
+Python loops. Shapes and why:
+  - GEMMs run at gemm x width/(width + gemm_width) x rows/(rows + gemm_rows) of peak: narrow sides (TP-split
+    hidden sizes, thin experts) and few rows (tokens per expert) waste tiles and waves. The routed experts
+    use the same curve at their own shape (per-expert rows, min(hidden, FFN / ETP)) times `grouped`.
+  - backward is 2x forward for GEMMs, ~2.5x for flash attention; full recompute re-runs the forward of
+    every layer of a recompute region, with its TP and EP collectives.
+  - collectives move (n - 1) / n of the data per GPU at NVLink inside a node, the node's network share
+    per GPU across nodes; an all-to-all splits its bytes by the share of peers off the node.
+No torch, no ray.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..catalog import ClusterSpec, ModelSpec, Workload, padded_vocab
+from ..layout import LayoutTable
+from .flops import stage_flops
+from .layers import PART_CLASS, PARTS, layer_tables, stage_sums
+from .memory import MemoryCoefficients
+
+__all__ = ["microbatch_terms", "step_raw", "gemm_efficiency"]
+
+
+def gemm_efficiency(c, width, rows):
+    """Fraction of peak of a GEMM whose narrowest side is `width` and that has `rows` rows."""
+    return c.gemm * width / (width + c.gemm_width) * rows / (rows + c.gemm_rows)
+
+
+def _bw(cluster: ClusterSpec, span, c):
+    """Per-GPU bandwidth (bytes/s) of a ring over `span` consecutive ranks: NVLink inside a node,
+    otherwise the node's network share per GPU (the slowest link sets a ring's pace)."""
+    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
+    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
+    return np.where(span <= cluster.node_size, nvl, net)
+
+
+def _a2a_time(volume, span, cluster: ClusterSpec, c, dispatcher):
+    """All-to-all of `volume` bytes per GPU over `span` consecutive ranks: the off-node share goes over
+    the network, the rest over NVLink. DeepEP (flex) moves intra-node bytes a little slower than NCCL
+    but forwards inter-node bytes over NVLink so each NIC sends once per node (faster)."""
+    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
+    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
+    off = np.clip(1.0 - cluster.node_size / np.maximum(span, 1), 0.0, 1.0)
+    flex = dispatcher == 2
+    nvl = np.where(flex, nvl * c.flex_nvl, nvl)
+    net = np.where(flex, net * c.flex_net, net)
+    return volume * ((1 - off) / nvl + off / net)
+
+
+def _vocab(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
+    """Padded vocabulary per row, computed once per distinct TP."""
+    vals, inv = np.unique(tp, return_inverse=True)
+    return np.array([padded_vocab(model, int(v)) for v in vals], dtype=float)[inv.reshape(-1)]
+
+
+def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, c,
+                     mcoef: MemoryCoefficients) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    """Seconds per micro-batch per stage of every MB term, and the derived terms' recipes:
+    {derived term: {primary term: coefficient (n, S)}} (recompute, imbalance)."""
+    g = cluster.gpu
+    peak = g.bf16_tflops * 1e12
+    lt = layer_tables(model)
+    n, S = len(t), int(t.pp.max())
+    h = model.hidden_size
+    fl = stage_flops(model, workload, t)
+    tokens = fl.tokens[:, None]
+    tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
+    sp = t.sp_eff[:, None]
+    tok_share = 1.0 / (cp * np.where(sp, tp, 1.0))  # tokens on one GPU's sequence-parallel path
+    L_stage = stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S)
+    moe_stage = stage_sums(lt.is_moe.astype(float), t.pp, t.vpp, S)
+    lb = workload.load_balancing_loss
+    imb = np.where(ep > 1, mcoef.imbalance_on if lb else mcoef.imbalance_off, 1.0)
+    mb: dict[str, np.ndarray] = {}
+
+    # --- compute: forward x 3 (forward + 2x backward) -------------------------------------------------
+    rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
+    dense_eff = gemm_efficiency(c, h / tp, rows)
+    mb["compute_dense"] = 3 * fl.dense / (peak * dense_eff)
+    mb["compute_attention"] = 3.5 * fl.attention / (peak * c.attention)
+    mb["compute_linear_attention"] = 3 * fl.linear_attention / (peak * c.linear_attention)
+    if model.is_moe:
+        e = model.moe
+        copies = tokens * tok_share * e.top_k * etp  # routed token copies per GPU (ETP ranks share tokens)
+        per_expert = copies / np.maximum(1.0, e.num_experts / ep)
+        exp_eff = c.grouped * gemm_efficiency(c, np.minimum(h, e.ffn_hidden_size / etp), per_expert)
+        mb["compute_experts"] = 3 * fl.experts / (peak * exp_eff)
+    else:
+        mb["compute_experts"] = np.zeros((n, S))
+    # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
+    # cross-entropy (write, softmax read, gradient write, gradient read), ~10 x 4 B unfused (fp32 copies)
+    last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
+    logit_bytes = np.where(t.ce_fusion, 8.0, 40.0)[:, None] * _vocab(model, t.tp)[:, None] / tp * rows
+    loss = np.where(last, logit_bytes / (g.hbm_gbps * 1e9), 0.0)
+    mb["compute_output"] = 3 * fl.output / (peak * gemm_efficiency(c, h, rows)) + loss
+
+    # --- memory-bound traffic: norms, activations, rope, permutes, router softmax ---------------------
+    div = {"seq": tok_share, "tp": 1.0 / (cp * tp), "rep": tok_share, "exph": tok_share * etp, "expf": tok_share}
+    per_part = stage_sums(lt.act, t.pp, t.vpp, S)
+    act_bytes = sum(per_part[:, :, j] * div[PART_CLASS[p]] for j, p in enumerate(PARTS)) * tokens
+    mb["memory_bound"] = 3 * c.mem_touch * act_bytes / (g.hbm_gbps * 1e9)
+
+    # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
+    full = (t.rc_gran == 2)[:, None]
+    block = (t.rc_method == 1)[:, None]
+    chunk_layers = np.maximum(1.0, L_stage / t.vpp[:, None])
+    N = np.maximum(1, t.rc_layers)[:, None].astype(float)
+    frac = np.where(full, np.where(block, np.minimum(N, chunk_layers) / chunk_layers, 1.0), 0.0)
+    regions = np.where(block, 1.0, np.ceil(chunk_layers / N)) * t.vpp[:, None]
+    sel = np.broadcast_to((t.rc_gran == 1)[:, None], (n, S))
+    deps = {"recompute": {k: frac / 3 for k in ("compute_dense", "compute_linear_attention", "compute_experts",
+                                                 "memory_bound")},
+            "imbalance": {}}
+    deps["recompute"]["compute_attention"] = np.where(sel, 1.0, frac) / 3.5  # selective: core attention
+    deps["recompute"]["memory_bound"] = np.where(sel, 0.1 / 3, frac / 3)
+
+    # --- communication -----------------------------------------------------------------------------------
+    seq_bytes = tokens / cp * h * 2.0
+    tp_vol = 8 * seq_bytes * (tp - 1) / tp  # AG + RS around attention and MLP, forward and backward
+    passes = 1.0 + frac * 0.5  # recompute re-runs the forward half
+    mb["tp_comm"] = np.where(tp > 1, tp_vol * L_stage * passes / _bw(cluster, tp, c), 0.0)
+    kv_bytes = tokens / cp * 2 * model.num_kv_heads * model.head_dim * 2.0 / tp
+    attn_layers = stage_sums((lt.kind != 2).astype(float), t.pp, t.vpp, S)
+    mb["cp_comm"] = np.where(cp > 1, 3 * (cp - 1) * kv_bytes * attn_layers * (1 - c.cp_hidden)
+                             / _bw(cluster, tp * cp, c), 0.0)
+    if model.is_moe:
+        k = model.moe.top_k
+        span = ep * etp * np.where(tp > etp, tp / etp, 1.0)
+        a2a_vol = tokens * tok_share * k * h * 2.0 * (ep * etp - 1) / (ep * etp)
+        ag_vol = tokens / cp * h * 2.0 * (ep * tp - 1)
+        vol = np.where((t.dispatcher == 1)[:, None], ag_vol, a2a_vol)
+        n_ops = 4 + 2 * frac  # dispatch + combine, forward and backward (+ the recompute's forward)
+        ep_t = np.where(ep * etp > 1, n_ops * _a2a_time(vol, span, cluster, c, t.dispatcher[:, None]), 0.0)
+        mb["ep_comm"] = ep_t * moe_stage
+        shared = 0.0
+        if model.moe.shared_ffn_hidden_size:  # shared-expert GEMMs run while the dispatch is in flight
+            shared_frac = 3 * h * model.moe.shared_ffn_hidden_size * 2 / np.maximum(lt.flops_dense.mean(), 1)
+            shared = mb["compute_dense"] * min(1.0, shared_frac) * c.shared_overlap_gain
+        hidden = np.where(t.shared_overlap[:, None], np.minimum(shared, mb["ep_comm"]), 0.0)
+        mb["ep_comm"] = mb["ep_comm"] - hidden
+        deps["imbalance"] = {"compute_experts": (imb - 1.0) * np.ones((n, S)), "ep_comm": (imb - 1.0) * np.ones((n, S))}
+    else:
+        mb["ep_comm"] = np.zeros((n, S))
+    stages_per_node = np.maximum(1.0, cluster.node_size / (t.world / t.pp))[:, None]
+    pp_span = np.where(stages_per_node > 1, 1.0, 2 * cluster.node_size)
+    p2p = 2 * seq_bytes * tok_share * cp * t.vpp[:, None] / _bw(cluster, pp_span, c)
+    p2p = p2p * np.where((t.vpp > 1)[:, None], 1.0 - c.p2p_hidden_vpp, 1.0)
+    mb["pp_p2p"] = np.where((t.pp > 1)[:, None], p2p, 0.0)
+    # launches are per layer per pass; the MoE host sync (token counts -> split sizes) per forward pass
+    overhead = c.launch_s * L_stage * (3 + frac) + c.moe_sync_s * moe_stage * (1 + frac)
+    mb["layer_overhead"] = overhead + np.where(full, regions * c.recompute_group_s, 0.0)
+    for name, parts in deps.items():  # derived terms follow the factors of what they are made of
+        mb[name] = sum((mb[k] * v for k, v in parts.items()), np.zeros((n, S)))
+    return mb, deps
+
+
+def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, c,
+             mb: np.ndarray, dep: np.ndarray, valid: np.ndarray):
+    """Per-step pieces: DP traffic of the most loaded stage (dense over DP, experts over expert-DP;
+    a stage's ranks are consecutive in Megatron's tp-cp-ep-dp-pp order), optimizer, fixed overhead."""
+    from .time import RawTime
+
+    lt = layer_tables(model)
+    S = mb.shape[2]
+    first = np.arange(S)[None, :] == 0
+    last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
+    tp = t.tp[:, None].astype(float)
+    vocab = _vocab(model, t.tp)[:, None] * model.hidden_size / tp
+    dense = stage_sums(lt.params_tp, t.pp, t.vpp, S) / tp + stage_sums(lt.params_rep, t.pp, t.vpp, S)
+    dense = dense + np.where(first, vocab, 0.0) + np.where(last & (not model.tie_embeddings), vocab, 0.0)
+    expert = stage_sums(lt.params_exp, t.pp, t.vpp, S) / (t.ep * t.etp)[:, None]
+    dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
+    per_param = np.where(t.dist_opt, 4.0 + 2.0, 8.0)[:, None]  # fp32 grad RS + bf16 param AG, or fp32 AR
+    bw = _bw(cluster, (t.world // t.pp)[:, None], c)
+    comm = per_param * (dense * (dp - 1) / dp + expert * (edp - 1) / edp) / bw
+    comm = np.where(valid, comm, 0.0).max(axis=1)
+    held = np.where(t.dist_opt[:, None], dense / dp + expert / edp, dense + expert)
+    held = np.where(valid, held, 0.0).max(axis=1)
+    optimizer = held * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9) + t.offload * held * 12.0 / 20e9
+    return RawTime(
+        mb=mb, dep=dep, valid=valid, microbatches=t.num_microbatches(workload.global_batch, workload.seq_len).astype(float),
+        bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
+        dp_overlap=np.where(t.overlap_grad, c.dp_overlap, 0.0), optimizer=optimizer,
+        step_overhead=np.full(len(t), c.step_overhead_s), tokens_per_step=float(workload.tokens_per_step),
+        world=t.world,
+    )

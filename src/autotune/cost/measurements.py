@@ -1,0 +1,179 @@
+"""Measured throughput rows the cost model can be calibrated against.
+
+`Measurement` is one measured run: model, GPUs, workload, layout, tokens/s/GPU and where the number came
+from. Three sources: `seed_measurements()` (the seed page's three H200 layouts), `published_measurements()`
+(the public table shipped in data/published_throughput.csv, mapped onto the catalog: only rows the model
+can represent, every other row returned with the reason it was skipped), and `read_measurements()` (a
+user's CSV in the published columns, or a JSON list of Measurement objects). Trials become measurements
+in the search driver. No torch, no ray.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+
+from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
+from ..errors import BadInput, ConfigError
+from ..layout import Layout, Recompute, violations
+from ._published import REQUIRED_COLUMNS, map_row, train_flops_per_token
+
+__all__ = ["Measurement", "published_measurements", "seed_measurements", "read_measurements", "PUBLISHED_CSV"]
+
+
+def _shipped_csv() -> Path:
+    return Path(str(resources.files("autotune.cost") / "data" / "published_throughput.csv"))
+
+
+PUBLISHED_CSV = _shipped_csv()
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured training run, in the cost model's vocabulary."""
+
+    model: str  # catalog name (or config.json path)
+    gpu: str  # GPU kind of the catalog (H100, H200, B200)
+    count: int  # world size
+    layout: Layout
+    tokens_per_s_per_gpu: float
+    gpus_per_node: int = 8
+    seq_len: int = 8192
+    global_batch: int = 128
+    load_balancing_loss: bool = False  # True also for force-balanced routing (near-even expert load)
+    source: str = ""  # where the number comes from (and what was assumed or derived)
+    weight: float = 1.0  # relative trust in the fit (derived numbers count less)
+
+    def __post_init__(self):
+        if not self.tokens_per_s_per_gpu > 0:
+            raise BadInput(f"measurement {self.label()}: tokens/s/GPU must be positive, got {self.tokens_per_s_per_gpu}")
+        if self.layout.world != self.count:
+            raise BadInput(f"measurement {self.label()}: layout is for {self.layout.world} GPUs, count is {self.count}")
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(seq_len=self.seq_len, global_batch=self.global_batch,
+                        load_balancing_loss=self.load_balancing_loss)
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return ClusterSpec.of(self.gpu, self.count, self.gpus_per_node)
+
+    @property
+    def spec(self) -> ModelSpec:
+        return load_model(self.model)
+
+    def label(self) -> str:
+        return f"{self.model} {self.count}x{self.gpu} {self.layout.label(True)} {self.layout.recompute}"
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["layout"] = self.layout.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Measurement":
+        d = dict(d)
+        lay = d.pop("layout")
+        if isinstance(lay, str):  # "TP1 PP4 EP8 DP8" plus optional flat options
+            opts = {k: d.pop(k) for k in list(d) if k in Layout.__dataclass_fields__ and k != "world"}
+            if isinstance(opts.get("recompute"), str):
+                opts["recompute"] = Recompute.parse(opts["recompute"])
+            lay = Layout.parse(lay, world=int(d["count"]), **opts)
+        elif isinstance(lay, dict):
+            lay = Layout.from_dict({**lay, "world": int(lay.get("world", d["count"]))})
+        return cls(layout=lay, **d)
+
+
+def _seed(tps: float, rc_layers: int, source: str, **layout_kw) -> Measurement:
+    lay = Layout(world=32, tp=1, pp=4, ep=8, recompute=Recompute("full", "uniform", rc_layers),
+                 max_tokens_per_gpu=8192, precision_aware_optimizer=True, **layout_kw)
+    return Measurement("Qwen3.5-122B-A10B", "H200", 32, lay, tps, 8, 8192, 128, False, source)
+
+
+def seed_measurements() -> list[Measurement]:
+    """The seed page's three measured H200 layouts (recipes/qwen3.5-122b-a10b/h200/), best first."""
+    page = "seed page 000_3f17f510fd0702dc (OpenRecipes, ATTUNE, slime 0.3.0 / megatron-core 0.16.0rc0)"
+    return [
+        _seed(2451.44, 2, f"{page}: attune-tp1-pp4-ep8-rc2"),
+        _seed(2366.73, 1, f"{page}: attune-tp1-pp4-ep8", moe_shared_expert_overlap=True),
+        _seed(2289.65, 1, f"{page}: attune-tp1-pp4-ep8-flex", dispatcher="flex"),
+    ]
+
+
+def _represent(row: dict, line: int) -> Measurement | str:
+    """A Measurement for the row, or the reason the model cannot represent it."""
+    got = map_row(row)
+    if isinstance(got, str):
+        return got
+    try:
+        model = load_model(got["model"])
+        lay = Layout(**got["layout"])
+        m = Measurement(layout=lay, source=f"{got['source']} (csv line {line})", **got["measurement"])
+        m.cluster  # noqa: B018 - node divisibility
+    except BadInput as exc:
+        return f"not representable: {exc}"
+    bad = violations(model, m.workload, lay)
+    if bad:
+        return "illegal for Megatron-core's rules: " + "; ".join(v.message for v in bad)
+    if got.get("tflops"):
+        tps = got["tflops"] * 1e12 / train_flops_per_token(model, m.seq_len)  # derived: trusted less
+        m = replace(m, tokens_per_s_per_gpu=tps, weight=0.5,
+                    source=m.source + f"; tokens/s derived from {got['tflops']:g} TFLOP/s/GPU")
+    return m
+
+
+def _read_csv(path: Path) -> list[dict]:
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; "
+                                  f"use the columns of published_throughput.csv ({', '.join(REQUIRED_COLUMNS)})")
+            return list(reader)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror}); check the path") from None
+
+
+def published_measurements(csv_path: str | Path | None = None) -> tuple[list[Measurement], list[tuple[dict, str]]]:
+    """Rows the model can represent, and (row, reason) for every row it cannot."""
+    path = Path(csv_path) if csv_path else PUBLISHED_CSV
+    kept: list[Measurement] = []
+    skipped: list[tuple[dict, str]] = []
+    for i, row in enumerate(_read_csv(path)):
+        got = _represent(row, i + 2)
+        if isinstance(got, str):
+            skipped.append((row, got))
+        else:
+            kept.append(got)
+    return kept, skipped
+
+
+def read_measurements(path: str | Path) -> tuple[list[Measurement], list[tuple[dict, str]]]:
+    """A user's measurements: a CSV in the published columns, or a JSON list of Measurement objects."""
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        return published_measurements(p)
+    if p.suffix.lower() != ".json":
+        raise BadInput(f"--measurements {str(p)!r}: give a .csv (published columns) or a .json list of measurements")
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror}); check the path") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from None
+    rows = data.get("measurements") if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        raise ConfigError(f"{p}: expected a JSON list of measurements (or {{\"measurements\": [...]}})")
+    out = []
+    for i, d in enumerate(rows):
+        try:
+            out.append(Measurement.from_dict(d))
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"{p}: measurement {i}: missing or unexpected field {exc}; "
+                              "give model, gpu, count, layout, tokens_per_s_per_gpu") from None
+    return out, []
