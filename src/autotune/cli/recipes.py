@@ -61,9 +61,9 @@ def list_recipes(
         t.add_column("Model / GPU")
     for col in ("Tokens/s\nper GPU", "$ / 1M\ntokens", "GPUs"):
         t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("Layout", min_width=24)
+    t.add_column("Layout", min_width=20)
     t.add_column("Measured", no_wrap=True)
-    t.add_column("Author")
+    t.add_column("Author", no_wrap=True)
     for e in entries:
         r = e.recipe
         cells = [f"#{e.rank}"] + ([] if one else [f"{r.model} / {r.gpu.type}"])

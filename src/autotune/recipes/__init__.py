@@ -3,59 +3,39 @@ numbers, the leaderboard (rank), emission from search candidates (emit) and expo
 command, Megatron-core arguments, launch script).
 
 Pure Python: no torch, no ray. The search driver calls `recipe_from_candidate` and `write_recipe`.
+Public names load lazily from their modules, so `python -m autotune.recipes.schema` (the schema
+generator) runs without the package importing that module first.
 """
 
-from .checks import Problem, check_recipe
-from .convert import cluster_of, layout_of, run_layout, workload_of
-from .emit import SEED_ENV, build_run_block, recipe_from_candidate, recipe_name
-from .export import FORMATS, launch_script, megatron_args, resolve_source, slime_command
-from .io import (
-    RecipeInvalid,
-    dump_recipe,
-    find_recipes,
-    load_recipe,
-    parse_recipe,
-    recipe_dirs,
-    recipe_relpath,
-    write_recipe,
-    write_text_atomic,
-)
-from .rank import Entry, leaderboard, load_all, recipe_stem
-from .schema import Recipe, schema_dict, schema_yaml
-from .summary import highlights, summarize
+from __future__ import annotations
 
-__all__ = [
-    "Problem",
-    "check_recipe",
-    "cluster_of",
-    "layout_of",
-    "run_layout",
-    "workload_of",
-    "SEED_ENV",
-    "build_run_block",
-    "recipe_from_candidate",
-    "recipe_name",
-    "FORMATS",
-    "launch_script",
-    "megatron_args",
-    "resolve_source",
-    "slime_command",
-    "RecipeInvalid",
-    "dump_recipe",
-    "find_recipes",
-    "load_recipe",
-    "parse_recipe",
-    "recipe_dirs",
-    "recipe_relpath",
-    "write_recipe",
-    "write_text_atomic",
-    "Entry",
-    "leaderboard",
-    "load_all",
-    "recipe_stem",
-    "Recipe",
-    "schema_dict",
-    "schema_yaml",
-    "highlights",
-    "summarize",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "checks": ["Problem", "check_recipe"],
+    "convert": ["cluster_of", "layout_of", "run_layout", "workload_of"],
+    "emit": ["SEED_ENV", "build_run_block", "recipe_from_candidate", "recipe_name"],
+    "export": ["FORMATS", "launch_script", "megatron_args", "resolve_source", "slime_command"],
+    "io": ["RecipeInvalid", "dump_recipe", "find_recipes", "load_recipe", "parse_recipe", "recipe_dirs",
+           "recipe_relpath", "write_recipe", "write_text_atomic"],
+    "rank": ["Entry", "leaderboard", "load_all", "recipe_stem"],
+    "schema": ["Recipe", "schema_dict", "schema_yaml"],
+    "summary": ["highlights", "summarize"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

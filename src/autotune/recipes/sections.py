@@ -203,7 +203,10 @@ class Result(Section):
     window_tokens: int = Field(gt=0, description="Tokens in the scored window: steps x global batch x row tokens (checked).")
     runs: int = Field(ge=0, description="Measured runs behind the number (0 for a prediction).")
     profiler: bool = Field(description="Whether a profiler was on during the measured run.")
-    gpu_hours: float | None = Field(ge=0, description="GPU-hours the measurement cost; null for a prediction.")
+    gpu_hours: float | None = Field(
+        ge=0, description="GPU-hours the run cost (a prediction may give its predicted cost, saying so in gpu_hours_note); "
+        "null when unknown."
+    )
     gpu_hours_note: str | None = Field(description="How gpu_hours was counted; null when not applicable.")
 
 
