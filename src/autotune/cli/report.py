@@ -36,7 +36,8 @@ def emit_recipes(driver, outcome) -> list[str]:
         recipe = recipe_from_candidate(
             driver.model, driver.cluster, rec.layout, wl,
             status="measured" if rec.source == "measured" else "predicted",
-            tokens_per_s_per_gpu=rec.value, step_time_cv_percent=res.step_time_cv_percent if res else None,
+            tokens_per_s_per_gpu=rec.value,
+            step_time_cv_percent=res.step_time_cv_percent if res and res.source == "measured" else None,
             gpu_hours=res.gpu_hours if res else None, window=tuple(wl.window), steps_per_run=wl.steps,
             stack=_stack(res, driver.cluster),
             measured=dt.date.today().isoformat(),

@@ -25,11 +25,14 @@ from ..space import SearchSpace, explore
 from ..trials.backends import Backend, Handle
 from ..trials.spec import TrialResult, TrialSpec, read_model, write_json_atomic
 from .planners import ModelPlanner, PlanContext, Planner, Proposal, RandomPlanner, TrialRecord
+from .residual import ResidualModel
 from .study import StudyDir, layout_key, layout_params, set_constraint
 
 __all__ = ["SearchConfig", "SearchDriver", "SearchOutcome"]
 
 GiB = 1024**3
+MIN_TRIALS_TO_CONVERGE = 3
+PRIOR_SIGMA = 0.10  # the model's relative error on a layout unlike any measured one
 
 
 @dataclass
@@ -86,9 +89,29 @@ class SearchDriver:
         self._repredict()
 
     def _repredict(self) -> None:
+        """Predictions for every candidate: the calibrated model, corrected by what the trials taught
+        (ResidualModel), with a per-candidate uncertainty."""
         ev = evaluate(self.model, self.workload, self.cluster, self.table, self.calibration)
-        self.pred = ev.time.tokens_per_s_per_gpu
+        self.base_pred = ev.time.tokens_per_s_per_gpu
         self.peak = ev.memory.peak
+        if not hasattr(self, "residual"):
+            self.residual = ResidualModel(self.table, tau=PRIOR_SIGMA / np.sqrt(12), sigma_n=max(self.cfg.noise, 0.01))
+        ok = [(self.index.get(layout_key(r.layout)), r.value) for r in self.records
+              if r.source == "measured" and r.status == "ok" and r.value]
+        ok = [(i, v) for i, v in ok if i is not None]
+        if ok:
+            idx = np.array([i for i, _ in ok])
+        # how wrong the model was on trials it had not yet seen (prediction at dispatch vs measured): when
+        # that is large the feature model is misspecified, so every candidate keeps a wider uncertainty
+        errs = [np.log(r.value / r.predicted) for r in self.records
+                if r.source == "measured" and r.status == "ok" and r.value and r.predicted]
+        misfit = 0.5 * float(np.sqrt(np.mean(np.square(errs[-5:])))) if errs else 0.0
+        self.residual.sigma_n = max(self.cfg.noise, misfit, 0.01)
+        if ok:
+            self.residual.fit(self.table.take(idx), np.log(np.array([v for _, v in ok]) / self.base_pred[idx]))
+        corr, std = self.residual.predict()
+        self.pred = self.base_pred * corr
+        self.pred_std = np.maximum(np.sqrt(std**2 + misfit**2), self.cfg.noise)
 
     def _study_attrs(self) -> dict:
         return {"model": self.model.name, "gpu": self.cluster.gpu.name, "count": self.cluster.count,
@@ -121,14 +144,7 @@ class SearchDriver:
     def _context(self) -> PlanContext:
         tried = {layout_key(r.layout) for r in self.records}
         return PlanContext(self.model, self.cluster, self.workload, self.table, self.pred, self.keys, tried,
-                           self.records, sigma=self._sigma(), rng=np.random.default_rng(self.cfg.seed + len(self.records)))
-
-    def _sigma(self) -> float:
-        """The model's relative uncertainty: a prior of 10%, then what calibration residuals say."""
-        resid = getattr(self.calibration, "residual_rms", None)
-        if self.measurements and resid is not None:
-            return float(max(self.cfg.noise, resid * 1.5))
-        return 0.10
+                           self.records, sigma=self.pred_std, rng=np.random.default_rng(self.cfg.seed + len(self.records)))
 
     # --- resume ----------------------------------------------------------------------------------------
     def _resume(self) -> list[Layout]:
@@ -239,8 +255,9 @@ class SearchDriver:
             open_ = ctx.untried()
             if not open_.any():
                 return "exhausted: every candidate was tried"
-            upper = float(np.max(np.where(open_, self.pred * (1 + ctx.uncertainty()), 0.0)))
-            if upper <= best.value * (1 + self.cfg.noise):
+            # a two-sigma optimistic bound, and never before a few trials have tested the model
+            upper = float(np.max(np.where(open_, self.pred * (1 + 2 * ctx.uncertainty()), 0.0)))
+            if self.n_dispatched() >= MIN_TRIALS_TO_CONVERGE and upper <= best.value * (1 + self.cfg.noise):
                 return (f"converged: no untried candidate can beat the best ({best.value:,.1f} tokens/s/GPU) "
                         f"by more than the {self.cfg.noise:.0%} noise (best optimistic prediction {upper:,.1f})")
         return None
@@ -330,13 +347,16 @@ class SearchDriver:
         """Measured trials refit the calibration; the candidates are then re-predicted and re-ranked."""
         if attrs.get("source") != "measured" or attrs.get("status") != "ok" or not attrs.get("measured"):
             return
-        try:
-            from ..cost.calibrate import Measurement, fit
-        except ImportError:
-            return
-        self.measurements.append(Measurement.of(self.model, self.cluster, self.workload, lay, float(attrs["measured"]),
-                                                source="trial"))
-        self.calibration = fit(self.measurements, base=load_calibration(self.cluster.gpu.name))
+        from ..cost.calibrate import fit
+        from ..cost.measurements import Measurement
+
+        w, c = self.workload, self.cluster
+        self.measurements.append(Measurement(
+            model=self.model.source.removeprefix("catalog:") or self.model.name, gpu=c.gpu.name, count=c.count,
+            layout=lay, tokens_per_s_per_gpu=float(attrs["measured"]), gpus_per_node=c.gpus_per_node,
+            seq_len=w.seq_len, global_batch=w.global_batch, load_balancing_loss=w.load_balancing_loss,
+            source=f"trial of study {self.sd.name}"))
+        self.calibration = fit(self.measurements, base=load_calibration(c.gpu.name))
         self._repredict()
 
     def best(self) -> TrialRecord | None:

@@ -46,19 +46,15 @@ class PlanContext:
     keys: list[str]  # layout_key per candidate
     tried: set[str]
     history: list[TrialRecord] = field(default_factory=list)
-    sigma: float = 0.10  # the model's relative uncertainty for a layout unlike any measured one
+    sigma: np.ndarray | float = 0.10  # per-candidate relative uncertainty of `predicted`
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
     def untried(self) -> np.ndarray:
         return np.array([k not in self.tried for k in self.keys], dtype=bool)
 
     def uncertainty(self) -> np.ndarray:
-        """Per-candidate relative uncertainty: smaller near layouts that were measured."""
-        measured = [r.layout for r in self.history if r.source == "measured" and r.status == "ok"]
-        if not measured:
-            return np.full(len(self.keys), self.sigma)
-        sim = np.max([similarity(self.table, lay) for lay in measured], axis=0)
-        return self.sigma * (1.0 - 0.6 * sim)
+        """Per-candidate relative uncertainty: the prior far from measured layouts, smaller near them."""
+        return np.broadcast_to(np.asarray(self.sigma, dtype=float), (len(self.keys),))
 
 
 def _columns(t: LayoutTable) -> list[np.ndarray]:
