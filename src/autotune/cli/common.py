@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
-import yaml
 
 from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
-from ..errors import ConfigError
-from ..layout import Layout, Recompute, layout_from_args
+from ..layout import Layout, Recompute
 
 __all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "JsonOpt", "resolve", "recipe_inputs"]
 
@@ -30,26 +26,17 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
 
 
 def recipe_inputs(path: str) -> tuple[dict, ModelSpec, ClusterSpec, Workload, Layout]:
-    """Model, cluster, workload and layout of a recipe file (layout read from its run: block)."""
-    p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"recipe {path!r}: cannot read ({exc.strerror}); check the path") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"recipe {path!r}: not valid YAML ({exc}); run `autotune recipes validate {path}`") from None
-    try:
-        gpu, wl, res = doc["gpu"], doc["workload"], doc.get("result") or {}
-        model = load_model(doc["model"])
-        cluster = ClusterSpec.of(gpu["type"], int(gpu["count"]), int(gpu.get("per_node") or 8))
-        lo, hi = res.get("window") or (5, 19)
-        steps = int(res.get("steps_per_run") or 20)
-        workload = Workload(seq_len=int(wl["row_tokens"]), global_batch=int(wl["global_batch"]), steps=steps,
-                            window=(int(lo), int(hi)))
-        layout = layout_from_args(doc["run"], world=cluster.count)
-    except (KeyError, TypeError) as exc:
-        raise ConfigError(f"recipe {path!r}: missing or malformed field {exc}; run `autotune recipes validate {path}`") from None
-    return doc, model, cluster, workload, layout
+    """Model, cluster, workload and layout of a recipe file (validated; layout read from its run: block)."""
+    from ..errors import UnknownName
+    from ..recipes.convert import cluster_of, model_of, run_layout, workload_of
+    from ..recipes.io import load_recipe
+
+    recipe = load_recipe(path)
+    model = model_of(recipe)
+    if model is None:
+        raise UnknownName(f"recipe {path!r}: model {recipe.model!r} is not in the catalog; see `autotune models`")
+    doc = recipe.model_dump(mode="json")
+    return doc, model, cluster_of(recipe), workload_of(recipe), run_layout(recipe)
 
 
 def layout_options(layout: str, count: int, recompute: str | None, dispatcher: str, max_tokens: int | None,
