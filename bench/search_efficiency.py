@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     planners = args.planners.split(",")
     print(f"reality: each of {len(STEP_TERMS)} time terms x U[{1 - args.spread:.1f}, {1 + args.spread:.1f}], "
-          f"{args.noise:.0%} noise per trial" + (f", x U[+/-{args.feature_spread:.0%}] per layout feature value" if args.feature_spread else "") + "; goal: within 2% of reality's best; cap {args.cap} trials; {args.seeds} seeds")
+          f"{args.noise:.0%} noise per trial" + (f", x U[+/-{args.feature_spread:.0%}] per layout feature value" if args.feature_spread else "") + f"; goal: within 2% of reality's best; cap {args.cap} trials; {args.seeds} seeds")
     print(f"{'model / cluster':34s} {'planner':8s} {'median':>7s} {'mean':>6s} {'p90':>5s} {'reached':>8s} {'s/run':>6s}")
     with tempfile.TemporaryDirectory() as tmp:
         for pair in PAIRS[: args.pairs]:
