@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..catalog import ClusterSpec, ModelSpec, Workload, padded_vocab
+from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from .flops import stage_flops
-from .layers import PART_CLASS, PARTS, layer_tables, stage_sums
+from .layers import PART_CLASS, PARTS, layer_tables, stage_sums, vocab_per_row
 from .memory import MemoryCoefficients
 
 __all__ = ["microbatch_terms", "step_raw", "gemm_efficiency"]
@@ -51,12 +51,6 @@ def _a2a_time(volume, span, cluster: ClusterSpec, c, dispatcher):
     nvl = np.where(flex, nvl * c.flex_nvl, nvl)
     net = np.where(flex, net * c.flex_net, net)
     return volume * ((1 - off) / nvl + off / net)
-
-
-def _vocab(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
-    """Padded vocabulary per row, computed once per distinct TP."""
-    vals, inv = np.unique(tp, return_inverse=True)
-    return np.array([padded_vocab(model, int(v)) for v in vals], dtype=float)[inv.reshape(-1)]
 
 
 def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, c,
@@ -96,7 +90,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
     # cross-entropy (write, softmax read, gradient write, gradient read), ~10 x 4 B unfused (fp32 copies)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
-    logit_bytes = np.where(t.ce_fusion, 8.0, 40.0)[:, None] * _vocab(model, t.tp)[:, None] / tp * rows
+    logit_bytes = np.where(t.ce_fusion, 8.0, 40.0)[:, None] * vocab_per_row(model, t.tp).astype(float)[:, None] / tp * rows
     loss = np.where(last, logit_bytes / (g.hbm_gbps * 1e9), 0.0)
     mb["compute_output"] = 3 * fl.output / (peak * gemm_efficiency(c, h, rows)) + loss
 
@@ -171,7 +165,7 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     first = np.arange(S)[None, :] == 0
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
     tp = t.tp[:, None].astype(float)
-    vocab = _vocab(model, t.tp)[:, None] * model.hidden_size / tp
+    vocab = vocab_per_row(model, t.tp).astype(float)[:, None] * model.hidden_size / tp
     dense = stage_sums(lt.params_tp, t.pp, t.vpp, S) / tp + stage_sums(lt.params_rep, t.pp, t.vpp, S)
     dense = dense + np.where(first, vocab, 0.0) + np.where(last & (not model.tie_embeddings), vocab, 0.0)
     expert = stage_sums(lt.params_exp, t.pp, t.vpp, S) / (t.ep * t.etp)[:, None]

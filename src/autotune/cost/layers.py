@@ -21,11 +21,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..catalog import ModelSpec
+from ..catalog import ModelSpec, padded_vocab
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import layer_items
 
-__all__ = ["LayerTables", "layer_tables", "PARTS", "PART_CLASS", "stage_sums"]
+__all__ = ["LayerTables", "layer_tables", "PARTS", "PART_CLASS", "stage_sums", "stage_sums_by_pair", "vocab_per_row"]
 
 BF16 = 2
 FP32 = 4
@@ -165,18 +165,37 @@ def stage_sums(values: np.ndarray, pp: np.ndarray, vpp: np.ndarray, n_stages: in
     """Sum a per-layer column (L,) or table (L, K) into per-stage totals for each row's (PP, VPP).
 
     Returns (n, n_stages[, K]); stages beyond a row's PP are zero. Layer i of a model split into PP x VPP
-    chunks sits on stage (i // layers_per_chunk) % PP. Work is done once per distinct (PP, VPP) pair.
+    chunks sits on stage (i // layers_per_chunk) % PP. Work is done once per distinct (PP, VPP) pair, then
+    gathered (a 1-D unique on pp * 2^20 + vpp: sorting row pairs is the slow part at 10^5 rows).
     """
+    per, inverse = stage_sums_by_pair(values, pp, vpp, n_stages)
+    return per[inverse]
+
+
+def stage_sums_by_pair(values: np.ndarray, pp: np.ndarray, vpp: np.ndarray, n_stages: int):
+    """`stage_sums` before the gather: (per-pair totals (n_pairs, n_stages[, K]), row -> pair index)."""
     values = np.asarray(values, dtype=float)
     L = values.shape[0]
     extra = values.shape[1:]
-    out = np.zeros((len(pp), n_stages) + extra)
-    pairs, inverse = np.unique(np.stack([pp, vpp], axis=1), axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    pairs, inverse = _pairs(np.asarray(pp), np.asarray(vpp))
+    per = np.zeros((len(pairs), n_stages) + extra)
     for k, (p, v) in enumerate(pairs):
         chunk = max(1, L // (p * v))
         stage = (np.arange(L) // chunk) % p
-        per = np.zeros((n_stages,) + extra)
-        np.add.at(per, np.minimum(stage, n_stages - 1), values)
-        out[inverse == k] = per
-    return out
+        np.add.at(per[k], np.minimum(stage, n_stages - 1), values)
+    return per, inverse
+
+
+def _pairs(pp: np.ndarray, vpp: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    key = pp.astype(np.int64) * (1 << 20) + vpp.astype(np.int64)
+    if len(key) and (key == key[0]).all():  # one (PP, VPP) for the whole table: no sort at all
+        return [(int(pp[0]), int(vpp[0]))], np.zeros(len(key), dtype=np.intp)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    return [(int(u >> 20), int(u & ((1 << 20) - 1))) for u in uniq], inverse.reshape(-1)
+
+
+def vocab_per_row(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
+    """Megatron's padded vocabulary for each row's TP (computed once per distinct TP), as int64."""
+    tp = np.asarray(tp)
+    vals, inv = np.unique(tp, return_inverse=True)
+    return np.array([padded_vocab(model, int(v)) for v in vals], dtype=np.int64)[inv.reshape(-1)]

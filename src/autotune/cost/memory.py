@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..catalog import ClusterSpec, ModelSpec, Workload, padded_vocab
+from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
-from .layers import PART_CLASS, PARTS, layer_tables, stage_sums
+from .layers import PART_CLASS, PARTS, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 
 __all__ = ["MemoryResult", "estimate_memory", "TERMS", "MemoryCoefficients"]
 
@@ -119,7 +119,7 @@ def estimate_memory(
     # --- parameters --------------------------------------------------------------------------------
     p_dense = stage_sums(lt.params_tp, t.pp, t.vpp, S) / tp + stage_sums(lt.params_rep, t.pp, t.vpp, S)
     p_exp = stage_sums(lt.params_exp, t.pp, t.vpp, S) / (ep * etp)
-    vocab = np.array([padded_vocab(model, int(x)) for x in t.tp])[:, None].astype(float) * h / tp
+    vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * h / tp
     p_dense = p_dense + np.where(first, vocab, 0) + np.where(last, h, 0)  # embedding; final norm
     if not model.tie_embeddings:
         p_dense = p_dense + np.where(last, vocab, 0)
@@ -142,7 +142,8 @@ def estimate_memory(
     tok = 1.0 / (cp * np.where(sp, tp, 1.0))
     imb = np.where(ep > 1, coef.imbalance_on if workload.load_balancing_loss else coef.imbalance_off, 1.0)
     div = {"seq": tok, "tp": 1.0 / (cp * tp), "rep": tok, "exph": tok * etp * imb, "expf": tok * imb}
-    per_part = stage_sums(lt.act, t.pp, t.vpp, S)  # (n, S, P)
+    # per (PP, VPP) pair, never per row x part: the (n, S, P) table is the slow part at 10^5 rows
+    per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S)  # (pairs, S, P)
     keep_part = np.ones((n, len(PARTS)), dtype=bool)
     sel = t.rc_gran == 1
     mods = np.where(sel & (t.rc_modules == 0), 1, t.rc_modules)  # Megatron's default: core_attn
@@ -151,11 +152,17 @@ def estimate_memory(
         for part in SELECTIVE_DROPS[mod]:
             keep_part[on, PARTS.index(part)] = False
     full_layer = np.zeros((n, S))  # bytes per token of the stage's layers, everything saved
-    kept_layer = np.zeros((n, S))
-    for j, part in enumerate(PARTS):
-        b = per_part[:, :, j] * div[PART_CLASS[part]]
-        full_layer += b
-        kept_layer += b * keep_part[:, j][:, None]
+    for cls in dict.fromkeys(PART_CLASS.values()):
+        cols = [j for j, part in enumerate(PARTS) if PART_CLASS[part] == cls]
+        full_layer += per_pair[:, :, cols].sum(axis=2)[pair_of] * div[cls]
+    kept_layer = full_layer.copy()
+    if sel.any():  # only selective rows drop parts
+        rs = np.flatnonzero(sel)
+        kept = np.zeros((len(rs), S))
+        for j, part in enumerate(PARTS):
+            d = div[PART_CLASS[part]]
+            kept += per_pair[pair_of[rs], :, j] * (d[rs] if np.ndim(d) else d) * keep_part[rs, j][:, None]
+        kept_layer[rs] = kept
     L_stage = np.maximum(1.0, (model.num_layers / t.pp)[:, None])
     avg_layer = full_layer / L_stage
     seq_in = 2.0 * h * tok  # a recompute group's checkpointed input
@@ -175,7 +182,7 @@ def estimate_memory(
     terms["recompute"] = working * tokens
 
     # --- output layer and loss on the last stage ----------------------------------------------------
-    vocab_local = np.array([padded_vocab(model, int(x)) for x in t.tp])[:, None] / tp
+    vocab_local = vocab_per_row(model, t.tp)[:, None] / tp
     logit_bytes = np.where(t.ce_fusion[:, None], 2.0 + 4.0, 2.0 + 4.0 + 4.0 + 4.0)
     terms["logits"] = np.where(last, tokens / cp * vocab_local * logit_bytes, 0.0)
 

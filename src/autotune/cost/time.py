@@ -37,6 +37,12 @@ MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "c
             "recompute", "memory_bound", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead", "imbalance")
 STEP_TERMS = MB_TERMS + ("bubble", "dp_comm", "optimizer", "step_overhead")
 DERIVED = ("recompute", "imbalance")  # linear in other MB terms: they follow those terms' factors
+DEPS = tuple(("recompute", k) for k in ("compute_dense", "compute_attention", "compute_linear_attention",
+                                        "compute_experts", "memory_bound")) \
+    + (("imbalance", "compute_experts"), ("imbalance", "ep_comm"))  # (derived, primary) pairs with a coefficient
+_DERIVED_IDX = [MB_TERMS.index(d) for d in DERIVED]
+_DEP_SRC = [MB_TERMS.index(k) for _, k in DEPS]
+_DEP_SUM = np.array([[1.0 if d == dd else 0.0 for dd, _ in DEPS] for d in DERIVED])  # (derived, deps)
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ class RawTime:
     """Unscaled terms of n layouts: what `compose` turns into step times under any factors."""
 
     mb: np.ndarray  # (n, len(MB_TERMS), S) seconds per micro-batch per stage, zero beyond PP
-    dep: np.ndarray  # (n, len(DERIVED), len(MB_TERMS), S) derived term = sum_k dep[k] x (scaled term k)
+    dep: np.ndarray  # (n, len(DEPS), S): derived term = sum of coefficient x its (scaled) primary term
     valid: np.ndarray  # (n, S)
     microbatches: np.ndarray  # (n,)
     bubble_coef: np.ndarray  # (n,) (PP - 1) / VPP
@@ -94,7 +100,7 @@ class RawTime:
         if extra <= 0:
             return self
         return RawTime(np.pad(self.mb, ((0, 0), (0, 0), (0, extra))),
-                       np.pad(self.dep, ((0, 0), (0, 0), (0, 0), (0, extra))), np.pad(self.valid, ((0, 0), (0, extra))),
+                       np.pad(self.dep, ((0, 0), (0, 0), (0, extra))), np.pad(self.valid, ((0, 0), (0, extra))),
                        self.microbatches, self.bubble_coef, self.dp_comm, self.dp_overlap, self.optimizer,
                        self.step_overhead, self.tokens_per_step, self.world)
 
@@ -128,14 +134,11 @@ def _exposed(comm: np.ndarray, window: np.ndarray) -> np.ndarray:
     return np.where(window > 0, comm - w * -np.expm1(-comm / w), comm)
 
 
-_DERIVED_IDX = [MB_TERMS.index(d) for d in DERIVED]
-
-
 def _scaled_mb(raw: RawTime, f: np.ndarray) -> np.ndarray:
     """(n, K, S) per-micro-batch terms under factors f; derived terms rebuilt from the scaled primaries."""
     K = len(MB_TERMS)
     mb = raw.mb * f[:K][None, :, None]
-    derived = np.einsum("ndks,nks->nds", raw.dep, mb)
+    derived = np.einsum("dj,njs->nds", _DEP_SUM, raw.dep * mb[:, _DEP_SRC, :])
     mb[:, _DERIVED_IDX, :] = derived * f[_DERIVED_IDX][None, :, None]
     return mb
 
@@ -146,7 +149,7 @@ def step_times(raw: RawTime, f: np.ndarray) -> np.ndarray:
     K = len(MB_TERMS)
     F = np.atleast_2d(f)
     mb = raw.mb[None] * F[:, None, :K, None]  # (B, n, K, S)
-    derived = np.einsum("ndks,bnks->bnds", raw.dep, mb)
+    derived = np.einsum("dj,bnjs->bnds", _DEP_SUM, raw.dep[None] * mb[:, :, _DEP_SRC, :])
     mb[:, :, _DERIVED_IDX, :] = derived * F[:, None, _DERIVED_IDX, None]
     stage = mb.sum(axis=2)
     worst = np.where(raw.valid[None], stage, 0.0).max(axis=2)
@@ -195,10 +198,10 @@ def raw_time(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     n, S = mb["compute_dense"].shape
     valid = np.arange(S)[None, :] < t.pp[:, None]
     arr = np.stack([np.where(valid, mb[k], 0.0) for k in MB_TERMS], axis=1)
-    dep = np.zeros((n, len(DERIVED), len(MB_TERMS), S))
-    for i, d in enumerate(DERIVED):
-        for k, v in deps[d].items():
-            dep[:, i, MB_TERMS.index(k), :] = np.where(valid, v, 0.0)
+    dep = np.zeros((n, len(DEPS), S))
+    for i, (d, k) in enumerate(DEPS):
+        if k in deps[d]:
+            dep[:, i, :] = np.where(valid, deps[d][k], 0.0)
     return step_raw(model, workload, cluster, t, coef, arr, dep, valid)
 
 
