@@ -150,8 +150,10 @@ def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cl
     disp = d.dispatcher if model.is_moe else ["alltoall"]
     overlap = d.moe_shared_expert_overlap if model.is_moe and model.moe.shared_ffn_hidden_size else [False]
     rcs = [_recompute_codes(r) for r in d.recompute]
+    # without Transformer Engine the precision-aware optimizer falls back to the plain distributed one
+    pa = d.precision_aware_optimizer if cluster.has_te else [False]
     axes = [d.tp, d.pp, d.vpp, d.cp, ep, etp, range(len(rcs)), [DISPATCHERS.index(x) for x in disp],
-            d.rows_per_microbatch, d.distributed_optimizer, d.precision_aware_optimizer, overlap, d.optimizer_offload]
+            d.rows_per_microbatch, d.distributed_optimizer, pa, overlap, d.optimizer_offload]
     grid = np.array(list(itertools.product(*axes)), dtype=float)
     tp, pp, vpp, cp, epv, etpv, rci, dsp, rows, dist, pa, so, off = grid.T
     rc = np.array(rcs)[rci.astype(int)]
@@ -207,7 +209,9 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     p = space.prune
     practical = [("TP spans nodes", ~((t.tp > cluster.node_size) & p.tp_within_node)),
                  (f"EP x ETP x TP spans more than {p.ep_tp_within_nodes} nodes",
-                  t.ep * t.etp * np.maximum(t.tp // t.etp, 1) <= p.ep_tp_within_nodes * cluster.node_size)]
+                  t.ep * t.etp * np.maximum(t.tp // t.etp, 1) <= p.ep_tp_within_nodes * cluster.node_size),
+                 ("redundant: without EP or ETP the dispatcher choice changes nothing",
+                  ~((t.ep * t.etp == 1) & (t.dispatcher != 0)))]
     alive_after, later = _first_reason([("legal", alive)] + soft + practical, n)
     later.pop("legal", None)
     if alive.any() and not alive_after.any():
@@ -219,7 +223,8 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     if not cluster.has_deepep and "flex" in space.dimensions.dispatcher:
         notes.append("flex dispatcher dropped: DeepEP is not available on this cluster")
     if not cluster.has_te and True in space.dimensions.precision_aware_optimizer:
-        notes.append("precision-aware optimizer dropped: Transformer Engine is not available")
+        notes.append("precision-aware optimizer replaced by the plain distributed optimizer: Transformer Engine "
+                     "is not available on this cluster")
     funnel.append(("supported and practical", int(alive.sum())))
     idx = np.flatnonzero(alive)
     last_reasons = last if last is not None else dict(reasons)

@@ -55,6 +55,8 @@ def search(
     timeout_s: float = typer.Option(3600.0, "--trial-timeout", help="Seconds before a trial is stopped."),
     noise: float = typer.Option(0.02, "--noise", help="Run-to-run noise: a gain below this is not worth a trial."),
     seed: int = typer.Option(0, "--seed", help="Seed for planners and synthetic data."),
+    proxy: bool = typer.Option(False, "--proxy", help="Real trials run a shrunk proxy of the model that fits this "
+                               "machine (CPU) or one GPU: they prove a layout runs; ranking uses the full model's prediction."),
     sim_delay: float = typer.Option(0.0, "--sim-delay", hidden=True, help="Seconds each simulated trial takes."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -102,7 +104,7 @@ def search(
         opts["address"] = address
     be = get_backend(backend, **opts)
     cfg = SearchConfig(trials=trials, budget_gpu_hours=budget_gpu_hours, parallel=parallel, planner=planner_name,
-                       noise=noise, steps=steps, seed=seed, timeout_s=timeout_s,
+                       noise=noise, steps=steps, seed=seed, timeout_s=timeout_s, proxy=proxy and backend != "simulate",
                        poll_s=0.02 if backend == "simulate" else 1.0)
     view = _LiveView(m, cluster, sd, enabled=not json_out)
     driver = SearchDriver(m, cluster, workload, sp, be, sd, cfg, on_event=view.event)

@@ -304,6 +304,11 @@ class SearchDriver:
             steps=self.cfg.steps or self.workload.steps, warmup_steps=self.workload.window[0], seed=self.cfg.seed,
             timeout_s=self.cfg.timeout_s, predicted={"tokens_per_s_per_gpu": pred, "peak_bytes": float(self.peak[idx])},
         )
+        if self.cfg.proxy:
+            from ..trials.proxy import make_proxy
+
+            _, spec.proxy = make_proxy(self.model, lay, target="gpu" if self.cluster.gpu.is_accelerator else "cpu")
+            trial.set_user_attr("proxy", spec.proxy)
         d = self.sd.trial_dir(trial.number)
         write_json_atomic(d / "trial_spec.json", spec)
         handle = self.backend.submit(spec, d)
@@ -312,6 +317,14 @@ class SearchDriver:
 
     def _tell(self, number: int, lay: Layout, res: TrialResult, pred: float | None) -> None:
         import optuna
+
+        if res.proxy and res.status == "ok":
+            # a proxy trial proves the layout runs; its throughput is the shrunk model's, so the ranking
+            # keeps the full model's prediction and the measurement is kept beside it, not calibrated on
+            self._trial(number).set_user_attr("proxy_tokens_per_s_per_gpu", res.tokens_per_s_per_gpu)
+            res = res.model_copy(update={"tokens_per_s_per_gpu": pred, "source": "predicted",
+                                         "reason": f"proxy trial ran ({res.tokens_per_s_per_gpu or 0:,.1f} tokens/s/GPU "
+                                                   f"on the proxy); ranked by the full model's prediction"})
 
         attrs = {"status": res.status, "source": res.source, "reason": (res.reason or "")[:500],
                  "gpu_hours": res.gpu_hours or ((res.wall_s or 0.0) * self.cluster.count / 3600.0),
