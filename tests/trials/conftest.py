@@ -44,10 +44,6 @@ def procs_mentioning(marker: str | Path) -> list[int]:
     return sorted(found)
 
 
-def parent_pid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 @pytest.fixture
 def tmp_trial(tmp_path: Path) -> Path:
     """A trial directory, as the search driver lays it out: runs/<study>/trials/<n>/."""

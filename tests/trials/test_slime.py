@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import socket
 import subprocess
 import sys
 import textwrap
@@ -138,7 +139,7 @@ def test_window_metrics_from_formatted_lines():
     assert m["step_time_s"] == pytest.approx(window_s / 4)
     w = [t / 1000 for t in times[2:]]
     mean = sum(w) / 4
-    assert m["step_time_cv_percent"] == pytest.approx((sum((x - mean) ** 2 for x in w) / 4) ** 0.5 / mean * 100)
+    assert m["step_time_cv_percent"] == pytest.approx((sum((x - mean) ** 2 for x in w) / 3) ** 0.5 / mean * 100)
     assert window_metrics(steps[:-1], (2, 5), gpus=32) is None  # a missing step is no measurement
 
 
@@ -177,6 +178,10 @@ FAKE_SLIME = textwrap.dedent('''\
         time.sleep(0.05)
         if mode == "hang":
             time.sleep(600)
+        if mode == "oom" and it == 3:
+            print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 0 has a total "
+                  "capacity of 139.81 GiB of which 1.20 GiB is free.", file=sys.stderr, flush=True)
+            sys.exit(1)
         if it == 1:
             for r in (0, 8):
                 print("[Rank {}] (after 1 iterations) memory (MB) | allocated: {:.2f} | max allocated: {:.2f} | "
@@ -188,25 +193,26 @@ FAKE_SLIME = textwrap.dedent('''\
 ''')
 
 
-@pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    """One local Ray with its dashboard (the Job API) for this module."""
-    ray = pytest.importorskip("ray")
-    from ray.job_submission import JobSubmissionClient
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
-    ctx = ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", logging_level="ERROR")
-    url = "http://" + ctx.dashboard_url
-    deadline = time.monotonic() + 60
-    while True:  # the Job API answers a little after ray.init returns
-        try:
-            JobSubmissionClient(url)
-            break
-        except Exception:  # noqa: BLE001
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    yield url
+
+@pytest.fixture(scope="module")
+def dashboard():
+    """One local Ray with its dashboard (the Job API) for this module. Its dashboard and job-agent
+    ports are free ones: the defaults (8265, 52365) may belong to another Ray on this machine."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "include_dashboard": True, "dashboard_host": "127.0.0.1",
+        "dashboard_port": _free_port(), "dashboard_agent_listen_port": _free_port()})
+    ctx = ray.init(address=cluster.address, logging_level="ERROR")
+    yield "http://" + ctx.dashboard_url
     ray.shutdown()
+    cluster.shutdown()
 
 
 def _backend(url: str, tmp_path: Path, **env):
@@ -258,3 +264,13 @@ def test_ray_job_past_its_timeout_is_stopped(dashboard, tmp_path, tmp_trial):
     while backend.client.get_job_status(handle.token.job_id) != JobStatus.STOPPED:
         assert time.monotonic() < deadline
         time.sleep(0.3)
+
+
+@pytest.mark.slow
+def test_ray_job_that_runs_out_of_memory_is_an_oom_result(dashboard, tmp_path, tmp_trial):
+    spec = _seed_spec(yaml.safe_load(SEEDS[0].read_text()), steps=6)
+    backend = _backend(dashboard, tmp_path, FAKE_MODE="oom")
+    res = _wait(backend, backend.submit(spec, tmp_trial))
+    assert res.status == "oom" and res.attempts == 1, res.reason  # a result: not retried
+    assert "CUDA out of memory" in res.reason
+    assert [s.step for s in res.steps] == [0, 1]  # what ran before it failed is kept

@@ -129,7 +129,7 @@ def window_metrics(steps: list[StepRecord], window: tuple[int, int], gpus: int) 
         return None
     times = [s.time_s for s in inside]
     mean = statistics.fmean(times)
-    cv = statistics.pstdev(times) / mean * 100 if len(times) > 1 else 0.0
+    cv = statistics.stdev(times) / mean * 100 if len(times) > 1 else 0.0  # sample stdev, as the runner
     return {
         "tokens_per_s_per_gpu": sum(s.tokens for s in inside) / sum(times) / gpus,
         "step_time_s": mean,

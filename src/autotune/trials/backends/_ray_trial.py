@@ -21,7 +21,7 @@ from typing import Any
 from ...errors import ConfigError
 from ..spec import StepRecord, TrialResult, TrialSpec, read_model
 
-__all__ = ["Trial", "reap"]
+__all__ = ["Trial", "reap", "oom_kill_count"]
 
 _OUTPUTS = ("trial_result.json", "steps.jsonl")
 
@@ -42,11 +42,13 @@ class Trial:
     nodes: set = field(default_factory=set)  # Ray node ids the ranks ran on
     returncodes: list = field(default_factory=list)
     killed_by_us: set = field(default_factory=set)  # survivors stopped after another rank failed
+    oom_killed: set = field(default_factory=set)  # ranks whose node's OOM-kill counter rose while they ran
     first_failure: float | None = None
     result: TrialResult | None = None
 
     def __post_init__(self):
         self.returncodes = [None] * self.spec.count
+        self.oom_baseline = oom_kill_count()  # this host's, for ranks that ran here (LocalBackend)
 
     @property
     def spec_path(self) -> Path:
@@ -122,7 +124,8 @@ class Trial:
         self.attempt += 1
         self.started, self.first_failure = None, None
         self.returncodes = [None] * self.spec.count
-        self.killed_by_us = set()
+        self.killed_by_us, self.oom_killed = set(), set()
+        self.oom_baseline = oom_kill_count()
 
     def output_names(self, rank: int) -> list[str]:
         return [*_OUTPUTS, "logs/rank0.log"] if rank == 0 else [f"logs/rank{rank}.log"]
@@ -130,13 +133,23 @@ class Trial:
     # --- outcome ---------------------------------------------------------------------------------
     def outcome(self) -> tuple[str, str | None, TrialResult | None]:
         """Status, reason and a base result once every rank has exited."""
-        own = [rc for r, rc in enumerate(self.returncodes) if r not in self.killed_by_us and rc is not None]
+        own = {r: rc for r, rc in enumerate(self.returncodes) if r not in self.killed_by_us and rc is not None}
         runner = self._runner_result()
-        if runner is not None and (runner.status != "ok" or all(rc == 0 for rc in own)):
+        if runner is not None and (runner.status != "ok" or all(rc == 0 for rc in own.values())):
             return runner.status, runner.reason, runner
         from ..failure import classify
 
-        status, reason = classify(own, self.log_text())
+        status, reason = classify(list(own.values()), self.log_text())
+        # A rank killed from outside is the root cause; its peers' communication errors are echoes.
+        # The kernel's OOM killer is a result (oom); any other outside kill is a lost worker (infra).
+        killed = sorted(r for r, rc in own.items() if rc < 0 and -rc in _OUTSIDE_SIGNALS)
+        if killed and status not in ("oom", "nan"):
+            r = killed[0]
+            name = signal.Signals(-own[r]).name
+            if r in self.oom_killed or oom_kill_count() > self.oom_baseline:
+                status, reason = "oom", f"rank {r} killed by {name}: the kernel's OOM killer (host memory)"
+            else:
+                status, reason = "infra", f"rank {r} killed by {name} from outside, not by an OOM: a lost worker"
         if status == "ok":
             status, reason = "crash", "every rank exited 0 but rank 0 wrote no trial_result.json"
         base = TrialResult(study=self.spec.study, number=self.spec.number, status=status, reason=reason,
@@ -184,6 +197,24 @@ class Trial:
         failing = [r for r, rc in enumerate(self.returncodes) if rc not in (None, 0) and r not in self.killed_by_us]
         p = self.log_path(failing[0] if failing else 0)
         return "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) if p.exists() else None
+
+
+# Signals that come from outside a process (a kill, a node going down), unlike SIGSEGV or SIGABRT.
+_OUTSIDE_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+
+
+def oom_kill_count() -> int:
+    """OOM kills so far on this host (/proc/vmstat) plus this cgroup's (cgroup v2); 0 where unknown."""
+    total = 0
+    for path, key in (("/proc/vmstat", "oom_kill"), ("/sys/fs/cgroup/memory.events", "oom_kill")):
+        try:
+            for line in Path(path).read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == key:
+                    total += int(value)
+        except (OSError, ValueError):
+            continue
+    return total
 
 
 def reap(marker: str) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ...errors import require
 from ..spec import TrialResult, TrialSpec, write_json_atomic
-from ._ray_trial import Trial, reap
+from ._ray_trial import Trial, oom_kill_count, reap
 from .base import Backend, Handle
 
 __all__ = ["RayBackend"]
@@ -39,6 +39,7 @@ class _RankWorker:
 
     def __init__(self):
         self.proc: subprocess.Popen | None = None
+        self.oom_kills = 0
 
     def where(self) -> dict:
         ray = _ray()
@@ -52,6 +53,7 @@ class _RankWorker:
             return s.getsockname()[1]
 
     def start(self, argv: list[str], env: dict[str, str], log_path: str, files: dict[str, str]) -> int:
+        self.oom_kills = oom_kill_count()
         for path, text in files.items():  # the trial dir may not be on a shared filesystem
             if not Path(path).exists():
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -65,8 +67,10 @@ class _RankWorker:
             )
         return self.proc.pid
 
-    def poll(self) -> int | None:
-        return self.proc.poll() if self.proc else None
+    def poll(self) -> tuple[int | None, bool]:
+        """The exit code (None while running) and whether this node's OOM-kill counter rose since start."""
+        rc = self.proc.poll() if self.proc else None
+        return rc, rc is not None and rc < 0 and oom_kill_count() > self.oom_kills
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -111,12 +115,12 @@ class RayBackend(Backend):
             if address:
                 ray.init(address=address, runtime_env=runtime_env, logging_level="ERROR")
             else:
-                # Ray's unix socket paths must stay short: a long runs dir falls back to /tmp.
-                tmp = Path(runs_dir).resolve() / ".ray" if runs_dir else None
-                if tmp is None or len(str(tmp)) > 40:
-                    tmp = Path("/tmp") / f"autotune-ray-{os.getuid()}"
-                tmp.mkdir(parents=True, exist_ok=True)
-                os.environ.setdefault("RAY_TMPDIR", str(tmp))
+                # The session dir: $RAY_TMPDIR if set, else under the runs dir; Ray's unix socket
+                # paths must stay short, so a long one falls back to /tmp.
+                tmp = os.environ.get("RAY_TMPDIR") or (str(Path(runs_dir).resolve() / ".ray") if runs_dir else "")
+                if not tmp or (len(tmp) > 40 and "RAY_TMPDIR" not in os.environ):
+                    tmp = f"/tmp/autotune-ray-{os.getuid()}"
+                Path(tmp).mkdir(parents=True, exist_ok=True)
                 ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(tmp), logging_level="ERROR")
             self._owns_ray = True
         self._worker_cls = ray.remote(_RankWorker)
@@ -174,8 +178,9 @@ class RayBackend(Backend):
         if trial.phase == "placing":
             if not ready:
                 if now - trial.phase_since > self.place_timeout_s:
-                    self._finish(trial, "infra", f"placement group {trial.bundles(0)[0][:1]} x {len(trial.bundles(0)[0])} "
-                                 f"not scheduled in {self.place_timeout_s:g} s: the cluster lacks the resources", retry=False)
+                    b, strategy = trial.bundles(0)
+                    self._finish(trial, "infra", f"placement group of {len(b)} x {b[0]} ({strategy}) not scheduled in "
+                                 f"{self.place_timeout_s:g} s: the cluster lacks the resources", retry=False)
                 return
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -205,11 +210,13 @@ class RayBackend(Backend):
             elif ready:
                 self._check_ranks(trial, ray.get(trial.pending), now)
 
-    def _check_ranks(self, trial: Trial, codes: list[int | None], now: float) -> None:
+    def _check_ranks(self, trial: Trial, polled: list[tuple[int | None, bool]], now: float) -> None:
         ray = _ray()
-        for r, rc in enumerate(codes):
+        for r, (rc, oom) in enumerate(polled):
             if rc is not None and trial.returncodes[r] is None:
                 trial.returncodes[r] = rc
+                if oom:
+                    trial.oom_killed.add(r)
         live = [r for r, rc in enumerate(trial.returncodes) if rc is None]
         if live and any(rc not in (None, 0) for rc in trial.returncodes):
             trial.first_failure = trial.first_failure or now

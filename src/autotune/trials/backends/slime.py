@@ -4,7 +4,8 @@ The job's entrypoint is a bash script: `MODEL_ARGS=( ... )` from `slime_model_ar
 model-script arguments, generalised from ModelSpec), then the recipe's `run:` block from
 `autotune.recipes.emit.build_run_block` with `python3 -m <slime entry module>` replaced by the
 configured entry (default `python3 train_async.py`, run from `slime_dir`). It is submitted through
-`ray.job_submission.JobSubmissionClient` to the Ray dashboard at `address` (the CLI's `--ray-address`);
+`ray.job_submission.JobSubmissionClient` to the Ray dashboard at `address` (the CLI's `--ray-address`;
+a dashboard URL, "auto", or a cluster address Ray maps to its dashboard);
 `poll()` asks for the job's status, and at the end fetches its log into `<trial_dir>/logs/job.log` and
 reads Megatron's (or slime's) per-step lines into StepRecords and a TrialResult. Cancel is stop_job.
 Model arguments live in `_slime_args.py`; log parsing in `_megatron_log.py`.
@@ -84,16 +85,15 @@ class SlimeBackend(Backend):
 
     def __init__(self, address: str | None = None, entry: str = "train_async.py", python: str = "python3",
                  slime_dir: str | None = None, env: dict[str, str] | None = None, runtime_env: dict | None = None,
-                 retries: int = 1, log_every_s: float = 30.0):
-        address = address or os.environ.get("RAY_DASHBOARD_ADDRESS") or "http://127.0.0.1:8265"
-        if "://" not in address:
-            address = "http://" + address
+                 retries: int = 1, log_every_s: float = 30.0, agent_wait_s: float = 60.0):
+        # Ray resolves the address: a dashboard URL, "auto", a ray:// or bootstrap address, or (None)
+        # RAY_API_SERVER_ADDRESS / RAY_ADDRESS / the running local Ray.
         js = require("ray.job_submission", "ray")
         self.client = js.JobSubmissionClient(address)
-        self.address = address
+        self.address = getattr(self.client, "_address", address)
         self.entry, self.python, self.slime_dir = entry, python, slime_dir
         self.env, self.runtime_env = dict(env or {}), runtime_env
-        self.retries, self.log_every_s = retries, log_every_s
+        self.retries, self.log_every_s, self.agent_wait_s = retries, log_every_s, agent_wait_s
 
     def submit(self, spec: TrialSpec, trial_dir: Path) -> Handle:
         trial_dir = Path(trial_dir).resolve()
@@ -108,10 +108,17 @@ class SlimeBackend(Backend):
 
     def _submit_job(self, spec: TrialSpec, script: str) -> str:
         sid = f"autotune-{spec.study}-{spec.number}-{uuid.uuid4().hex[:8]}"
-        return self.client.submit_job(
-            entrypoint="bash -c " + shlex.quote(script), submission_id=sid, runtime_env=self.runtime_env,
-            metadata={"autotune_study": spec.study, "autotune_trial": str(spec.number)},
-        )
+        deadline = time.monotonic() + self.agent_wait_s
+        while True:
+            try:
+                return self.client.submit_job(
+                    entrypoint="bash -c " + shlex.quote(script), submission_id=sid, runtime_env=self.runtime_env,
+                    metadata={"autotune_study": spec.study, "autotune_trial": str(spec.number)},
+                )
+            except RuntimeError as exc:  # a just-started cluster: its job agent is not up yet
+                if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     def poll(self, handle: Handle) -> TrialResult | None:
         job: _Job = handle.token
