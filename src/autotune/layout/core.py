@@ -51,9 +51,15 @@ class Recompute:
         parts = text.split(":")
         if parts[0] == "selective":
             mods = tuple(m for m in (parts[1].split(",") if len(parts) > 1 else []) if m)
-            return cls("selective", modules=mods)
+            try:
+                return cls("selective", modules=mods)
+            except BadInput as exc:
+                raise BadInput(f"--recompute {text!r}: {exc}") from None
         if parts[0] == "full" and len(parts) == 3 and parts[2].isdigit():
-            return cls("full", parts[1], int(parts[2]))  # type: ignore[arg-type]
+            try:
+                return cls("full", parts[1], int(parts[2]))  # type: ignore[arg-type]
+            except BadInput as exc:
+                raise BadInput(f"--recompute {text!r}: {exc}") from None
         raise BadInput(
             f"--recompute {text!r}: use none, selective[:modules], or full:uniform|block:N (e.g. full:uniform:2)"
         )

@@ -1,0 +1,107 @@
+"""The estimate, space, models and gpus commands as a user meets them: JSON shapes, errors, exit codes."""
+
+import json
+
+import pytest
+
+from autotune.cli.main import main
+
+EST = ["estimate", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32"]
+
+
+def run(capsys, *argv):
+    capsys.readouterr()
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_estimate_json_has_the_contract(capsys):
+    rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8", "--recompute", "full:uniform:2", "--json")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["active_params"] == 9_008_136_192 and d["total_params"] == 122_111_526_912
+    assert d["layout"] == "TP1 PP4 EP8 DP8"
+    mem = d["memory"]
+    assert mem["fits"] is True and len(mem["stages"]) == 4 and mem["peak_bytes"] < mem["capacity_bytes"]
+    assert max(s["total"] for s in mem["stages"]) == mem["peak_bytes"]
+    thr = d["throughput"]
+    assert {"tokens_per_s_per_gpu", "mfu", "usd_per_million_tokens", "step_time_s", "breakdown"} <= set(thr)
+    assert thr["mfu"] == pytest.approx(thr["tokens_per_s_per_gpu"] * 6 * 9_008_136_192 / 989.4e12)
+    assert sum(thr["breakdown"].values()) == pytest.approx(thr["step_time_s"])
+
+
+def test_estimate_without_recompute_does_not_fit_and_says_so(capsys):
+    rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8")
+    assert rc == 0 and "does not fit" in out
+
+
+def test_estimate_recipe_reports_measured(capsys):
+    rc, out, _ = run(capsys, "estimate", "--recipe", "recipes/qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8-rc2.yaml", "--json")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["measured"]["tokens_per_s_per_gpu"] == 2451.44 and d["layout"] == "TP1 PP4 EP8 DP8"
+    assert d["layout_detail"]["recompute"]["num_layers"] == 2
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--layout", "TP3 PP4 EP8"], "nearest legal layout"),
+    (["--layout", "TP1 PP4 EP8 DP4"], "--count is 32"),
+    (["--layout", "TP1 PP4 EP8", "--recompute", "full:sideways:2"], "--recompute"),
+])
+def test_estimate_bad_layouts(capsys, argv, needle):
+    rc, _, err = run(capsys, *EST, *argv)
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_estimate_bad_model_and_count(capsys, tmp_path):
+    rc, _, err = run(capsys, "estimate", "--model", "Qwen3.5-122B", "--gpu", "H200", "--count", "32", "--layout", "TP1 PP4 EP8")
+    assert rc == 2 and "did you mean Qwen3.5-122B-A10B" in err
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4}))
+    rc, _, err = run(capsys, "estimate", "--model", str(cfg), "--gpu", "H100", "--count", "8", "--layout", "TP1 PP1")
+    assert rc == 2 and "intermediate_size" in err
+    rc, _, err = run(capsys, *EST[:-1], "20", "--layout", "TP1 PP4 EP4")
+    assert rc == 2 and "does not divide into nodes" in err
+
+
+def test_space_json_funnel_and_top(capsys):
+    rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--top", "5", "--json")
+    assert rc == 0
+    d = json.loads(out)
+    counts = [f["count"] for f in d["funnel"]]
+    assert counts == sorted(counts, reverse=True) and counts[-1] > 0
+    assert [f["stage"] for f in d["funnel"]][:2] == ["enumerated", "legal"]
+    tps = [t["throughput"]["tokens_per_s_per_gpu"] for t in d["top"]]
+    assert tps == sorted(tps, reverse=True) and len(tps) == 5
+    assert all(t["memory"]["fits"] for t in d["top"])
+    assert any(k.startswith("illegal:") for k in d["reasons"]) and "predicted OOM" in d["reasons"]
+
+
+def test_space_without_deepep_drops_flex(capsys):
+    rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--no-deepep", "--json", "--top", "50")
+    d = json.loads(out)
+    assert rc == 0 and any("DeepEP" in k for k in d["reasons"])
+    assert all(t["layout_detail"]["dispatcher"] != "flex" for t in d["top"])
+
+
+@pytest.mark.parametrize("yaml_text,needle", [
+    ("dimensions:\n  tpp: [1, 2]\n", "unknown dimension 'tpp'; allowed: tp, pp"),
+    ("dimensions:\n  tp: one\n", "dimensions.tp"),
+    ("dimensions:\n  tp: []\n", "dimensions.tp: is empty"),
+    ("dimensions:\n  dispatcher: [alltoall, deepep]\n", "unknown dispatcher"),
+    ("prune:\n  keep_within: lots\n", "prune.keep_within"),
+])
+def test_space_yaml_errors_name_file_key_and_allowed(capsys, tmp_path, yaml_text, needle):
+    f = tmp_path / "space.yaml"
+    f.write_text(yaml_text)
+    rc, _, err = run(capsys, "space", "--model", "tiny-moe", "--gpu", "cpu", "--count", "2", "--space", str(f))
+    assert rc == 2 and needle in err and str(f) in err and len(err.strip().splitlines()) == 1
+
+
+def test_models_and_gpus_json(capsys):
+    rc, out, _ = run(capsys, "models", "--json")
+    models = {m["name"]: m for m in json.loads(out)}
+    assert rc == 0 and models["Qwen3.5-122B-A10B"]["active_params"] == 9_008_136_192 and "tiny-moe" in models
+    rc, out, _ = run(capsys, "gpus", "--json")
+    assert rc == 0 and {g["name"] for g in json.loads(out)} >= {"H100", "H200", "B200", "cpu"}
