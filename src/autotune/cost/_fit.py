@@ -84,7 +84,7 @@ def term_shares(raw: RawTime, f: np.ndarray) -> np.ndarray:
 
 
 def solve(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients, terms=STEP_TERMS, *,
-          prior_sigma: float = 0.35, noise_sigma: float = 0.07, min_share: float = 0.01,
+          prior_sigma: float = 0.2, noise_sigma: float = 0.07, min_share: float = 0.01,
           tie_sigma: float = 0.15, max_iter: int = 50) -> FitResult:
     raw = stack_raw(measurements, coef, mcoef)
     measured = np.array([m.seq_len * m.global_batch / (m.tokens_per_s_per_gpu * m.count) for m in measurements])

@@ -1,0 +1,113 @@
+"""`autotune calibrate`: fit the time model's per-term factors to measured runs and save them.
+
+Rows come from the seed page's three H200 recipes (--seeds), the shipped public throughput table
+(--published, only the rows the model can represent) and the user's own file (--measurements, a CSV in
+the published columns or a JSON list of measurements). Prints the factors and each row's error before
+(the calibration in use now) and after; writes the JSON atomically to --out, merging with the GPU kinds
+already there. `evaluate` uses it when $AUTOTUNE_CALIBRATION names the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ..catalog import get_gpu
+from ..cost.calibrate import (ENV_VAR, FAMILIES, fit_kinds, load_calibration, predict, published_measurements,
+                              read_measurements, row_report, save_calibrations, seed_measurements)
+from ..cost.time import STEP_TERMS
+from ..errors import BadInput
+from .console import console, print_json
+
+
+def default_out() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "autotune" / "calibration.json"
+
+
+def calibrate(
+    gpu: str = typer.Option(None, "--gpu", "-g", help="Fit this GPU kind only (default: every kind with rows)."),
+    measurements: str = typer.Option(None, "--measurements", help="Your rows: FILE.csv (published columns) or FILE.json."),
+    published: bool = typer.Option(True, "--published/--no-published", help="Use the shipped public table's rows."),
+    seeds: bool = typer.Option(True, "--seeds/--no-seeds", help="Use the seed page's three measured H200 layouts."),
+    out: str = typer.Option(None, "--out", "-o", help="Where to write the calibration JSON (default: "
+                            "~/.config/autotune/calibration.json)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Fit per-GPU-kind factors on the time terms (least squares on log step time, with a prior toward 1)
+    and write them where `evaluate` can use them ($AUTOTUNE_CALIBRATION).
+
+    Example: autotune calibrate --gpu H200 --measurements my_runs.csv --out calib.json
+    """
+    kind = get_gpu(gpu).name if gpu else None
+    if kind is not None and kind not in FAMILIES:
+        raise BadInput(f"--gpu {kind}: no throughput model to calibrate for it; choose one of {', '.join(FAMILIES)}")
+    rows, skipped = [], []
+    if seeds:
+        rows += seed_measurements()
+    if published:
+        kept, skip = published_measurements()
+        rows, skipped = rows + kept, skipped + [("published", r, why) for r, why in skip]
+    if measurements:
+        kept, skip = read_measurements(measurements)
+        rows, skipped = rows + kept, skipped + [(measurements, r, why) for r, why in skip]
+    family = {k for k in FAMILIES if kind and FAMILIES[k] == FAMILIES[kind]}
+    usable = [m for m in rows if not kind or m.gpu in family]
+    if not usable:
+        where = f" for {kind} (or its family: {', '.join(sorted(family))})" if kind else ""
+        raise BadInput(f"no measured rows{where}: add --measurements FILE.csv|.json, or drop --no-seeds/--no-published")
+    cals = fit_kinds(usable, [kind] if kind else None)
+    path = save_calibrations(Path(out) if out else default_out(), cals)
+    result = {"written": str(path), "use": f"export {ENV_VAR}={path}", "gpus": {}, "skipped": _skip_summary(skipped)}
+    for k, cal in cals.items():
+        shown = [m for m in usable if m.gpu == k] or [m for m in usable if FAMILIES.get(m.gpu) == FAMILIES[k]]
+        before = load_calibration(k) if os.environ.get(ENV_VAR) != str(path) else None
+        rows_k = row_report(shown, predict(shown, before) if before else [float("nan")] * len(shown),
+                            predict(shown, cal))
+        result["gpus"][k] = {"provenance": cal.provenance, "factors": cal.factors,
+                             "fitted_terms": cal.report.get("fitted_terms", []), "rows": rows_k}
+    if json_out:
+        print_json(result)
+    else:
+        _render(result)
+
+
+def _skip_summary(skipped: list) -> dict:
+    reasons = Counter(why.split(":")[0] if why.startswith(("GPU", "model", "precision")) else why
+                      for _, _, why in skipped)
+    return {"count": len(skipped), "reasons": dict(reasons.most_common())}
+
+
+def _render(result: dict) -> None:
+    kinds = list(result["gpus"])
+    t = Table(title="fitted factors (x the physics estimate of each term; 1 = not moved)")
+    t.add_column("term")
+    for k in kinds:
+        t.add_column(k, justify="right")
+    for term in STEP_TERMS:
+        vals = [result["gpus"][k]["factors"][term] for k in kinds]
+        fitted = [term in result["gpus"][k]["fitted_terms"] for k in kinds]
+        t.add_row(term, *[f"{v:.2f}" if f else "[dim]1.00[/]" if v == 1 else f"[dim]{v:.2f}[/]"
+                          for v, f in zip(vals, fitted)])
+    console.print(t)
+    for k in kinds:
+        r = Table(title=f"{k}: {result['gpus'][k]['provenance']}")
+        for col in ("row", "measured", "before", "err", "after", "err "):
+            r.add_column(col, justify="left" if col == "row" else "right")
+        for row in result["gpus"][k]["rows"]:
+            r.add_row(row["row"], f"{row['measured']:,.0f}", f"{row['predicted_before']:,.0f}",
+                      f"{row['error_before_pct']:+.1f}%", f"{row['predicted_after']:,.0f}", f"{row['error_after_pct']:+.1f}%")
+        console.print(r)
+    sk = result["skipped"]
+    if sk["count"]:
+        top = "; ".join(f"{n} x {why}" for why, n in list(sk["reasons"].items())[:4])
+        console.print(f"skipped {sk['count']} rows the model cannot represent ({top}; --json lists all reasons)")
+    console.print(f"wrote {result['written']}; to use it: [bold]{result['use']}[/]")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)
