@@ -83,9 +83,16 @@ def term_shares(raw: RawTime, f: np.ndarray) -> np.ndarray:
     return np.stack([step[k] / total for k in STEP_TERMS], axis=1)
 
 
+def _pseudo_huber(z: np.ndarray, delta: float) -> np.ndarray:
+    """A residual whose square is the pseudo-Huber loss: ~z inside +-delta (in noise sigmas), ~sqrt(2 delta |z|)
+    beyond, so one row far off (a broken trial, a software stack unlike the others) pulls linearly, not
+    quadratically, and cannot drag the factors all the way to itself."""
+    return np.sign(z) * np.sqrt(2 * delta**2 * (np.sqrt(1 + (z / delta) ** 2) - 1))
+
+
 def solve(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients, terms=STEP_TERMS, *,
           prior_sigma: float = 0.2, noise_sigma: float = 0.07, min_share: float = 0.01,
-          tie_sigma: float = 0.15, max_iter: int = 50) -> FitResult:
+          tie_sigma: float = 0.15, robust: float = 2.0, max_iter: int = 50) -> FitResult:
     raw = stack_raw(measurements, coef, mcoef)
     measured = np.array([m.seq_len * m.global_batch / (m.tokens_per_s_per_gpu * m.count) for m in measurements])
     # repeated measurements of one configuration (container versions, reruns) share one row's weight:
@@ -112,7 +119,8 @@ def solve(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients, terms
     def objective(theta):
         T = np.atleast_2d(theta)
         tie = [(T[:, a] - T[:, b]) / tie_sigma for a, b in ties]
-        R = np.concatenate([resid(T) * weight, (T - theta0) / prior_sigma, np.array(tie).T.reshape(len(T), -1)],
+        R = np.concatenate([_pseudo_huber(resid(T) * weight, robust), (T - theta0) / prior_sigma,
+                            np.array(tie).T.reshape(len(T), -1)],
                            axis=1)
         return (R[0], float(R[0] @ R[0])) if theta.ndim == 1 else R
 

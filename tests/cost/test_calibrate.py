@@ -1,0 +1,193 @@
+"""Calibration: the fit recovers known factors, stays put with few rows, published rows map or say why,
+the files round-trip, and `autotune calibrate` handles bad input with one-line errors (exit 2)."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from autotune.cli.main import main
+from autotune.cost.calibrate import (SHIPPED, Calibration, Measurement, fit, fit_kinds, load_calibration, predict,
+                                     published_measurements, read_calibrations, save_calibrations, seed_measurements)
+from autotune.cost._published import catalog_name, gpu_kind
+from autotune.cost.time import TimeCoefficients
+from autotune.errors import ConfigError
+from autotune.layout import Layout, Recompute
+
+TRUE = {"compute_dense": 0.8, "compute_experts": 1.35, "ep_comm": 0.7, "bubble": 1.25, "layer_overhead": 1.6}
+
+
+def _synthetic(factors: dict) -> list[Measurement]:
+    """Rows whose 'measured' tokens/s is the model's own prediction under known factors: a hybrid MoE, a
+    dense model and a coarse MoE, so dense GEMMs, experts, all-to-all and bubble are told apart."""
+    rc = Recompute("full", "uniform", 1)
+    spec = [("Qwen3.5-122B-A10B", dict(pp=4, ep=8, recompute=Recompute("full", "uniform", 2))),
+            ("Qwen3.5-122B-A10B", dict(pp=2, ep=16, recompute=rc, dispatcher="flex")),
+            ("Qwen3.5-122B-A10B", dict(pp=8, ep=4, recompute=rc, max_tokens_per_gpu=16384)),
+            ("Qwen3.5-122B-A10B", dict(pp=4, ep=16, recompute=Recompute("full", "uniform", 3))),
+            ("Qwen3.5-122B-A10B", dict(pp=2, ep=32, recompute=rc)),
+            ("Llama-3.1-70B", dict(tp=8, pp=2, recompute=Recompute("selective"))),
+            ("Llama-3.1-70B", dict(tp=4, pp=4, recompute=rc)),
+            ("Llama-3.1-70B", dict(tp=8, pp=8, recompute=rc, max_tokens_per_gpu=16384)),
+            ("Mixtral-8x7B-v0.1", dict(tp=2, pp=4, ep=8, recompute=rc)),
+            ("Mixtral-8x7B-v0.1", dict(tp=1, pp=8, ep=8))]
+    rows = []
+    for model, kw in spec:
+        kw = {"max_tokens_per_gpu": 8192, "precision_aware_optimizer": True, **kw}
+        rows.append(Measurement(model, "H200", 64, Layout(world=64, **kw), 1000.0, source="synthetic"))
+    truth = Calibration("H200", TimeCoefficients(scale=factors))
+    return [replace(m, tokens_per_s_per_gpu=float(p)) for m, p in zip(rows, predict(rows, truth))]
+
+
+def test_fit_recovers_known_factors():
+    rows = _synthetic(TRUE)
+    cal = fit(rows, base=Calibration("H200"), terms=tuple(TRUE), prior_sigma=3.0)
+    for term, want in TRUE.items():
+        assert cal.factors[term] == pytest.approx(want, rel=0.03), term
+    assert cal.report["rms_log_error_after"] < 0.005
+    assert set(cal.report["fitted_terms"]) == set(TRUE)
+
+
+def test_fit_leaves_terms_no_row_exercises():
+    cal = fit(_synthetic(TRUE), base=Calibration("H200"), prior_sigma=3.0)
+    assert "cp_comm" not in cal.report["fitted_terms"] and cal.factors["cp_comm"] == 1.0  # no row uses CP
+    assert "optimizer" not in cal.report["fitted_terms"]  # below 1% of every row's step time
+
+
+def test_one_or_two_rows_cannot_run_away():
+    seed = seed_measurements()[0]
+    base = load_calibration("H200")
+    meas = seed.tokens_per_s_per_gpu
+    for slower in (2.0, 10.0):  # a trial 2x (or absurdly 10x) slower than predicted
+        rows = [replace(seed, tokens_per_s_per_gpu=float(predict([seed], base)[0]) / slower)]
+        cal = fit(rows, base=base)
+        ratios = np.array([cal.factors[k] / base.factors[k] for k in cal.factors])
+        assert ratios.max() < 1.6 and ratios.min() > 0.9  # spread over the terms, none runs away
+        for k in ("cp_comm", "tp_comm", "dp_comm", "optimizer"):  # no share in this row: untouched
+            assert cal.factors[k] == base.factors[k]
+        moved = float(predict(rows, base)[0] / predict(rows, cal)[0])
+        assert 1.2 < moved < slower  # it moves toward the row, a 10x outlier only as far as a 2x one
+    two = [replace(seed, tokens_per_s_per_gpu=meas * 0.8), replace(seed_measurements()[2], tokens_per_s_per_gpu=1900.0)]
+    cal = fit(two, base=base)
+    assert all(0.7 < cal.factors[k] / base.factors[k] < 1.5 for k in cal.factors)
+    assert fit([], base=base).factors == base.factors
+
+
+def test_repeated_rows_do_not_outvote_distinct_ones():
+    rows = _synthetic(TRUE)
+    once = fit(rows, base=Calibration("H200"))
+    five = fit(rows + [rows[0]] * 4, base=Calibration("H200"))
+    for term in TRUE:
+        assert five.factors[term] == pytest.approx(once.factors[term], rel=1e-3)
+
+
+def test_source_names_and_gpus_map_onto_the_catalog():
+    for src, want in [("LLAMA3_70B", "Llama-3.1-70B"), ("Llama3 70B", "Llama-3.1-70B"),
+                      ("LLAMA3.1_405B", "Llama-3.1-405B"), ("DeepSeekV3", "DeepSeek-V3"),
+                      ("DeepSeek V3 671B", "DeepSeek-V3"), ("Qwen3_30B_a3B", "Qwen3-30B-A3B"),
+                      ("Qwen3 MoE 30B", "Qwen3-30B-A3B"), ("Qwen3-30B-A3B", "Qwen3-30B-A3B"),
+                      ("Qwen3_235B_a22B", "Qwen3-235B-A22B"), ("GPT OSS 120B", "gpt-oss-120b"),
+                      ("Mixtral 8x7B", "Mixtral-8x7B-v0.1"), ("Mixtral 8x22B", "Mixtral-8x22B-v0.1"),
+                      ("Qwen3-Next", "Qwen3-Next-80B-A3B-Instruct")]:
+        assert catalog_name(src) == (want, None), src
+    assert catalog_name("Qwen3_30B_a3B (tokendrop)")[0] is None
+    assert "not in the catalog" in catalog_name("Nemotron_3_Nano")[1]
+    assert gpu_kind("H100 (Grand Teton, 96GB HBM2e, 500W power limit)") == ("H100", None)
+    assert gpu_kind("H200 (4 per node)") == ("H200", 4)
+    assert gpu_kind("GB200") == (None, None)
+
+
+def test_published_rows_kept_and_skipped_with_reasons():
+    kept, skipped = published_measurements()
+    assert len(kept) >= 10 and all(m.gpu in ("H100", "H200", "B200") for m in kept)
+    reasons = " | ".join(why for _, why in skipped)
+    for text in ("FSDP-only", "illegal for Megatron-core's rules", "only BF16", "not in the catalog",
+                 "not a catalog kind", "missing field"):
+        assert text in reasons
+    gpt = [m for m in kept if m.model == "gpt-oss-120b" and m.gpu == "H100"]
+    assert gpt and gpt[0].layout.pp == 4 and gpt[0].layout.ep == 8 and gpt[0].count == 64
+    assert all(m.weight < 1 for m in kept if "derived from" in m.source)  # TFLOP/s-derived rows count less
+
+
+CSV_HEAD = ("source,model,gpu,num_gpus,seq_len,global_batch,micro_batch,tp,pp,cp,vp,ep,etp,precision,recompute,"
+            "tokens_per_s_per_gpu,tflops_per_gpu,mfu,notes\n")
+
+
+def test_a_user_csv_maps_each_row_or_says_why(tmp_path):
+    p = tmp_path / "runs.csv"
+    p.write_text(CSV_HEAD
+                 + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,2,1,,8,,BF16,,9000,,,mine\n"
+                 + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,5,1,,8,,BF16,,9000,,,bad PP\n"
+                 + "me,Llama3 70B,H100,64,8192,128,1,1,1,2,,,,BF16,,866,,,FSDP=32\n"
+                 + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,1,1,,,,BF16,,9000,,,no EP\n"
+                 + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,1,1,,8,,FP8,,9000,,,fp8\n")
+    kept, skipped = published_measurements(p)
+    assert len(kept) == 1 and kept[0].layout == Layout(world=16, pp=2, ep=8, sequence_parallel=False,
+                                                       micro_batch_size=1)
+    why = [w for _, w in skipped]
+    assert "layers do not split evenly" in why[0] and "FSDP-only" in why[1]
+    assert why[2] == "missing field(s): ep" and "only BF16" in why[3]
+
+
+def test_files_round_trip_and_the_env_file_wins(tmp_path, monkeypatch):
+    cals = fit_kinds(seed_measurements())
+    assert set(cals) == {"H200"}
+    path = save_calibrations(tmp_path / "c.json", cals)
+    save_calibrations(path, {"B200": Calibration("B200", TimeCoefficients(scale={"bubble": 2.0}))})  # merges
+    back = read_calibrations(path)
+    assert set(back) == {"H200", "B200"} and back["H200"].factors == pytest.approx(cals["H200"].factors)
+    monkeypatch.setenv("AUTOTUNE_CALIBRATION", str(path))
+    assert load_calibration("b200").factors["bubble"] == 2.0
+    assert load_calibration("H100").factors == read_calibrations(SHIPPED)["H100"].factors  # falls through
+    monkeypatch.setenv("AUTOTUNE_CALIBRATION", str(tmp_path / "missing.json"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_calibration("H200")
+    monkeypatch.delenv("AUTOTUNE_CALIBRATION")
+    assert load_calibration("cpu").factors["bubble"] == 1.0
+
+
+def test_shipped_calibration_is_current():
+    """Re-fitting the shipped inputs reproduces the shipped factors; if the physics changed, regenerate with
+    `autotune calibrate --out src/autotune/cost/data/calibration.json` (with AUTOTUNE_CALIBRATION unset)."""
+    shipped = read_calibrations(SHIPPED)
+    fresh = fit_kinds(seed_measurements() + published_measurements()[0])
+    assert set(fresh) == set(shipped)
+    for kind in shipped:
+        assert fresh[kind].factors == pytest.approx(shipped[kind].factors, rel=1e-6), kind
+
+
+def run(capsys, *argv):
+    capsys.readouterr()
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_fits_writes_and_prints(capsys, tmp_path):
+    out_file = tmp_path / "cal.json"
+    rc, out, _ = run(capsys, "calibrate", "--gpu", "H200", "--no-published", "--out", str(out_file), "--json")
+    assert rc == 0
+    d = json.loads(out)
+    assert set(d["gpus"]) == {"H200"} and len(d["gpus"]["H200"]["rows"]) == 3
+    assert read_calibrations(out_file)["H200"].factors == pytest.approx(d["gpus"]["H200"]["factors"])
+    rc, out, _ = run(capsys, "calibrate", "--gpu", "H200", "--no-published", "--out", str(out_file))
+    assert rc == 0 and "fitted factors" in out and "AUTOTUNE_CALIBRATION" in out
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--gpu", "H300"], "unknown GPU"),
+    (["--gpu", "cpu"], "no throughput model"),
+    (["--no-seeds", "--no-published"], "no measured rows"),
+    (["--measurements", "runs.txt"], ".csv"),
+])
+def test_cli_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, msg):
+    rc, _, err = run(capsys, "calibrate", "--out", str(tmp_path / "c.json"), *argv)
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_csv_missing_columns_is_exit_2(capsys, tmp_path):
+    p = tmp_path / "runs.csv"
+    p.write_text("model,gpu,num_gpus\nQwen3-30B-A3B,H100,16\n")
+    rc, _, err = run(capsys, "calibrate", "--measurements", str(p), "--out", str(tmp_path / "c.json"))
+    assert rc == 2 and "missing column(s)" in err and "seq_len" in err
