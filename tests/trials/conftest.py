@@ -27,8 +27,9 @@ def tiny_spec(number: int = 0, *, steps: int = 6, timeout_s: float = 120.0, **ov
     return TrialSpec(**fields)
 
 
-def procs_mentioning(marker: str | Path) -> list[int]:
-    """Pids of live processes whose command line mentions `marker` (no psutil: a /proc scan)."""
+def procs_mentioning(marker: str | Path, environ: bool = False) -> list[int]:
+    """Pids of live processes whose command line (or, with environ, environment) mentions `marker`
+    (no psutil: a /proc scan)."""
     needle = str(marker).encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -36,6 +37,8 @@ def procs_mentioning(marker: str | Path) -> list[int]:
             continue
         try:
             cmd = (entry / "cmdline").read_bytes()
+            if environ:
+                cmd += (entry / "environ").read_bytes()
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
@@ -60,5 +63,5 @@ def make_spec():
 
 @pytest.fixture
 def proc_scan():
-    """`proc_scan(marker)`: pids of live processes whose command line mentions marker."""
+    """`proc_scan(marker, environ=False)`: pids of live processes mentioning marker."""
     return procs_mentioning

@@ -86,8 +86,9 @@ class Trial:
         by_node: dict[str, list[int]] = {}
         for r, w in enumerate(where):
             by_node.setdefault(w["node_id"], []).append(r)
+        # AUTOTUNE_TRIAL tags every process of the trial (children inherit it) for the /proc sweep.
         common = {"MASTER_ADDR": where[0]["ip"], "MASTER_PORT": str(port), "WORLD_SIZE": str(self.spec.count),
-                  "PYTHONUNBUFFERED": "1"}
+                  "PYTHONUNBUFFERED": "1", "AUTOTUNE_TRIAL": str(self.spec_path)}
         envs = []
         for r, w in enumerate(where):
             peers = by_node[w["node_id"]]
@@ -218,17 +219,20 @@ def oom_kill_count() -> int:
 
 
 def reap(marker: str) -> int:
-    """Kill every process on this node whose command line mentions `marker` (the trial's spec path),
-    with its process group when it leads one. Runs as a Ray task on each node of the trial."""
+    """Kill every process on this node of the trial whose spec path is `marker`: its command line
+    mentions it, or its environment carries AUTOTUNE_TRIAL=marker (a runner's children: compile
+    workers, data loaders), with its process group when it leads one. Runs as a Ray task per node."""
     killed = 0
+    tag = f"AUTOTUNE_TRIAL={marker}".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            env = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(marker.encode() in a for a in argv):
+        if tag in env or any(marker.encode() in a for a in argv):
             pid = int(entry.name)
             try:
                 os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)

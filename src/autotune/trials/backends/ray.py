@@ -9,7 +9,7 @@ small state machine (placing -> locating -> starting -> running) with `ray.wait(
 A dead worker, actor or node, or a rank killed by a signal that is not an OOM, is an infra failure and
 is retried (`retries`, default once); an OOM is a result and is not. Cancel and timeout kill the runner
 process trees (process-group kill, a parent-death signal, a /proc sweep on each node), the actors and
-the placement group. The run state of one trial is `_Trial` (in `_ray_trial.py`, ray-free).
+the placement group. The run state of one trial is `Trial` (in `_ray_trial.py`, ray-free).
 """
 
 from __future__ import annotations
