@@ -100,7 +100,8 @@ def main() -> None:
     order = all(cal[a] > cal[b] for a, b in zip(seeds, seeds[1:]))
     print("\nseed rows (H200, measured order #1 > #2 > #3):")
     for r, i in enumerate(seeds, 1):
-        print(f"  #{r} measured {meas[i]:,.1f}  predicted {cal[i]:,.1f}  ({err(cal)[i]:+.1f}%)  {rows[i].source.split(': ')[-1]}")
+        name = rows[i].source.split(": ")[-1]
+        print(f"  #{r} measured {meas[i]:,.1f}  predicted {cal[i]:,.1f}  ({err(cal)[i]:+.1f}%)  {name}")
     print(f"  predicted in the measured order: {order}; all within 10%: {bool(np.all(np.abs(err(cal)[seeds]) < 10))}")
     reasons = Counter(why if not why.startswith(("model", "GPU", "precision")) else why.split(" ")[0] + " ..."
                       for _, why in skipped)

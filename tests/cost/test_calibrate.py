@@ -191,3 +191,18 @@ def test_cli_csv_missing_columns_is_exit_2(capsys, tmp_path):
     p.write_text("model,gpu,num_gpus\nQwen3-30B-A3B,H100,16\n")
     rc, _, err = run(capsys, "calibrate", "--measurements", str(p), "--out", str(tmp_path / "c.json"))
     assert rc == 2 and "missing column(s)" in err and "seq_len" in err
+
+
+def test_cli_reads_a_json_list_of_measurements(capsys, tmp_path):
+    p = tmp_path / "trials.json"
+    p.write_text(json.dumps([{"model": "Qwen3.5-122B-A10B", "gpu": "H200", "count": 32, "layout": "TP1 PP2 EP16 DP16",
+                              "recompute": "full:uniform:1", "max_tokens_per_gpu": 8192,
+                              "tokens_per_s_per_gpu": 2100.0, "source": "my trial"}]))
+    rc, out, _ = run(capsys, "calibrate", "--gpu", "H200", "--no-published", "--measurements", str(p),
+                     "--out", str(tmp_path / "c.json"), "--json")
+    assert rc == 0
+    rows = json.loads(out)["gpus"]["H200"]["rows"]
+    assert len(rows) == 4 and rows[-1]["row"].startswith("Qwen3.5-122B-A10B 32xH200 TP1 PP2 EP16 DP16")
+    p.write_text(json.dumps([{"model": "Qwen3.5-122B-A10B", "gpu": "H200"}]))
+    rc, _, err = run(capsys, "calibrate", "--measurements", str(p), "--out", str(tmp_path / "c.json"))
+    assert rc == 2 and "measurement 0" in err

@@ -31,7 +31,8 @@ def default_out() -> Path:
 
 def calibrate(
     gpu: str = typer.Option(None, "--gpu", "-g", help="Fit this GPU kind only (default: every kind with rows)."),
-    measurements: str = typer.Option(None, "--measurements", help="Your rows: FILE.csv (published columns) or FILE.json."),
+    measurements: str = typer.Option(None, "--measurements",
+                                     help="Your rows: FILE.csv (published columns) or FILE.json."),
     published: bool = typer.Option(True, "--published/--no-published", help="Use the shipped public table's rows."),
     seeds: bool = typer.Option(True, "--seeds/--no-seeds", help="Use the seed page's three measured H200 layouts."),
     out: str = typer.Option(None, "--out", "-o", help="Where to write the calibration JSON (default: "
@@ -100,7 +101,8 @@ def _render(result: dict) -> None:
             r.add_column(col, justify="left" if col == "row" else "right")
         for row in result["gpus"][k]["rows"]:
             r.add_row(row["row"], f"{row['measured']:,.0f}", f"{row['predicted_before']:,.0f}",
-                      f"{row['error_before_pct']:+.1f}%", f"{row['predicted_after']:,.0f}", f"{row['error_after_pct']:+.1f}%")
+                      f"{row['error_before_pct']:+.1f}%", f"{row['predicted_after']:,.0f}",
+                      f"{row['error_after_pct']:+.1f}%")
         console.print(r)
     sk = result["skipped"]
     if sk["count"]:

@@ -21,7 +21,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from .flops import stage_flops
-from .layers import PART_CLASS, PARTS, layer_tables, stage_sums, vocab_per_row
+from .layers import PART_CLASS, PARTS, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
 
 __all__ = ["microbatch_terms", "step_raw", "gemm_efficiency"]
@@ -90,14 +90,19 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
     # cross-entropy (write, softmax read, gradient write, gradient read), ~10 x 4 B unfused (fp32 copies)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
-    logit_bytes = np.where(t.ce_fusion, 8.0, 40.0)[:, None] * vocab_per_row(model, t.tp).astype(float)[:, None] / tp * rows
+    vocab = vocab_per_row(model, t.tp).astype(float)[:, None]
+    logit_bytes = np.where(t.ce_fusion, 8.0, 40.0)[:, None] * vocab / tp * rows
     loss = np.where(last, logit_bytes / (g.hbm_gbps * 1e9), 0.0)
     mb["compute_output"] = 3 * fl.output / (peak * gemm_efficiency(c, h, rows)) + loss
 
     # --- memory-bound traffic: norms, activations, rope, permutes, router softmax ---------------------
     div = {"seq": tok_share, "tp": 1.0 / (cp * tp), "rep": tok_share, "exph": tok_share * etp, "expf": tok_share}
-    per_part = stage_sums(lt.act, t.pp, t.vpp, S)
-    act_bytes = sum(per_part[:, :, j] * div[PART_CLASS[p]] for j, p in enumerate(PARTS)) * tokens
+    per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S)  # per (PP, VPP) pair: no (n, S, P) table
+    act_bytes = np.zeros((n, S))
+    for cls in dict.fromkeys(PART_CLASS.values()):
+        cols = [j for j, part in enumerate(PARTS) if PART_CLASS[part] == cls]
+        act_bytes += per_pair[:, :, cols].sum(axis=2)[pair_of] * div[cls]
+    act_bytes *= tokens
     mb["memory_bound"] = 3 * c.mem_touch * act_bytes / (g.hbm_gbps * 1e9)
 
     # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
@@ -138,7 +143,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
             shared = mb["compute_dense"] * min(1.0, shared_frac) * c.shared_overlap_gain
         hidden = np.where(t.shared_overlap[:, None], np.minimum(shared, mb["ep_comm"]), 0.0)
         mb["ep_comm"] = mb["ep_comm"] - hidden
-        deps["imbalance"] = {"compute_experts": (imb - 1.0) * np.ones((n, S)), "ep_comm": (imb - 1.0) * np.ones((n, S))}
+        extra = (imb - 1.0) * np.ones((n, S))  # the hottest EP rank's extra routed tokens
+        deps["imbalance"] = {"compute_experts": extra, "ep_comm": extra}
     else:
         mb["ep_comm"] = np.zeros((n, S))
     stages_per_node = np.maximum(1.0, cluster.node_size / (t.world / t.pp))[:, None]
@@ -178,7 +184,8 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     held = np.where(valid, held, 0.0).max(axis=1)
     optimizer = held * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9) + t.offload * held * 12.0 / 20e9
     return RawTime(
-        mb=mb, dep=dep, valid=valid, microbatches=t.num_microbatches(workload.global_batch, workload.seq_len).astype(float),
+        mb=mb, dep=dep, valid=valid,
+        microbatches=t.num_microbatches(workload.global_batch, workload.seq_len).astype(float),
         bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
         dp_overlap=np.where(t.overlap_grad, c.dp_overlap, 0.0), optimizer=optimizer,
         step_overhead=np.full(len(t), c.step_overhead_s), tokens_per_step=float(workload.tokens_per_step),

@@ -61,7 +61,8 @@ class Calibration:
             coef = {k: float(v) for k, v in (d.get("coefficients") or {}).items() if k in known}
             scale = {k: float(v) for k, v in (d.get("factors") or {}).items() if k in STEP_TERMS}
         except (TypeError, ValueError, AttributeError):
-            raise ConfigError(f"{where}: calibration for {gpu} has non-numeric factors; re-run `autotune calibrate`") from None
+            raise ConfigError(f"{where}: calibration for {gpu} has non-numeric factors; "
+                              "re-run `autotune calibrate`") from None
         report = {k: v for k, v in d.items() if k not in ("factors", "coefficients", "provenance")}
         return cls(gpu, TimeCoefficients(**coef, scale=scale), MemoryCoefficients(),
                    str(d.get("provenance") or where), report)
@@ -74,7 +75,8 @@ def read_calibrations(path: str | Path) -> dict[str, Calibration]:
     except OSError as exc:
         raise ConfigError(f"calibration file {str(p)!r}: cannot read ({exc.strerror}); check ${ENV_VAR}") from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"calibration file {str(p)!r}: not valid JSON ({exc.msg}); re-run `autotune calibrate`") from None
+        raise ConfigError(f"calibration file {str(p)!r}: not valid JSON ({exc.msg}); "
+                          "re-run `autotune calibrate`") from None
     gpus = doc.get("gpus") if isinstance(doc, dict) else None
     if not isinstance(gpus, dict):
         raise ConfigError(f"calibration file {str(p)!r}: no 'gpus' object; re-run `autotune calibrate --out {p}`")

@@ -49,9 +49,11 @@ class Measurement:
 
     def __post_init__(self):
         if not self.tokens_per_s_per_gpu > 0:
-            raise BadInput(f"measurement {self.label()}: tokens/s/GPU must be positive, got {self.tokens_per_s_per_gpu}")
+            raise BadInput(f"measurement {self.label()}: tokens/s/GPU must be positive, "
+                           f"got {self.tokens_per_s_per_gpu}")
         if self.layout.world != self.count:
             raise BadInput(f"measurement {self.label()}: layout is for {self.layout.world} GPUs, count is {self.count}")
+        ClusterSpec.of(self.gpu, self.count, self.gpus_per_node)  # a known GPU kind, whole nodes
 
     @property
     def workload(self) -> Workload:
@@ -113,7 +115,6 @@ def _represent(row: dict, line: int) -> Measurement | str:
         model = load_model(got["model"])
         lay = Layout(**got["layout"])
         m = Measurement(layout=lay, source=f"{got['source']} (csv line {line})", **got["measurement"])
-        m.cluster  # noqa: B018 - node divisibility
     except BadInput as exc:
         return f"not representable: {exc}"
     bad = violations(model, m.workload, lay)
