@@ -130,7 +130,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
                              / _bw(cluster, tp * cp, c), 0.0)
     if model.is_moe:
         k = model.moe.top_k
-        span = ep * etp * np.where(tp > etp, tp / etp, 1.0)
+        span = ep * etp  # Megatron's expert ranks run etp-ep-edp-pp: an EP group is ep x etp consecutive ranks
         a2a_vol = tokens * tok_share * k * h * 2.0 * (ep * etp - 1) / (ep * etp)
         ag_vol = tokens / cp * h * 2.0 * (ep * tp - 1)
         vol = np.where((t.dispatcher == 1)[:, None], ag_vol, a2a_vol)
