@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..catalog import ModelSpec, Workload, padded_vocab, param_counts
+from ..catalog import ModelSpec, Workload, param_counts
 from ..layout import LayoutTable
-from .layers import layer_tables, stage_sums
+from .layers import layer_tables, stage_sums, vocab_per_row
 
 __all__ = ["StageFlops", "stage_flops", "model_flops_per_token", "mfu"]
 
@@ -42,7 +42,7 @@ def stage_flops(model: ModelSpec, workload: Workload, t: LayoutTable) -> StageFl
     ctx = np.where(lt.kind == 1, np.minimum(model.sliding_window or s, s / 2), s / 2)  # mean causal context
     attn = stage_sums(lt.flops_attn_quadratic * ctx, t.pp, t.vpp, S)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
-    vocab = np.array([padded_vocab(model, int(x)) for x in t.tp], dtype=float)[:, None]
+    vocab = vocab_per_row(model, t.tp).astype(float)[:, None]
     return StageFlops(
         dense=stage_sums(lt.flops_dense, t.pp, t.vpp, S) * tok * share,
         attention=attn * tok * share,
