@@ -103,11 +103,31 @@ def main() -> None:
         name = rows[i].source.split(": ")[-1]
         print(f"  #{r} measured {meas[i]:,.1f}  predicted {cal[i]:,.1f}  ({err(cal)[i]:+.1f}%)  {name}")
     print(f"  predicted in the measured order: {order}; all within 10%: {bool(np.all(np.abs(err(cal)[seeds]) < 10))}")
+    other_gpus()
     reasons = Counter(why if not why.startswith(("model", "GPU", "precision")) else why.split(" ")[0] + " ..."
                       for _, why in skipped)
     print(f"\nrows used {len(rows)} (3 seed + {len(kept)} published); skipped {len(skipped)}:")
     for why, n in reasons.most_common():
         print(f"  {n:4d}  {why[:110]}")
+
+
+def other_gpus() -> None:
+    """The seed page's other clusters give a throughput but no layout: compare with our predicted best."""
+    from autotune.catalog import ClusterSpec, Workload, load_model
+    from autotune.space import explore, load_space
+
+    m, w = load_model("Qwen3.5-122B-A10B"), Workload()
+    print("\nseed page, other GPUs (layouts not published): our predicted best layout against their measured number")
+    for gpu, count, measured in (("H100", 48, 999.7), ("H200", 32, 2451.4), ("B200", 16, 2475.8)):
+        res = explore(load_space(None, m), m, w, ClusterSpec.of(gpu, count))
+        if not len(res.kept):
+            print(f"  {count} x {gpu}: no layout survives pruning")
+            continue
+        i = int(res.kept[0])
+        lay = res.table.row(i)
+        tps = float(res.evaluation.time.tokens_per_s_per_gpu[i])
+        print(f"  {count:3d} x {gpu}: predicted best {lay.label()} {lay.recompute} {lay.dispatcher}: {tps:,.1f} "
+              f"tokens/s/GPU vs measured {measured:,.1f} (ratio {tps / measured:.2f})")
 
 
 if __name__ == "__main__":
