@@ -1,0 +1,138 @@
+"""The timed training steps of a trial and their summary.
+
+Each step: the DP rank's rows as micro-batches, megatron's forward_backward_func (1F1B, interleaved
+with VPP, or no pipelining), the optimizer step and the LR schedule. Then, outside the timed part, a
+few small collectives put the global lm loss, the slowest rank's step time and every rank's peak memory
+on all ranks, so that every rank sees a NaN at the same step and rank 0 can write the StepRecord.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import statistics
+import sys
+import time
+from typing import Callable
+
+import torch
+
+from ..trials.failure import NonFiniteLoss
+from ..trials.spec import StepRecord, TrialResult
+from .build import Built
+from .plan import TrialPlan
+
+__all__ = ["train", "summarize", "peak_memory_bytes"]
+
+
+def peak_memory_bytes(cuda: bool) -> int:
+    """Peak device memory of this rank: the CUDA allocator's peak, or on CPU the process's max RSS."""
+    if cuda:
+        return int(torch.cuda.max_memory_allocated())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
+
+
+def _microbatches(plan: TrialPlan, rows, device) -> list[dict]:
+    from megatron.core import parallel_state as ps
+
+    seq, mbs = plan.workload.seq_len, plan.rows_per_microbatch
+    out = []
+    for i in range(plan.num_microbatches):
+        chunk = torch.as_tensor(rows[i * mbs:(i + 1) * mbs])
+        batch = {
+            "tokens": chunk[:, :-1].contiguous(), "labels": chunk[:, 1:].contiguous(),
+            "loss_mask": torch.ones(chunk.shape[0], seq, dtype=torch.float32),
+            "position_ids": torch.arange(seq).unsqueeze(0).expand(chunk.shape[0], seq).contiguous(),
+        }
+        if plan.layout.cp > 1:  # each CP rank keeps its two (load-balanced) sequence chunks
+            from megatron.core.utils import get_batch_on_this_cp_rank
+
+            batch["attention_mask"] = None
+            batch = get_batch_on_this_cp_rank(batch, cp_group=ps.get_context_parallel_group())
+        out.append({k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()})
+    return out
+
+
+def _forward_step(data_iterator, model):
+    batch = next(data_iterator)
+    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+
+    def loss_func(losses):
+        mask = batch["loss_mask"]
+        total = (losses.float() * mask).sum()
+        count = mask.sum()
+        # The schedule divides the returned loss by the micro-batch count in place: report a copy.
+        return total / count, {"lm loss": torch.stack([total.detach().clone(), count.detach().clone()])}
+
+    return output, loss_func
+
+
+def train(plan: TrialPlan, built: Built, source, cuda: bool, on_step: Callable[[StepRecord], None]) -> list[StepRecord]:
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    forward_backward = get_forward_backward_func()
+    lay, vpp = plan.layout, plan.layout.vpp
+    per_rank = plan.num_microbatches * plan.rows_per_microbatch
+    dp_rank = ps.get_data_parallel_rank()
+    counts_loss = ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank() == 0
+    world = torch.distributed.get_world_size()
+    records = []
+    for step in range(plan.spec.steps):
+        rows = source.rows(step, dp_rank * per_rank, per_rank)
+        micro = _microbatches(plan, rows, device)
+        data = [iter(micro) for _ in range(vpp)] if vpp > 1 else iter(micro)
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for chunk in built.chunks:
+            chunk.zero_grad_buffer()
+        built.optimizer.zero_grad()
+        losses = forward_backward(
+            forward_step_func=_forward_step, data_iterator=data,
+            model=built.chunks if vpp > 1 else built.chunks[0], num_microbatches=plan.num_microbatches,
+            seq_length=plan.workload.seq_len // lay.cp, micro_batch_size=plan.rows_per_microbatch, forward_only=False)
+        _, grad_norm, _ = built.optimizer.step()
+        built.scheduler.step(increment=1)
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+
+        # Outside the timed part: global loss, slowest rank, every rank's peak memory.
+        local = torch.zeros(2, dtype=torch.float64)
+        if counts_loss and losses:
+            local = torch.stack([d["lm loss"].double().cpu() for d in losses]).sum(0)
+        on_dev = local.to(device)
+        torch.distributed.all_reduce(on_dev)
+        slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX)
+        peaks = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+        torch.distributed.all_gather(peaks, torch.tensor([peak_memory_bytes(cuda)], dtype=torch.int64, device=device))
+        total, count = on_dev.tolist()
+        loss = total / count if count else float("nan")
+        norm = None if grad_norm is None else float(grad_norm)
+        record = StepRecord(step=step, time_s=float(slowest.item()), tokens=plan.tokens_per_step, lm_loss=loss,
+                            grad_norm=norm, peak_memory_bytes=[int(p.item()) for p in peaks])
+        records.append(record)
+        on_step(record)
+        if not math.isfinite(loss) or (norm is not None and not math.isfinite(norm)):
+            raise NonFiniteLoss(f"step {step}: lm loss {loss}, grad norm {norm}")
+    return records
+
+
+def summarize(plan: TrialPlan, records: list[StepRecord], **fields) -> TrialResult:
+    """An ok TrialResult: tokens/s/GPU and step-time CV over the window after the warm-up steps."""
+    lo, hi = plan.window
+    window = [r for r in records if lo <= r.step <= hi]
+    times = [r.time_s for r in window]
+    mean = statistics.fmean(times)
+    cv = statistics.stdev(times) / mean * 100 if len(times) > 1 and mean > 0 else 0.0
+    tokens = sum(r.tokens for r in window)
+    peak = max((max(r.peak_memory_bytes) for r in records if r.peak_memory_bytes), default=None)
+    spec = plan.spec
+    return TrialResult(
+        study=spec.study, number=spec.number, status="ok", tokens_per_s_per_gpu=tokens / sum(times) / spec.count,
+        step_time_s=mean, step_time_cv_percent=cv, peak_memory_bytes=peak, window=(lo, hi), steps=records,
+        proxy=spec.proxy, **fields)

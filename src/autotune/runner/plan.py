@@ -1,0 +1,119 @@
+"""What one trial will run, resolved and checked before any process group starts. No torch here.
+
+`plan_trial(spec)` turns a TrialSpec into the model (proxied if the spec says so), the Layout, the
+Workload and the batching (rows per micro-batch, micro-batches per step), and raises a one-line
+BadInput subclass for everything that is the user's mistake: a layout whose degrees do not match the
+world size, a layout Megatron-core would reject for this model, a missing or malformed dataset, the
+flex dispatcher without DeepEP. The CLI calls it before starting ranks; every rank calls it again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ..catalog import ModelSpec, Workload, load_model
+from ..errors import BadInput, ConfigError
+from ..layout import Layout, validate
+from ..trials.proxy import proxy_model
+from ..trials.spec import TrialSpec
+
+__all__ = ["TrialPlan", "plan_trial", "has_module"]
+
+
+def has_module(name: str) -> bool:
+    """Whether `name` is importable here, without importing it (TE and DeepEP import CUDA)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    spec: TrialSpec
+    model: ModelSpec
+    layout: Layout
+    workload: Workload
+    rows_per_microbatch: int
+    num_microbatches: int  # per DP rank per step
+    data_path: Path | None = None
+
+    @property
+    def rows_per_step(self) -> int:
+        return self.layout.dp * self.num_microbatches * self.rows_per_microbatch
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.rows_per_step * self.workload.seq_len
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """Steps scored for tokens/s (inclusive): everything after the warm-up steps."""
+        return self.spec.warmup_steps, self.spec.steps - 1
+
+
+def _workload(spec: TrialSpec) -> Workload:
+    known = {f.name for f in fields(Workload)}
+    unknown = sorted(set(spec.workload) - known)
+    if unknown:
+        raise ConfigError(f"trial {spec.number}: workload field(s) {unknown} unknown; known: {', '.join(sorted(known))}")
+    kw = dict(spec.workload)
+    if "window" in kw:
+        kw["window"] = tuple(kw["window"])
+    try:
+        return Workload(**kw)
+    except (TypeError, BadInput) as exc:
+        raise ConfigError(f"trial {spec.number}: workload: {exc}") from None
+
+
+def _layout(spec: TrialSpec) -> Layout:
+    try:
+        layout = Layout.from_dict(spec.layout)
+    except (TypeError, BadInput) as exc:
+        raise ConfigError(f"trial {spec.number}: layout: {exc}") from None
+    if layout.world != spec.count:
+        raise ConfigError(
+            f"trial {spec.number}: layout {layout.label()} is for {layout.world} GPUs but the trial has "
+            f"count {spec.count}; make layout.world and count agree")
+    if layout.model_parallel * max(layout.dp, 1) != spec.count:
+        raise ConfigError(
+            f"trial {spec.number}: TP x PP x CP = {layout.model_parallel} does not divide the world size "
+            f"{spec.count}; choose degrees whose product divides {spec.count}")
+    return layout
+
+
+def _data_path(spec: TrialSpec, model: ModelSpec) -> Path | None:
+    if spec.data.kind == "synthetic":
+        return None
+    if not spec.data.path:
+        raise ConfigError(f"trial {spec.number}: data.kind is pretokenized but data.path is empty; give a .npy file")
+    path = Path(spec.data.path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"trial {spec.number}: dataset {str(path)!r} does not exist; give a .npy file of token ids")
+    if path.suffix != ".npy":
+        raise ConfigError(f"trial {spec.number}: dataset {str(path)!r}: only .npy token files are read; convert with numpy.save")
+    return path
+
+
+def plan_trial(spec: TrialSpec, world_size: int | None = None) -> TrialPlan:
+    """Resolve and check a trial. `world_size` (the launcher's WORLD_SIZE) must equal spec.count."""
+    if world_size is not None and world_size != spec.count:
+        raise ConfigError(f"trial {spec.number}: launched with {world_size} ranks but the spec's count is {spec.count}")
+    if spec.warmup_steps >= spec.steps:
+        raise ConfigError(
+            f"trial {spec.number}: warmup_steps {spec.warmup_steps} leaves no steps to score out of {spec.steps}; "
+            f"use steps > warmup_steps (e.g. steps {spec.warmup_steps + 5})")
+    model = load_model(spec.model)
+    if spec.proxy:
+        model = proxy_model(model, spec.proxy)
+    layout = _layout(spec)
+    workload = _workload(spec)
+    validate(model, workload, layout)  # IllegalLayout names every broken rule and the nearest legal layout
+    if layout.dispatcher == "flex" and not has_module("deep_ep"):
+        raise BadInput("the flex dispatcher needs DeepEP, which is not installed here; use alltoall or allgather")
+    rows = layout.rows_per_microbatch(workload.seq_len)
+    return TrialPlan(spec=spec, model=model, layout=layout, workload=workload, rows_per_microbatch=rows,
+                     num_microbatches=layout.num_microbatches(workload.global_batch, workload.seq_len),
+                     data_path=_data_path(spec, model))

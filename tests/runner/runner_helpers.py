@@ -1,0 +1,33 @@
+"""Helpers for the runner tests: tiny-moe TrialSpecs on CPU ranks, run through the local backend."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from autotune.catalog import Workload
+from autotune.layout import Layout
+from autotune.trials.spec import TrialResult, TrialSpec
+
+STEPS = 6
+# lr 1e-3 (not the seed's 1e-5) so that six steps show the loss falling on the synthetic rows.
+WORKLOAD = dict(seq_len=128, global_batch=4, steps=STEPS, window=(2, STEPS - 1), lr=1e-3, min_lr=1e-4)
+
+
+def cpu_spec(layout: Layout, number: int = 0, model: str = "tiny-moe", seed: int = 1234, **fields) -> TrialSpec:
+    workload = dataclasses.asdict(Workload(**{**WORKLOAD, **fields.pop("workload", {})}))
+    base = dict(study="runner", number=number, model=model, gpu="cpu", count=layout.world, gpus_per_node=2,
+                layout=layout.to_dict(), workload=workload, steps=STEPS, warmup_steps=2, seed=seed, timeout_s=240.0)
+    base.update(fields)
+    return TrialSpec(**base)
+
+
+def run_local(spec: TrialSpec, trial_dir: Path) -> TrialResult:
+    from autotune.trials.backends.local import LocalBackend
+
+    backend = LocalBackend(grace_s=5.0)
+    return backend.wait(backend.submit(spec, trial_dir))
+
+
+def losses(result: TrialResult) -> list[float]:
+    return [s.lm_loss for s in result.steps]
