@@ -1,0 +1,121 @@
+"""LocalBackend and `autotune trial run` with the real runner: a tiny-moe trial on two CPU ranks, cancel and
+timeout (the whole process group goes, nothing is left behind), a rank that fails on bad data (the root
+cause wins over its peer's communication error), and bad input refused with exit 2 before any process."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from autotune.cli.main import main as cli
+from autotune.layout import Layout
+from autotune.trials.backends import get_backend
+from autotune.trials.backends.local import LocalBackend
+from autotune.trials.spec import TrialSpec, read_model, write_json_atomic
+
+pytest.importorskip("megatron.core")
+
+
+def _wait_for_runners(backend, handle, proc_scan, n: int = 2, limit: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + limit
+    while len(pids := proc_scan(handle.trial_dir / "trial_spec.json")) < n:
+        assert backend.poll(handle) is None, "the trial ended before its runners were seen"
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    return pids
+
+
+@pytest.mark.slow
+def test_a_real_trial_on_two_ranks(make_spec, tmp_trial):
+    backend = get_backend("local")
+    assert isinstance(backend, LocalBackend) and backend.name == "local"
+    handle = backend.submit(make_spec(0), tmp_trial)
+    res = backend.wait(handle)
+    assert res.status == "ok", (res.reason, res.log_tail)
+    assert backend.poll(handle) is res and read_model(type(res), tmp_trial / "trial_result.json") == res
+    assert res.backend == "local" and res.attempts == 1 and res.wall_s > 0
+    assert [s.step for s in res.steps] == list(range(6)) and res.tokens_per_s_per_gpu > 0
+    assert res.window == (2, 5) and len(res.steps[0].peak_memory_bytes) == 2
+    spec = read_model(TrialSpec, tmp_trial / "trial_spec.json")
+    assert spec.command == [sys.executable, "-m", "autotune.runner", str(tmp_trial.resolve() / "trial_spec.json")]
+    assert spec.env["WORLD_SIZE"] == "2" and spec.env["MASTER_ADDR"] == "127.0.0.1" and int(spec.env["MASTER_PORT"]) > 0
+    for r in (0, 1):
+        assert "AUTOTUNE_FAILURE" not in (tmp_trial / "logs" / f"rank{r}.log").read_text()
+    assert "step 5:" in (tmp_trial / "logs" / "rank0.log").read_text()
+    assert len((tmp_trial / "steps.jsonl").read_text().splitlines()) == 6
+
+
+@pytest.mark.slow
+def test_cancel_kills_every_rank(make_spec, tmp_trial, proc_scan):
+    backend = LocalBackend()
+    handle = backend.submit(make_spec(1, steps=10_000), tmp_trial)
+    _wait_for_runners(backend, handle, proc_scan)
+    backend.cancel(handle)
+    assert not proc_scan(tmp_trial)
+    res = backend.poll(handle)
+    assert res.status == "crash" and res.reason == "cancelled"
+    assert read_model(type(res), tmp_trial / "trial_result.json") == res
+
+
+@pytest.mark.slow
+def test_timeout_stops_the_trial_and_leaves_nothing(make_spec, tmp_trial, proc_scan):
+    backend = LocalBackend()
+    handle = backend.submit(make_spec(2, steps=10_000, timeout_s=8.0), tmp_trial)
+    _wait_for_runners(backend, handle, proc_scan)
+    res = backend.wait(handle)
+    assert res.status == "timeout" and "timeout of 8 s" in res.reason
+    assert not proc_scan(tmp_trial)
+
+
+@pytest.mark.slow
+def test_a_failing_rank_is_the_root_cause_not_its_peers_comm_error(make_spec, tmp_trial, tmp_path, proc_scan):
+    # EP2 DP2, 2 rows per DP rank per step: rank 1 reads rows 2 and 3, whose token ids are out of range.
+    rows = np.tile(np.arange(129, dtype=np.int64) % 512, (4, 1))
+    rows[2:] = 9999
+    np.save(tmp_path / "tokens.npy", rows)
+    spec = make_spec(3, data={"kind": "pretokenized", "path": str(tmp_path / "tokens.npy")})
+    backend = LocalBackend(grace_s=3.0)
+    res = backend.wait(backend.submit(spec, tmp_trial))
+    assert res.status == "crash", (res.status, res.reason)
+    assert res.reason.startswith("rank 1:") and "outside the vocabulary" in res.reason
+    assert "outside the vocabulary" in res.log_tail
+    assert not proc_scan(tmp_trial)
+
+
+def _spec_file(tmp_path, make_spec, **change) -> str:
+    spec = make_spec(4)
+    data = {**spec.model_dump(mode="json"), **change}
+    path = tmp_path / "spec" / "trial_spec.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("change, argv_extra, words", [
+    (dict(count="two"), [], "field count"),  # malformed TrialSpec
+    (dict(count=4), [], "count 4"),  # layout for 2 GPUs, spec for 4
+    (dict(data={"kind": "pretokenized", "path": "/nonexistent/rows.npy"}), [], "does not exist"),
+    (dict(), ["--nproc", "3"], "does not divide"),  # EP2 cannot spread over 3 ranks
+    (dict(layout={**Layout(world=2, ep=2).to_dict(), "tp": 8}), [], "TP x PP x CP = 8"),
+])
+def test_cli_bad_input_exits_2_before_any_process(tmp_path, make_spec, capsys, change, argv_extra, words):
+    path = _spec_file(tmp_path, make_spec, **change)
+    assert cli(["trial", "run", path, *argv_extra]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not (tmp_path / "spec" / "logs").exists()  # no rank was started
+
+
+@pytest.mark.slow
+def test_cli_runs_a_one_rank_spec_on_two_ranks_and_prints_json(tmp_path, make_spec, capsys):
+    spec = make_spec(5, count=1, layout=Layout(world=1, micro_batch_size=1).to_dict())
+    write_json_atomic(tmp_path / "trial_spec.json", spec)
+    assert cli(["trial", "run", str(tmp_path / "trial_spec.json"), "--nproc", "2", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["status"] == "ok" and res["backend"] == "local" and len(res["steps"]) == 6
+    ran = read_model(TrialSpec, tmp_path / "trial_spec.json")
+    assert ran.count == 2 and Layout.from_dict(ran.layout).dp == 2
