@@ -74,6 +74,8 @@ def test_cpu_proxy_is_small_legal_and_rebuilds_from_its_json(name, layout):
     assert small.num_layers % (layout.pp * layout.vpp) == 0
     if FULL in model.layer_types:
         assert FULL in small.layer_types
+    if not model.mla:  # query groups below TP take megatron's KV-replication path: only if the model does
+        assert (small.num_kv_heads >= layout.tp) == (model.num_kv_heads >= layout.tp)
     if model.is_moe:
         assert small.moe.num_experts % layout.ep == 0 and small.moe.top_k < small.moe.num_experts or model.moe.num_experts <= 2
         assert len(small.moe.dense_layers) < small.num_layers

@@ -93,7 +93,8 @@ def train(plan: TrialPlan, built: Built, source, cuda: bool, on_step: Callable[[
         losses = forward_backward(
             forward_step_func=_forward_step, data_iterator=data,
             model=built.chunks if vpp > 1 else built.chunks[0], num_microbatches=plan.num_microbatches,
-            seq_length=plan.workload.seq_len // lay.cp, micro_batch_size=plan.rows_per_microbatch, forward_only=False)
+            # The full row length: the schedule divides by CP (and by TP under SP) itself.
+            seq_length=plan.workload.seq_len, micro_batch_size=plan.rows_per_microbatch, forward_only=False)
         _, grad_norm, _ = built.optimizer.step()
         built.scheduler.step(increment=1)
         if cuda:

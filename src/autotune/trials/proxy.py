@@ -32,9 +32,11 @@ def _round_up(x: int, unit: int) -> int:
     return max(unit, -(-x // unit) * unit)
 
 
-def _query_groups(heads: int, ratio: int, tp: int) -> int:
-    """The largest divisor of `heads` at most heads/ratio that is a multiple or divisor of TP."""
-    want = max(1, heads // max(1, ratio))
+def _query_groups(heads: int, ratio: int, tp: int, groups: int) -> int:
+    """The largest divisor of `heads` at most heads/ratio (the model's GQA ratio) that is a multiple or
+    divisor of TP, and at least min(groups, TP): query groups below TP take another code path in
+    megatron (KV replication), so the proxy has them only where the real model does."""
+    want = max(1, heads // max(1, ratio), min(groups, tp))
     for g in range(want, 0, -1):
         if heads % g == 0 and (g % tp == 0 or tp % g == 0):
             return g
@@ -65,7 +67,7 @@ def _shrunk(model: ModelSpec, layout: Layout, target: str) -> dict:
     if cpu:
         heads = _round_up(4, tp)
         ratio = model.num_heads // max(1, model.num_kv_heads)
-        o.update(hidden_size=64, num_heads=heads, num_kv_heads=_query_groups(heads, ratio, tp),
+        o.update(hidden_size=64, num_heads=heads, num_kv_heads=_query_groups(heads, ratio, tp, model.num_kv_heads),
                  head_dim=16, ffn_hidden_size=_round_up(128, tp), vocab_size=min(model.vocab_size, 512))
         if model.sliding_window:
             o["sliding_window"] = min(model.sliding_window, 64)
