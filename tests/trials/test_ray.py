@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -224,3 +225,20 @@ def test_cpu_trial_packs_onto_one_node_when_it_fits(make_spec, tmp_trial):
     where = [{"node_id": n, "ip": "h", "gpus": [], "python": "/py"} for n in ("a", "b")]
     _, envs = trial.launch(where, 1234)
     assert [e["LOCAL_RANK"] for e in envs] == ["0", "0"] and "CUDA_VISIBLE_DEVICES" not in envs[0]
+
+
+# --- the factory ----------------------------------------------------------------------------------
+def test_factory_names_and_missing_extra(monkeypatch):
+    from autotune.errors import BadInput, MissingExtra
+    from autotune.trials.backends import available_backends, backend_class, get_backend
+
+    assert {"local", "ray", "slime"} <= set(available_backends())
+    assert backend_class("ray").name == "ray" and backend_class("slime").name == "slime"
+    with pytest.raises(BadInput, match="unknown backend 'rey'.*ray"):
+        get_backend("rey")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if ray were not installed
+    monkeypatch.setitem(sys.modules, "ray.job_submission", None)
+    for name in ("ray", "slime"):
+        with pytest.raises(MissingExtra, match=r"autotune\[ray\]"):
+            get_backend(name)
+    assert "ray" not in available_backends() and "slime" not in available_backends()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import time
@@ -165,7 +166,7 @@ class Trial:
         if self.accelerator and res.gpu_hours is None:
             upd["gpu_hours"] = self.spec.count * upd["wall_s"] / 3600
         if res.log_tail is None:
-            upd["log_tail"] = self.log_tail()
+            upd["log_tail"] = self.log_tail(reason=upd["reason"])
         return res.model_copy(update=upd)
 
     def _runner_result(self) -> TrialResult | None:
@@ -193,10 +194,13 @@ class Trial:
                 parts.append(f"==> rank {r} <==\n" + p.read_text(errors="replace")[-limit:])
         return "\n".join(parts)
 
-    def log_tail(self, lines: int = 40) -> str | None:
-        """The last lines of the first rank that failed on its own, else rank 0."""
+    def log_tail(self, lines: int = 40, reason: str | None = None) -> str | None:
+        """The last lines of the rank the reason blames ("rank 1: ..."), else of the first rank that
+        failed on its own, else of rank 0."""
+        blamed = re.match(r"rank (\d+)\b", reason or "")
         failing = [r for r, rc in enumerate(self.returncodes) if rc not in (None, 0) and r not in self.killed_by_us]
-        p = self.log_path(failing[0] if failing else 0)
+        rank = int(blamed.group(1)) if blamed and int(blamed.group(1)) < self.spec.count else (failing or [0])[0]
+        p = self.log_path(rank)
         return "\n".join(p.read_text(errors="replace").splitlines()[-lines:]) if p.exists() else None
 
 
