@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ...errors import require
+from ...errors import AutotuneError, require
 from ..spec import TrialResult, TrialSpec, write_json_atomic
 from ._megatron_log import parse_training_log, window_metrics
 from ._slime_args import slime_model_args
@@ -31,6 +31,7 @@ __all__ = ["SlimeBackend", "slime_model_args", "launch_script", "parse_training_
 
 _ENTRY_PLACEHOLDER = "python3 -m <slime entry module>"
 _TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+_FORWARDED = ("HF_CKPT", "TORCH_DIST", "SFT_DATA", "NVLINK_COUNT")
 
 
 def launch_script(spec: TrialSpec, *, entry: str = "train_async.py", python: str = "python3",
@@ -50,7 +51,7 @@ def launch_script(spec: TrialSpec, *, entry: str = "train_async.py", python: str
     cluster = ClusterSpec.of(spec.gpu, spec.count, spec.gpus_per_node)
     run = build_run_block(layout, workload, cluster, loss_mask=loss_mask_for(model.name), moe=model.is_moe)
     if _ENTRY_PLACEHOLDER not in run:
-        raise ValueError(f"the run block has no {_ENTRY_PLACEHOLDER!r} to replace; recipes.emit changed its format")
+        raise AutotuneError(f"the run block has no {_ENTRY_PLACEHOLDER!r} to replace; recipes.emit changed its format")
     # A script path runs as `python3 path`; a dotted name as `python3 -m name`.
     launcher = f"{python} {shlex.quote(entry)}" if entry.endswith(".py") or "/" in entry else f"{python} -m {entry}"
     # set -f: the seed expands ${MODEL_ARGS[@]} unquoted, so '[1]*48' must not be globbed.
@@ -79,7 +80,12 @@ class _Job:
 
 
 class SlimeBackend(Backend):
-    """slime trials as Ray Jobs on an existing Ray cluster (its dashboard address)."""
+    """slime trials as Ray Jobs on an existing Ray cluster (its dashboard address).
+
+    `slime_dir` (default $SLIME_DIR): the slime checkout on the cluster, the job's working directory.
+    `env`: exports for the job; HF_CKPT, TORCH_DIST, SFT_DATA and NVLINK_COUNT default to this
+    process's values. `retries`: a Ray-level failure (the job supervisor died) is resubmitted.
+    """
 
     name = "slime"
 
@@ -91,8 +97,11 @@ class SlimeBackend(Backend):
         js = require("ray.job_submission", "ray")
         self.client = js.JobSubmissionClient(address)
         self.address = getattr(self.client, "_address", address)
-        self.entry, self.python, self.slime_dir = entry, python, slime_dir
-        self.env, self.runtime_env = dict(env or {}), runtime_env
+        self.entry, self.python = entry, python
+        self.slime_dir = slime_dir or os.environ.get("SLIME_DIR")  # where train_async.py lives on the cluster
+        # The run block's data paths come from this environment when the caller does not set them.
+        self.env = {k: os.environ[k] for k in _FORWARDED if k in os.environ} | dict(env or {})
+        self.runtime_env = runtime_env
         self.retries, self.log_every_s, self.agent_wait_s = retries, log_every_s, agent_wait_s
 
     def submit(self, spec: TrialSpec, trial_dir: Path) -> Handle:
