@@ -297,11 +297,12 @@ class SearchDriver:
         attrs.update(predicted=pred, predicted_peak_bytes=float(self.peak[idx]))
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
+        steps = self.cfg.steps or self.workload.steps
         spec = TrialSpec(
             study=self.sd.name, number=trial.number, model=self.model.source.removeprefix("catalog:") or self.model.name,
             gpu=self.cluster.gpu.name, count=self.cluster.count, gpus_per_node=self.cluster.gpus_per_node,
             layout=lay.to_dict(), workload=_jsonable(dataclasses.asdict(self.workload)),
-            steps=self.cfg.steps or self.workload.steps, warmup_steps=self.workload.window[0], seed=self.cfg.seed,
+            steps=steps, warmup_steps=min(self.workload.window[0], max(1, steps // 3)), seed=self.cfg.seed,
             timeout_s=self.cfg.timeout_s, predicted={"tokens_per_s_per_gpu": pred, "peak_bytes": float(self.peak[idx])},
         )
         if self.cfg.proxy:
