@@ -111,8 +111,13 @@ def search(
     driver.prepare()  # bad input fails here, before any output
     for note in notes:
         err_console.print(f"note: {note}")
-    with view:
-        outcome = driver.run()
+    try:
+        with view:
+            outcome = driver.run()
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted: finished trials are kept in {sd.root}; continue with the same command "
+                          f"and --study {study}")
+        raise typer.Exit(130) from None
     outcome.notes = notes + outcome.notes
     from .report import emit_recipes
 

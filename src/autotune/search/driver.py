@@ -345,7 +345,7 @@ class SearchDriver:
         self.gpu_hours += float(attrs["gpu_hours"] or 0.0)
         rec = TrialRecord(number, lay, res.status, res.source, res.tokens_per_s_per_gpu, pred)
         self.records.append(rec)
-        self.planner.observe(rec) if hasattr(self, "planner") else None
+        self.planner.observe(rec)
         self._learn(lay, {"status": res.status, "source": res.source, "measured": res.tokens_per_s_per_gpu})
         self.emit("finished", {"number": number, "layout": lay.label(self.model.is_moe), "status": res.status,
                                "value": res.tokens_per_s_per_gpu, "predicted": pred, "source": res.source})
