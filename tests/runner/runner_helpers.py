@@ -31,3 +31,30 @@ def run_local(spec: TrialSpec, trial_dir: Path) -> TrialResult:
 
 def losses(result: TrialResult) -> list[float]:
     return [s.lm_loss for s in result.steps]
+
+
+def uneven_collectives_check(rank: int, world: int, port: int) -> None:
+    """One rank of test_cpu_patches' gloo check of uneven all-gather and reduce-scatter (spawned)."""
+    import torch
+    import torch.distributed as dist
+
+    from autotune.runner import cpu_patches as cp
+
+    cp.apply()
+    from megatron.core.tensor_parallel import mappings
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    group, sizes = dist.group.WORLD, [3, 5]
+    mine = torch.full((sizes[rank], 2), float(rank + 1))
+    try:
+        cp.UPSTREAM["megatron.core.tensor_parallel.mappings:_gather_along_first_dim"](mine, group, sizes)
+    except RuntimeError as exc:
+        assert "invalid tensor size" in str(exc)  # gloo refuses blocks of different sizes
+    else:
+        raise AssertionError("upstream uneven all-gather now works on gloo: drop the patch")
+    gathered = mappings._gather_along_first_dim(mine, group, sizes)
+    assert torch.equal(gathered, torch.cat([torch.full((3, 2), 1.0), torch.full((5, 2), 2.0)]))
+    # Its reverse, the uneven reduce-scatter, needs no patch: gloo does it.
+    scattered = mappings._reduce_scatter_along_first_dim(torch.ones(8, 2) * (rank + 1), group, sizes)
+    assert torch.equal(scattered, torch.full((sizes[rank], 2), 3.0))
+    dist.destroy_process_group()

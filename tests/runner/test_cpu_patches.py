@@ -207,3 +207,13 @@ def test_selective_recompute_without_te_has_no_fp8():
     ckpt.discard_output_and_register_recompute(z)
     z.sum().backward()
     assert torch.allclose(x.grad, 3 * torch.cos(x.detach()))
+
+
+def test_uneven_all_gather_on_gloo_and_the_reduce_scatter_that_needs_no_patch():
+    import torch.multiprocessing as mp
+    from runner_helpers import uneven_collectives_check
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(uneven_collectives_check, args=(2, port), nprocs=2, join=True)  # a failed assert raises here

@@ -1,6 +1,6 @@
 """Build the training step of a trial: TransformerConfig, GPTModel chunks, Megatron DDP, optimizer.
 
-`build(plan, device, dtype)` returns the model chunks (one per virtual pipeline stage), the optimizer
+`build(plan, cuda, dtype)` returns the model chunks (one per virtual pipeline stage), the optimizer
 and its LR scheduler, and `notes`: every place where the run departs from what the layout asked for
 because of this machine (no Transformer Engine, no FLA, no CUDA); they go into TrialResult.reason.
 """
@@ -53,6 +53,8 @@ def _recompute(plan: TrialPlan, moe_grouped_gemm: bool, notes: list[str]) -> dic
 
 
 def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: list[str]):
+    """The TransformerConfig of the plan's model and layout, and whether TE layers are used. Appends to
+    `notes` what this machine changes (a TE- or CUDA-only feature that falls back)."""
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     m, lay, w = plan.model, plan.layout, plan.workload
@@ -93,7 +95,7 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
         grouped = use_te  # TEGroupedMLP; without TE experts run as a SequentialMLP
         kw.update(
             num_moe_experts=m.moe.num_experts, moe_router_topk=m.moe.top_k, moe_ffn_hidden_size=m.moe.ffn_hidden_size,
-            moe_layer_freq=[0 if m.moe.dense_layers and i in m.moe.dense_layers else 1 for i in range(m.num_layers)],
+            moe_layer_freq=[int(i not in m.moe.dense_layers) for i in range(m.num_layers)],
             moe_token_dispatcher_type=lay.dispatcher, moe_router_dtype="fp32", moe_grouped_gemm=grouped,
             moe_permute_fusion=use_te, moe_aux_loss_coeff=1e-3 if w.load_balancing_loss else 0.0,
             moe_router_load_balancing_type="aux_loss" if w.load_balancing_loss else "none",
@@ -109,6 +111,8 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
         kw.update(_recompute(plan, grouped, notes))
     else:
         kw.update(_recompute(plan, False, notes))
+    if m.mtp_layers and w.train_mtp:
+        notes.append(f"no MTP layers: the trial times the main model ({m.mtp_layers} MTP layer(s) left out)")
     if m.is_hybrid:
         blocker = gdn_blocker(cuda)
         if blocker is None:
@@ -155,6 +159,7 @@ def _reduce_replicated_experts(chunks: list, layout) -> None:
 
 
 def build(plan: TrialPlan, cuda: bool, dtype: torch.dtype) -> Built:
+    """This rank's model chunks wrapped in Megatron DDP, the optimizer and the LR schedule."""
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
     from megatron.core.models.gpt import GPTModel
@@ -169,6 +174,9 @@ def build(plan: TrialPlan, cuda: bool, dtype: torch.dtype) -> Built:
         plan = replace(plan, model=replace(plan.model, mla=None))
     config, use_te = transformer_config(plan, cuda, dtype, notes)
     m, lay, w = plan.model, plan.layout, plan.workload
+    if lay.cp > 1 and not use_te:
+        raise RuntimeError(f"CP {lay.cp} needs Transformer Engine attention on CUDA: megatron's local "
+                           "DotProductAttention has no context parallelism")
     vocab = padded_vocab(m, lay.tp)
     chunks = []
     for v in range(lay.vpp):

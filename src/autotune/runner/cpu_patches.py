@@ -16,7 +16,7 @@ import types
 
 import torch
 
-__all__ = ["apply", "applied", "cuda_type_names", "UPSTREAM", "CUDA_LITERAL_MODULES", "NullStream"]
+__all__ = ["apply", "applied", "cuda_type_names", "PATCHES", "UPSTREAM", "CUDA_LITERAL_MODULES", "NullStream", "NULL_STREAM"]
 
 UPSTREAM: dict[str, object] = {}  # "module:attr" -> the object before patching
 _APPLIED: list[str] = []
@@ -48,14 +48,11 @@ def _set(module, name: str, value) -> None:
 class NullEvent:
     """Stands in for torch.cuda.Event: CPU work is synchronous, so every event has already happened."""
 
-    def record(self, *a, **k):
-        return None
+    def record(self, *args, **kwargs): ...
 
-    def synchronize(self):
-        return None
+    def synchronize(self): ...
 
-    def wait(self, *a, **k):
-        return None
+    def wait(self, *args, **kwargs): ...
 
     def query(self):
         return True
@@ -64,17 +61,14 @@ class NullEvent:
 class NullStream:
     """Stands in for torch.cuda.Stream: there is one (synchronous) CPU stream."""
 
-    def wait_stream(self, other):
-        return None
+    def wait_stream(self, other): ...
 
-    def wait_event(self, event):
-        return None
+    def wait_event(self, event): ...
+
+    def synchronize(self): ...
 
     def record_event(self, event=None):
         return event or NullEvent()
-
-    def synchronize(self):
-        return None
 
 
 NULL_STREAM = NullStream()
@@ -263,6 +257,28 @@ def _patch_checkpoint_without_output() -> None:
     _set(cls, "__init__", __init__)
 
 
+def _patch_uneven_gather() -> None:
+    # With ETP > 1 the alltoall dispatcher all-gathers token blocks of different sizes over the
+    # expert-TP group (output_split_sizes): a list all_gather that NCCL accepts and gloo refuses
+    # ("invalid tensor size"). On gloo, pad every block to the largest and cut after the gather.
+    # (The matching uneven reduce_scatter works on gloo as it is.)
+    from megatron.core.tensor_parallel import mappings
+
+    upstream = mappings._gather_along_first_dim
+
+    def gather(input_, group, output_split_sizes=None, use_global_buffer=False):
+        if output_split_sizes is None or group.size() == 1:
+            return upstream(input_, group, output_split_sizes, use_global_buffer)
+        sizes = [int(n) for n in output_split_sizes]
+        padded = input_.new_zeros((max(sizes), *input_.shape[1:]))
+        padded[: input_.shape[0]] = input_
+        blocks = [torch.empty_like(padded) for _ in sizes]
+        torch.distributed.all_gather(blocks, padded, group=group)
+        return torch.cat([b[:n] for b, n in zip(blocks, sizes)], dim=0)
+
+    _set(mappings, "_gather_along_first_dim", gather)
+
+
 PATCHES = {
     "rng_tracker_on_cpu_generator": _patch_rng_tracker,
     "cuda_device_stream_sync_on_cpu": _patch_cuda_runtime,
@@ -272,6 +288,7 @@ PATCHES = {
     "cuda_device_literals": _patch_cuda_literals,
     "cuda_tensor_type_checks": _patch_type_checks,
     "checkpoint_without_output_fp8": _patch_checkpoint_without_output,
+    "uneven_all_gather_on_gloo": _patch_uneven_gather,
 }
 
 

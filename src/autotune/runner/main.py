@@ -66,9 +66,6 @@ def run_rank(plan: TrialPlan, env: RankEnv, out_dir: Path) -> int:
         if not cuda and dtype_name == "fp32":
             notes.append("fp32 on CPU (set AUTOTUNE_RUNNER_DTYPE=bf16 for bf16)")
         dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
-        if plan.layout.cp > 1 and not (cuda and stack["transformer_engine"] != "none"):
-            raise RuntimeError(f"CP {plan.layout.cp} needs Transformer Engine attention on CUDA: megatron's "
-                               "local DotProductAttention has no context parallelism")
         built = build(plan, cuda, dtype)
         notes += built.notes
         if rank == 0:
@@ -112,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_trial(spec, world_size=env.world_size)
         require("torch", "trials")
         require("megatron.core", "trials")
-    except BadInput as exc:
+    except (BadInput, MissingExtra) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except MissingExtra as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        rank = os.environ.get("RANK", "")
+        if rank.isdigit() and "WORLD_SIZE" in os.environ:  # launched by a backend: give it the reason too
+            print(marker("crash", int(rank), f"{type(exc).__name__}: {exc}"), file=sys.stderr)
+        return 2 if isinstance(exc, BadInput) else 1
     return run_rank(plan, env, path.resolve().parent)
