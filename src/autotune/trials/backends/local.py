@@ -11,7 +11,6 @@ classifying a failure is the same bookkeeping as for Ray trials (`_ray_trial.Tri
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -123,12 +122,7 @@ class LocalBackend(Backend):
         if live:
             return None
         run.kill()  # reaps; the group may still hold a grandchild
-        status, reason, base = trial.outcome()
-        root = re.match(r"rank (\d+):", reason or "")
-        if base is not None and base.log_tail is None and root:  # the root cause's log, not rank 0's echo
-            log = trial.log_path(int(root.group(1)))
-            if log.exists():
-                base = base.model_copy(update={"log_tail": "\n".join(log.read_text(errors="replace").splitlines()[-40:])})
+        status, reason, base = trial.outcome()  # log_tail: the rank the reason blames (the root cause)
         return self._finish(run, status, reason, base)
 
     def _finish(self, run: _Run, status: str, reason: str | None, base: TrialResult | None) -> TrialResult:
