@@ -36,7 +36,7 @@ def test_small_dense_by_hand(dense):
     assert t["weights"] == 2 * params
     assert t["grads"] == 4 * params
     assert t["optimizer"] == pytest.approx(12 * params / 2)  # distributed optimizer over DP 2
-    per_token_layer = 2 * (2 * 64) + 2 * 64 + 2 * 64 + 2 * (2 * 64 + 2 * 32) + 2 * 64 + 2 * 3 * 128
+    per_token_layer = 2 * (2 * 64) + 2 * 64 + 2 * 64 + 2 * (64 + 2 * 32) + 2 * 64 + 2 * 3 * 128
     assert t["activations"] == pytest.approx(per_token_layer * 4 * 256 * 1 * (1 + C.fragmentation))
     assert t["logits"] == pytest.approx(256 * 256 * 6)  # bf16 logits + fp32 softmax (fused loss)
     assert t["dispatcher"] == 0
@@ -57,8 +57,8 @@ def test_small_moe_by_hand():
     assert (w0, w1) == (2 * (s0_dense + s_exp), 2 * (s1_dense + s_exp))
     assert r.terms["optimizer"][0, 0] == pytest.approx(12 * (s0_dense / 2 + s_exp / 1))  # DP 2, expert-DP 1
     imb = C.imbalance_off
-    tok = 2 * (2 * 64) + 2 * 64 + (2 * 64 + 2 * 96) + 2 * (2 * 64 + 2 * 32) + 2 * 64 + 4 * 2 * 8 \
-        + imb * (2 * 2 * 2 * 64 + 2 * 2 * 2 * 32 + 2 * 2 * 32) + 2 * 3 * 32
+    tok = 2 * (2 * 64) + 2 * 64 + (2 * 64 + 2 * 96) + 2 * (64 + 2 * 32) + 2 * 64 + 4 * 2 * 8 \
+        + imb * (2 * 2 * 64 + 2 * 2 * 2 * 32 + 2 * 2 * 32) + 2 * 3 * 32
     a0, a1 = r.terms["activations"][0]
     # 1F1B: stage 0 keeps PP - 0 = 2 micro-batches in flight, stage 1 keeps 1
     assert a0 == pytest.approx(tok * 2 * 256 * 2 * (1 + C.fragmentation))

@@ -1,8 +1,11 @@
 """Exact parameter counts: per layer, per layer type, total and active per token.
 
 Each layer is a list of `ParamItem`s that say how the tensor shards under Megatron-core: `tp` (split
-over tensor parallel), `rep` (replicated on every TP rank), `expert` (split over EP x ETP). The memory
-model sums these per pipeline stage; the MFU convention uses `ParamCounts.active`.
+over tensor parallel), `rep` (replicated on every TP rank), `expert` (split over EP x ETP), `expert_ep`
+(split over EP, replicated on the ETP ranks: the experts' row-parallel fc2 biases), `buffer` (in the
+checkpoint but no parameter of megatron's: no gradient, no optimizer state). The memory model sums
+these per pipeline stage; the MFU convention uses `ParamCounts.active`. tests/parity/test_params.py
+checks the per-rank sums against megatron-core GPTModels built at the same layouts.
 
 The seed's active rule (Qwen3.5-122B-A10B: 9,008,136,192): every weight matrix used for one token, plus
 ONE vocabulary matrix; 1-D tensors (norms, biases, A_log, dt_bias, sinks) and MTP are left out.
@@ -21,7 +24,7 @@ __all__ = ["ParamItem", "ParamCounts", "layer_items", "param_counts", "padded_vo
 class ParamItem:
     name: str
     count: int
-    shard: str  # "tp" | "rep" | "expert"
+    shard: str  # "tp" | "rep" | "expert" | "expert_ep" | "buffer"
     matrix: bool  # a weight matrix (counted by the active rule) or a 1-D tensor
     active: float = 1.0  # fraction used per token (top_k / num_experts for routed experts)
 
@@ -92,9 +95,18 @@ def _mlp_items(m: ModelSpec, i: int) -> list[ParamItem]:
         ParamItem("moe.experts", e.num_experts * 3 * h * e.ffn_hidden_size, "expert", True, frac),
     ]
     if e.router_bias:
-        items.append(ParamItem("moe.router_bias", e.num_experts, "rep", False))
+        # gpt-oss: the router linear's learned bias (megatron Router.bias, add_bias_linear). DeepSeek's
+        # e_score_correction_bias is moved by load statistics, not gradients: megatron keeps it as the
+        # router's `expert_bias` buffer (moe/router.py register_buffer), a parameter of no rank.
+        shard = "rep" if e.expert_bias else "buffer"
+        items.append(ParamItem("moe.router_bias", e.num_experts, shard, False))
     if e.expert_bias:
-        items.append(ParamItem("moe.expert_bias", e.num_experts * (2 * e.ffn_hidden_size + h), "expert", False, frac))
+        # fc1 (column-parallel) biases split over ETP; fc2 (row-parallel) biases are whole on every ETP
+        # rank (tensor_parallel/layers.py RowParallelLinear: bias of output_size)
+        items += [
+            ParamItem("moe.expert_bias_fc1", e.num_experts * 2 * e.ffn_hidden_size, "expert", False, frac),
+            ParamItem("moe.expert_bias_fc2", e.num_experts * h, "expert_ep", False, frac),
+        ]
     if e.shared_ffn_hidden_size:
         items.append(ParamItem("moe.shared", 3 * h * e.shared_ffn_hidden_size, "tp", True))
         if e.shared_expert_gate:

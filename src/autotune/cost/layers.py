@@ -34,12 +34,12 @@ FP32 = 4
 PART_CLASS = {
     "ln": "seq",  # RMSNorm inputs (2 per layer)
     "attn_in": "seq",  # input of the QKV / in_proj linear (saved by column-parallel linear)
-    "attn_core": "tp",  # what the attention kernel saves: q, k, v, output (flash) or the GDN kernel's inputs/output
+    "attn_core": "tp",  # attention kernel: q, k, v (flash; its output is the o_proj input); GDN: kernel in/out
     "attn_other": "tp",  # qk-norm inputs, output gate, projections' inputs inside attention
     "mlp": "tp",  # dense MLP: fc1 output, activation output
     "mlp_in": "seq",  # dense MLP / shared expert input
     "router": "rep",  # router logits and probabilities (fp32)
-    "moe_perm": "exph",  # permuted tokens (expert fc1 input) and expert fc2 output, per routed copy
+    "moe_perm": "exph",  # permuted tokens (expert fc1 input), per routed copy
     "moe_fc1": "expf",  # expert fc1 output (gate and up), per routed copy
     "moe_act": "expf",  # expert activation output (fc2 input), per routed copy
     "shared": "tp",  # shared expert fc1 and activation outputs
@@ -53,6 +53,7 @@ class LayerTables:
     params_tp: np.ndarray  # (L,) parameters split over TP
     params_rep: np.ndarray  # (L,) replicated on every TP rank
     params_exp: np.ndarray  # (L,) expert parameters split over EP x ETP
+    params_exp_ep: np.ndarray  # (L,) expert parameters split over EP only (row-parallel fc2 biases)
     act: np.ndarray  # (L, P) activation bytes per token by part
     is_moe: np.ndarray  # (L,) bool
     kind: np.ndarray  # (L,) 0 full attention, 1 sliding, 2 linear (GDN), 3 MLA
@@ -83,7 +84,7 @@ def _attention_parts(m: ModelSpec, kind: str) -> dict[str, float]:
             "attn_in": BF16 * h,
             "attn_other": BF16 * (q_lat + a.kv_lora_rank + a.qk_rope_head_dim)  # latent norms' inputs
             + BF16 * nh * a.v_head_dim,  # o_proj input
-            "attn_core": BF16 * nh * (2 * qk + a.v_head_dim + a.v_head_dim),  # q, k, v, out
+            "attn_core": BF16 * nh * (2 * qk + a.v_head_dim),  # q, k, v (the kernel's output: o_proj input)
         }
     q = m.num_heads * m.head_dim
     kv = m.num_kv_heads * m.head_dim
@@ -91,8 +92,11 @@ def _attention_parts(m: ModelSpec, kind: str) -> dict[str, float]:
     if m.qk_norm:
         other += BF16 * (q + kv)
     if m.attn_output_gate:
-        other += BF16 * 2 * q  # gate logits and sigmoid output
-    return {"attn_in": BF16 * h, "attn_other": other, "attn_core": BF16 * (2 * q + 2 * kv)}
+        other += BF16 * 2 * q  # the gate and the ungated output (torch.compile'd _apply_output_gate keeps both)
+    # TE's fused/flash attention saves q, k, v, its output and fp32 softmax statistics (FusedAttnFunc
+    # save_for_backward); the output is the same buffer linear_proj saves as its input, counted once
+    # above (tests/parity/test_activations.py)
+    return {"attn_in": BF16 * h, "attn_other": other, "attn_core": BF16 * (q + 2 * kv)}
 
 
 def _mlp_parts(m: ModelSpec, i: int) -> dict[str, float]:
@@ -104,12 +108,17 @@ def _mlp_parts(m: ModelSpec, i: int) -> dict[str, float]:
     parts = {
         "mlp_in": BF16 * h,
         "router": FP32 * 2 * e.num_experts,
-        "moe_perm": e.top_k * BF16 * 2 * h,
+        # permuted tokens (the experts' fc1 input). Not the experts' fc2 output: the routing probs are
+        # applied in the experts' activation (per_token_scale; the weighted SwiGLU saves fc1's output and
+        # the probs) and unpermute's scatter-add (or TE's fused moe_unpermute) keeps only indices
+        "moe_perm": e.top_k * BF16 * h,
         "moe_fc1": e.top_k * BF16 * 2 * e.ffn_hidden_size,
         "moe_act": e.top_k * BF16 * e.ffn_hidden_size,
     }
     if e.shared_ffn_hidden_size:
         parts["shared"] = BF16 * 3 * e.shared_ffn_hidden_size
+        if e.shared_expert_gate:  # `output * sigmoid(gate)` (shared_experts.py) keeps the shared output (h)
+            parts["shared"] += BF16 * h
     return parts
 
 
@@ -141,13 +150,14 @@ def _flops(m: ModelSpec, i: int) -> tuple[float, float, float, float]:
 @lru_cache(maxsize=32)
 def layer_tables(m: ModelSpec) -> LayerTables:
     L = m.num_layers
-    ptp, prep, pexp = np.zeros(L), np.zeros(L), np.zeros(L)
+    ptp, prep, pexp, pexp_ep = np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L)
     act = np.zeros((L, len(PARTS)))
     kind = np.zeros(L, dtype=np.int8)
     fl = np.zeros((L, 4))
     for i in range(L):
         for it in layer_items(m, i):
-            {"tp": ptp, "rep": prep, "expert": pexp}[it.shard][i] += it.count
+            if it.shard != "buffer":  # buffers are no parameters of megatron's (params.py)
+                {"tp": ptp, "rep": prep, "expert": pexp, "expert_ep": pexp_ep}[it.shard][i] += it.count
         parts = {"ln": BF16 * 2 * m.hidden_size, **_attention_parts(m, m.layer_types[i]), **_mlp_parts(m, i)}
         for name, v in parts.items():
             act[i, PARTS.index(name)] += v
@@ -155,7 +165,7 @@ def layer_tables(m: ModelSpec) -> LayerTables:
         kind[i] = 2 if t == LINEAR else (1 if t == SLIDING else (3 if m.mla else 0))
         fl[i] = _flops(m, i)
     return LayerTables(
-        n_layers=L, params_tp=ptp, params_rep=prep, params_exp=pexp, act=act,
+        n_layers=L, params_tp=ptp, params_rep=prep, params_exp=pexp, params_exp_ep=pexp_ep, act=act,
         is_moe=np.array([m.is_moe_layer(i) for i in range(L)]), kind=kind,
         flops_dense=fl[:, 0], flops_attn_quadratic=fl[:, 1], flops_expert=fl[:, 2], flops_linear_attn=fl[:, 3],
     )

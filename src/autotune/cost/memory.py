@@ -119,6 +119,8 @@ def estimate_memory(
     # --- parameters --------------------------------------------------------------------------------
     p_dense = stage_sums(lt.params_tp, t.pp, t.vpp, S) / tp + stage_sums(lt.params_rep, t.pp, t.vpp, S)
     p_exp = stage_sums(lt.params_exp, t.pp, t.vpp, S) / (ep * etp)
+    if lt.params_exp_ep.any():  # the experts' fc2 biases: whole on every ETP rank
+        p_exp = p_exp + stage_sums(lt.params_exp_ep, t.pp, t.vpp, S) / ep
     vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * h / tp
     p_dense = p_dense + np.where(first, vocab, 0) + np.where(last, h, 0)  # embedding; final norm
     if not model.tie_embeddings:

@@ -1,0 +1,289 @@
+"""Activation memory parity: bytes one real megatron-core layer saves for backward, against autotune.
+
+For each layer type megatron-core 0.16.1 runs on a CPU (local layer spec, no Transformer Engine), one
+TransformerLayer at real widths (bf16, TP1, one gloo rank) runs a forward pass under
+`torch.autograd.graph.saved_tensors_hooks`; every saved tensor is counted once per untyped storage
+(views and aliases of one buffer count once) and parameters (and views of them) are left out. The
+prediction is the sum of autotune's per-layer activation parts (cost/layers.py) at TP1, in bytes per
+token.
+
+Three measured numbers per layer (bytes per token):
+  raw     everything the layer saves on this CPU. The local DotProductAttention saves the s x s scores,
+          the fp32 softmax probabilities and GQA-expanded K/V (so `raw` grows with the sequence), torch's
+          RMSNorm saves fp32 copies of its input and output, and the unfused rope its cos/sin tables.
+          SwiGLU runs as on GPUs: megatron's fused SwiGLU autograd functions (bias_activation_fusion),
+          and megatron's @jit_fuser functions (the output gate) are torch.compile'd as there.
+  flash   `raw` with the attention kernel's own saves (everything saved inside core_attention) swapped
+          for what TE's fused/flash attention keeps (FusedAttnFunc save_for_backward): q, k, v (bf16,
+          K/V not expanded), its output (one buffer with linear_proj's saved input: counted once) and
+          the fp32 softmax statistics (one per head per token).
+  gpu-eq  `flash` with the other two CPU-only kernels swapped as well: torch RMSNorm -> a fused RMSNorm
+          (TE/Apex: its bf16 input and fp32 rstd per row), unfused rope -> TE's fused rope (it saves only
+          the frequencies, one table for all layers). This is the number compared with autotune
+          (ratio gpu-eq / predicted; tests/parity/test_activations.py), which models the GPU kernels.
+What cannot run here is listed with the reason (MLA, Gated DeltaNet).
+
+    python bench/activation_parity.py [--seq 256] [--json] [--case NAME ...] [--detail]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+from autotune.catalog import Workload, load_model  # noqa: E402
+from autotune.catalog.model import FULL, ModelSpec  # noqa: E402
+from autotune.cost.layers import PARTS, layer_tables  # noqa: E402
+from autotune.layout import Layout  # noqa: E402
+
+SEQ = 256  # tokens of the micro-batch (one row)
+TOLERANCE = 0.15  # tests/parity/test_activations.py: |gpu-eq / predicted - 1| within this
+
+
+def _one_layer(name: str, *, experts: int | None = None, full_attention: bool = False, **changes) -> ModelSpec:
+    """A catalog model cut to one layer at its real widths (experts cut to `experts`)."""
+    m = load_model(name)
+    ch: dict = dict(num_layers=1, layer_types=(FULL,) if full_attention else m.layer_types[:1], mtp_layers=0)
+    if full_attention:
+        ch["linear"] = None
+    if m.moe is not None and experts:
+        ch["moe"] = replace(m.moe, num_experts=experts, top_k=min(m.moe.top_k, experts), dense_layers=())
+    ch.update(changes)
+    return replace(m, **ch)
+
+
+# name -> (model, dispatcher, what it covers)
+CASES: dict[str, tuple] = {
+    "dense-gqa": (lambda: _one_layer("Qwen3-30B-A3B", moe=None, qk_norm=False), "alltoall",
+                  "GQA attention (32 heads / 4 KV, head dim 128) + dense SwiGLU MLP 6144, hidden 2048"),
+    "dense-gqa-qknorm": (lambda: _one_layer("Qwen3-30B-A3B", moe=None), "alltoall",
+                         "as dense-gqa with qk-layernorm"),
+    "gated-attn-qknorm": (lambda: _one_layer("Qwen3.5-2B", full_attention=True), "alltoall",
+                          "Qwen3.5-2B full attention: output gate, qk-norm, head dim 256, 8/2 heads; dense MLP 6144"),
+    "moe-alltoall": (lambda: _one_layer("Qwen3-30B-A3B", experts=32), "alltoall",
+                     "Qwen3-30B-A3B layer, 32 experts top-8 (expert FFN 768), alltoall dispatcher"),
+    "moe-allgather": (lambda: _one_layer("Qwen3-30B-A3B", experts=32), "allgather",
+                      "as moe-alltoall, allgather dispatcher"),
+    "moe-shared-alltoall": (lambda: _one_layer("Qwen3.5-35B-A3B", experts=32, full_attention=True), "alltoall",
+                            "Qwen3.5-35B-A3B full-attention layer, 32 experts top-8 (FFN 512) + gated shared expert 512"),
+    "moe-shared-allgather": (lambda: _one_layer("Qwen3.5-35B-A3B", experts=32, full_attention=True), "allgather",
+                             "as moe-shared-alltoall, allgather dispatcher"),
+}
+
+NOT_ON_CPU = {
+    "mla": "megatron-core 0.16.1's local DotProductAttention takes no k_channels/v_channels (MLASelfAttention "
+           "passes them) and MLASelfAttention checks isinstance(linear_proj, TELinear) with TELinear a "
+           "MagicMock when TE is absent: MLA needs Transformer Engine",
+    "gated-deltanet": "megatron's GDN block spec is TE-only (experimental_attention_variant_module_specs asserts "
+                      "transformer_impl == transformer_engine) and its kernels are FLA Triton GPU kernels",
+}
+
+
+def predicted(model: ModelSpec) -> dict[str, float]:
+    """autotune's activation bytes per token of layer 0 at TP1 (every divisor is 1), by part."""
+    act = layer_tables(model).act[0]
+    return {p: float(act[j]) for j, p in enumerate(PARTS) if act[j]}
+
+
+def _plan(model: ModelSpec, dispatcher: str, seq: int):
+    from autotune.runner.plan import TrialPlan
+
+    class _Spec:
+        steps = 2
+
+    lay = Layout(world=1, dispatcher=dispatcher)
+    workload = Workload(seq_len=-(-seq // 128) * 128, global_batch=1, steps=2, window=(1, 1))
+    return TrialPlan(spec=_Spec(), model=model, layout=lay, workload=workload,  # type: ignore[arg-type]
+                     rows_per_microbatch=1, num_microbatches=1)
+
+
+def measure(name: str, seq: int = SEQ) -> dict:
+    """Build case `name` as one layer on this rank (megatron parallel state at TP1 must be set up), run a
+    forward pass, count the saved bytes. Returns per-token numbers and a per-module breakdown."""
+    import torch
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.transformer.spec_utils import build_module
+
+    from autotune.runner.build import _layer_spec, transformer_config
+
+    make, dispatcher, _ = CASES[name]
+    model = make()
+    config, use_te = transformer_config(_plan(model, dispatcher, seq), False, torch.bfloat16, [])
+    # The GPU run's activation kernel: megatron's fused SwiGLU autograd functions (they save only their
+    # input, and the weighted one the routing probabilities), pure PyTorch, so they run here as well.
+    # The runner turns the fusion off without TE (bias_activation_fusion=use_te).
+    config.bias_activation_fusion = True
+    layer = build_module(_layer_spec(config, use_te, None).layer_specs[0], config=config, layer_number=1)
+    layer.train()
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+
+    stack: list[str] = []
+    hooks = []
+    swapped: dict[str, list] = defaultdict(list)  # module -> tensors its GPU kernel saves instead
+    for mname, mod in layer.named_modules():
+        hooks.append(mod.register_forward_pre_hook(lambda m, a, n=mname: stack.append(n)))
+        hooks.append(mod.register_forward_hook(lambda m, a, o: None if stack.pop() else None))
+        if mname.endswith("core_attention"):
+            hooks.append(mod.register_forward_pre_hook(lambda m, a, n=mname: swapped[n].extend(a[:3])))
+            hooks.append(mod.register_forward_hook(lambda m, a, o, n=mname: swapped[n].append(o)))
+        elif mname.endswith("layernorm") and any(True for _ in mod.parameters()):  # not an IdentityOp
+            hooks.append(mod.register_forward_pre_hook(lambda m, a, n=mname: swapped[n].append(a[0])))
+
+    saved: dict[int, dict] = {}  # untyped storage -> what first saved it
+
+    def pack(t):
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        if st.nbytes() and key not in params and key not in saved:
+            saved[key] = {"bytes": st.nbytes(), "module": stack[-1] if stack else "<input>", "dtype": str(t.dtype),
+                          "shape": tuple(t.shape), "leaf": t.grad_fn is None}
+        return t
+
+    torch.manual_seed(0)
+    x = torch.randn(seq, 1, model.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    rope = RotaryEmbedding(kv_channels=model.head_dim, rotary_percent=model.rotary_fraction,
+                           rotary_base=10000)(seq)
+    t0 = time.perf_counter()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out, _ = layer(hidden_states=x, attention_mask=None, rotary_pos_emb=rope)
+    fwd_s = time.perf_counter() - t0
+    for h in hooks:
+        h.remove()
+    out.float().sum().backward()  # the graph is whole: every saved tensor was usable
+    assert x.grad is not None and torch.isfinite(x.grad.float()).all()
+
+    raw = sum(r["bytes"] for r in saved.values())
+    flash = _swap(saved, swapped, model, seq, kinds=("attention",))
+    gpu = _swap(saved, swapped, model, seq, kinds=("attention", "norm", "rope"))
+    by_module: dict[str, float] = defaultdict(float)
+    for r in saved.values():
+        by_module[f"{r['module']} [{r['dtype'].replace('torch.', '')}]"] += r["bytes"] / seq
+    pred = predicted(model)
+    return {
+        "case": name, "dispatcher": dispatcher, "seq": seq, "forward_s": round(fwd_s, 3),
+        "raw": raw / seq, "flash": flash / seq, "gpu": gpu / seq, "predicted": sum(pred.values()),
+        "predicted_parts": pred, "by_module": dict(sorted(by_module.items())),
+        "saved": [{**r, "bytes": r["bytes"] / seq} for r in saved.values()],
+    }
+
+
+def _kind(module: str) -> str | None:
+    """Which CPU-only kernel a module is, or is inside: the local (unfused) attention, a torch RMSNorm."""
+    for part in module.split("."):
+        if part == "core_attention":
+            return "attention"
+        if part.endswith("layernorm"):
+            return "norm"
+    return None
+
+
+def _is_rope_table(r: dict, module: str) -> bool:
+    # megatron's unfused rope (models/common/embeddings/rope_utils.py _apply_rotary_pos_emb_bshd)
+    # builds cos/sin tables [s, 1, 1, rotary dim] from the frequencies in the attention module itself,
+    # for q and for k; they carry no grad_fn. TE's fused rope saves only the frequencies, shared by
+    # every layer.
+    return module.endswith("self_attention") and r["leaf"] and len(r["shape"]) == 4 and r["shape"][1:3] == (1, 1)
+
+
+def _swap(saved: dict, swapped: dict, model: ModelSpec, seq: int, kinds: tuple[str, ...]) -> float:
+    """Saved bytes with the named CPU kernels' saves replaced by what their GPU kernels save:
+    attention  TE's fused/flash attention (FusedAttnFunc: q, k, v, out and the fp32 softmax statistics,
+               one per head and token); q, k, v, out count as whole tensors unless their storage is
+               saved anyway (the output is linear_proj's input: one buffer)
+    norm       TE's / Apex's fused RMSNorm: its bf16 input and fp32 rstd per row
+    rope       TE's fused rope: nothing per layer"""
+    keep = {}
+    for key, r in saved.items():
+        kind = _kind(r["module"])
+        if kind in kinds or ("rope" in kinds and _is_rope_table(r, r["module"])):
+            continue
+        keep[key] = r["bytes"]
+    extra = 0
+    for module, tensors in swapped.items():
+        if _kind(module) not in kinds:
+            continue
+        for t in tensors:
+            key = t.untyped_storage().data_ptr()
+            if key not in keep:
+                keep[key] = t.numel() * t.element_size()
+        if _kind(module) == "attention":
+            extra += 4 * model.num_heads * seq
+        else:
+            extra += 4 * tensors[0].numel() // tensors[0].shape[-1]
+    return sum(keep.values()) + extra
+
+
+def _init_world_of_one() -> None:
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+
+    from autotune.runner import cpu_patches
+
+    cpu_patches.apply()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    ps.initialize_model_parallel()
+    tensor_parallel.model_parallel_cuda_manual_seed(1234)
+
+
+def table(rows: list[dict]) -> str:
+    head = f"{'layer type':<22} {'disp.':<9} {'raw':>9} {'flash':>9} {'gpu-eq':>9} {'predicted':>9} " \
+           f"{'raw/pred':>8} {'flash/pred':>10} {'gpu-eq/pred':>11}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        p = r["predicted"]
+        lines.append(f"{r['case']:<22} {r['dispatcher']:<9} {r['raw']:>9,.0f} {r['flash']:>9,.0f} {r['gpu']:>9,.0f} "
+                     f"{p:>9,.0f} {r['raw'] / p:>8.3f} {r['flash'] / p:>10.3f} {r['gpu'] / p:>11.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seq", type=int, default=SEQ, help="tokens per micro-batch (one row)")
+    ap.add_argument("--case", action="append", choices=sorted(CASES), help="run only these (repeatable)")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--detail", action="count", default=0,
+                    help="also print saved bytes/token per module (twice: per saved tensor)")
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    _init_world_of_one()
+    rows = [measure(c, args.seq) for c in (args.case or CASES)]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"megatron-core one layer, bf16, TP1, {args.seq} tokens; bytes saved for backward per token\n")
+    print(table(rows))
+    print("\nflash: core_attention's saves swapped for TE flash attention's (q, k, v, out, softmax stats); "
+          "gpu-eq: also torch RMSNorm -> fused norm (input, rstd) and unfused rope -> fused rope (nothing); "
+          "gpu-eq/pred is the compared ratio")
+    for what, why in NOT_ON_CPU.items():
+        print(f"not run: {what}: {why}")
+    if args.detail:
+        for r in rows:
+            print(f"\n{r['case']}: predicted parts {json.dumps({k: round(v) for k, v in r['predicted_parts'].items()})}")
+            for k, v in r["by_module"].items():
+                print(f"  {v:>10,.1f}  {k}")
+            if args.detail > 1:
+                for t in r["saved"]:
+                    print(f"    {t['bytes']:>10,.1f}  {t['module']} {t['dtype']} {t['shape']}{' leaf' if t['leaf'] else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

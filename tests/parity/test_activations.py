@@ -1,0 +1,42 @@
+"""Activation memory parity: the bytes one real megatron-core layer saves for backward (counted with
+torch.autograd.graph.saved_tensors_hooks, once per storage, parameters left out) against autotune's
+per-layer activation term at TP1 (cost/layers.py), per layer type megatron-core runs on a CPU.
+
+The measurement is bench/activation_parity.py (its docstring says what is counted). The compared number
+is `gpu`: what the layer saves here with the three CPU-only kernels' saves replaced by what their GPU
+kernels save (local attention -> flash: q, k, v, out, softmax statistics; torch RMSNorm -> fused norm:
+bf16 input and fp32 rstd; unfused rope -> fused rope: nothing per layer). The raw CPU number, which
+keeps the s x s attention scores and fp32 norm copies, is in the bench table. Not covered: MLA and
+Gated DeltaNet (megatron-core 0.16.1 builds neither without Transformer Engine; see the bench).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+from parity_harness import run_world  # noqa: E402  (puts bench/ on sys.path)
+
+import activation_parity as ap  # noqa: E402  (bench/activation_parity.py)
+from autotune.layout import Layout  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("case", list(ap.CASES))
+def test_saved_bytes_per_token_match_the_layer_term(case):
+    [r] = run_world(Layout(world=1), ap.measure, case, timeout=240)
+    ratio = r["gpu"] / r["predicted"]
+    assert abs(ratio - 1) <= ap.TOLERANCE, (
+        f"{case}: measured {r['gpu']:,.0f} B/token (raw {r['raw']:,.0f}, flash {r['flash']:,.0f}) against "
+        f"predicted {r['predicted']:,.0f} {r['predicted_parts']}; saved per module: {r['by_module']}")
+    # the CPU kernels do save more than their GPU counterparts: the swap is doing something
+    assert r["raw"] > r["flash"] > r["gpu"]
+    model = ap.CASES[case][0]()
+    if model.moe is not None:
+        # the permuted tokens (top-k copies of the hidden state) are the whole of moe_perm, exactly:
+        # the first expert's fc1 saves its input, a view of the one permuted buffer
+        fc1 = sum(t["bytes"] for t in r["saved"] if t["module"].endswith("local_experts.0.linear_fc1"))
+        assert fc1 == r["predicted_parts"]["moe_perm"]
