@@ -99,7 +99,8 @@ def test_selective_and_interleaved():
     lays = [mk(), mk(recompute=Recompute.parse("selective")), mk(recompute=Recompute.parse("selective:core_attn,moe_act,layernorm")),
             mk(vpp=2), mk(recompute=Recompute.parse("full:block:3"))]
     a = _mem(m, w, lays, gpu="H200").terms["activations"][:, 0]
-    assert a[2] < a[1] < a[0]
+    assert a[1] == a[0]  # core_attn alone: the checkpoint keeps q, k, v, all that flash attention saves
+    assert a[2] < a[1]  # layernorm and moe_act outputs are freed
     assert a[3] > a[0]  # interleaving keeps more in flight on stage 0: 1 + (PP-1)/(PP*VPP)
     assert a[3] / a[0] == pytest.approx(1 + 3 / 8, rel=1e-6)
     assert a[4] < a[0]

@@ -36,7 +36,10 @@ GiB = 1024**3
 
 # selective-recompute module -> activation parts it frees
 SELECTIVE_DROPS = {
-    "core_attn": ("attn_core",),
+    # with the flash kernel the recompute checkpoint keeps its inputs (q, k, v), which are all the kernel
+    # saves besides the softmax statistics: recomputing core attention frees almost nothing (it pays off
+    # only for the unfused kernel's s x s scores, which autotune does not model)
+    "core_attn": (),
     "layernorm": ("ln",),
     "moe_act": ("moe_act",),
     "mlp": ("mlp",),
