@@ -8,7 +8,6 @@ funnel with counts per reason. Everything after enumeration is vectorised. No to
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -154,7 +153,7 @@ def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cl
     pa = d.precision_aware_optimizer if cluster.has_te else [False]
     axes = [d.tp, d.pp, d.vpp, d.cp, ep, etp, range(len(rcs)), [DISPATCHERS.index(x) for x in disp],
             d.rows_per_microbatch, d.distributed_optimizer, pa, overlap, d.optimizer_offload]
-    grid = np.array(list(itertools.product(*axes)), dtype=float)
+    grid = np.stack(np.meshgrid(*[np.asarray(list(a), dtype=float) for a in axes], indexing="ij"), -1).reshape(-1, len(axes))
     tp, pp, vpp, cp, epv, etpv, rci, dsp, rows, dist, pa, so, off = grid.T
     rc = np.array(rcs)[rci.astype(int)]
     return LayoutTable.from_columns(
