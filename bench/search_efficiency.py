@@ -91,7 +91,7 @@ def one_run(pair, seed: int, planner: str, cap: int, spread: float, noise: float
     truth = backend.truth(res.table.take(res.kept))
     goal = 0.98 * truth.max()
     sd = StudyDir(root, f"{name}-{seed}-{planner}")
-    cfg = SearchConfig(trials=cap, planner=planner, seed=seed, poll_s=0.0, noise=noise)
+    cfg = SearchConfig(trials=cap, planner=planner, seed=seed, poll_s=0.0, noise=noise, sampler="tpe")
     driver = SearchDriver(model, cluster, workload, space, backend, sd, cfg)
     out = driver.run()
     dispatched = [r for r in out.records if r.status != "screened"]

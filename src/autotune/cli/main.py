@@ -45,8 +45,8 @@ _register()
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("AUTOTUNE_DEBUG"))
     try:
-        app(args=argv, standalone_mode=False)
-        return 0
+        rc = app(args=argv, standalone_mode=False)  # non-standalone click returns typer.Exit's code
+        return rc if isinstance(rc, int) else 0
     except SystemExit as exc:  # typer/click exits (e.g. --help)
         return int(exc.code or 0)
     except BadInput as exc:

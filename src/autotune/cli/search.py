@@ -44,6 +44,8 @@ def search(
     backend: str = typer.Option("auto", "--backend", help="auto | simulate | local | ray | slime. auto: ray when "
                                 "--ray-address or RAY_ADDRESS is set, else the cost-model simulator."),
     planner: str = typer.Option("auto", "--planner", help="auto | model | optuna | random | llm (auto: model-guided)."),
+    sampler: str = typer.Option("auto", "--sampler", help="For --planner optuna: tpe | gp | auto (GP when scipy "
+                                "and torch are installed, else TPE)."),
     trials: int = typer.Option(10, "--trials", help="Most trials to dispatch (screened-out proposals do not count)."),
     budget_gpu_hours: float = typer.Option(None, "--budget-gpu-hours", help="Stop once trials have used this many GPU-hours."),
     parallel: int = typer.Option(1, "--parallel", help="Trials running at once."),
@@ -74,6 +76,8 @@ def search(
         raise BadInput(f"--parallel {parallel}: must be at least 1")
     if budget_gpu_hours is not None and budget_gpu_hours <= 0:
         raise BadInput(f"--budget-gpu-hours {budget_gpu_hours}: must be positive")
+    if sampler not in ("auto", "tpe", "gp"):
+        raise BadInput(f"--sampler {sampler!r}: choose auto, tpe or gp")
     if backend not in BACKEND_CHOICES:
         raise BadInput(f"--backend {backend!r}: choose one of {', '.join(BACKEND_CHOICES)}")
     planner_name, planner_note = resolve_planner(planner)
@@ -104,7 +108,7 @@ def search(
         opts["address"] = address
     be = get_backend(backend, **opts)
     cfg = SearchConfig(trials=trials, budget_gpu_hours=budget_gpu_hours, parallel=parallel, planner=planner_name,
-                       noise=noise, steps=steps, seed=seed, timeout_s=timeout_s, proxy=proxy and backend != "simulate",
+                       noise=noise, steps=steps, seed=seed, timeout_s=timeout_s, proxy=proxy and backend != "simulate", sampler=sampler,
                        poll_s=0.02 if backend == "simulate" else 1.0)
     view = _LiveView(m, cluster, sd, enabled=not json_out)
     driver = SearchDriver(m, cluster, workload, sp, be, sd, cfg, on_event=view.event)

@@ -47,6 +47,7 @@ class SearchConfig:
     poll_s: float = 0.05
     timeout_s: float = 3600.0
     proxy: bool = False
+    sampler: str = "auto"  # optuna planner: tpe, gp, or auto (GP when scipy and torch are installed)
 
 
 @dataclass
@@ -121,7 +122,7 @@ class SearchDriver:
     def _open(self):
         from .planners.optuna_planner import OptunaPlanner, choices_of, make_sampler
 
-        sampler = make_sampler("tpe", self.cfg.seed) if self.cfg.planner == "optuna" else None
+        sampler = make_sampler(self.cfg.sampler, self.cfg.seed) if self.cfg.planner == "optuna" else None
         self.study = self.sd.open(sampler=sampler)
         have = self.study.user_attrs
         mine = self._study_attrs()
