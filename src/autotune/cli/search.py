@@ -45,7 +45,7 @@ def search(
                                 "--ray-address or RAY_ADDRESS is set, else the cost-model simulator."),
     planner: str = typer.Option("auto", "--planner", help="auto | model | optuna | random | llm (auto: model-guided)."),
     sampler: str = typer.Option("auto", "--sampler", help="For --planner optuna: tpe | gp | auto (GP when scipy "
-                                "and torch are installed, else TPE)."),
+                                "and torch are installed and trials are real, else TPE)."),
     trials: int = typer.Option(10, "--trials", help="Most trials to dispatch (screened-out proposals do not count)."),
     budget_gpu_hours: float = typer.Option(None, "--budget-gpu-hours", help="Stop once trials have used this many GPU-hours."),
     parallel: int = typer.Option(1, "--parallel", help="Trials running at once."),
@@ -108,7 +108,9 @@ def search(
         opts["address"] = address
     be = get_backend(backend, **opts)
     cfg = SearchConfig(trials=trials, budget_gpu_hours=budget_gpu_hours, parallel=parallel, planner=planner_name,
-                       noise=noise, steps=steps, seed=seed, timeout_s=timeout_s, proxy=proxy and backend != "simulate", sampler=sampler,
+                       noise=noise, steps=steps, seed=seed, timeout_s=timeout_s, proxy=proxy and backend != "simulate",
+                       # GP proposals cost seconds each: worth it when trials cost GPU-hours, not in the simulator
+                       sampler="tpe" if sampler == "auto" and backend == "simulate" else sampler,
                        poll_s=0.02 if backend == "simulate" else 1.0)
     view = _LiveView(m, cluster, sd, enabled=not json_out)
     driver = SearchDriver(m, cluster, workload, sp, be, sd, cfg, on_event=view.event)

@@ -32,6 +32,7 @@ __all__ = ["SearchConfig", "SearchDriver", "SearchOutcome"]
 
 GiB = 1024**3
 MIN_TRIALS_TO_CONVERGE = 3
+MAX_SCREENED_IN_A_ROW = 300  # proposals the model rejects before the planner is called stalled
 PRIOR_SIGMA = 0.10  # the model's relative error on a layout unlike any measured one
 
 
@@ -220,6 +221,7 @@ class SearchDriver:
     def _loop(self, requeue: list[Layout]) -> str:
         running: dict[int, tuple[Handle, Layout, float]] = {}
         stop = None
+        self._screened_in_a_row = 0
         while True:
             if stop is None:
                 stop = self._stop_reason(len(running))
@@ -232,6 +234,9 @@ class SearchDriver:
                     break
                 self._dispatch(props[0], running)
                 stop = self._stop_reason(len(running))
+                if stop is None and self._screened_in_a_row >= MAX_SCREENED_IN_A_ROW:
+                    stop = (f"planner stalled: its last {MAX_SCREENED_IN_A_ROW} proposals were all screened out "
+                            "(illegal or predicted OOM); try --planner model")
             if not running:
                 return stop or "exhausted: every candidate was tried"
             finished = False
@@ -292,8 +297,10 @@ class SearchDriver:
                 trial.set_user_attr(k, v)
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             self.records.append(TrialRecord(trial.number, lay, "screened", "predicted", None, None))
+            self._screened_in_a_row = getattr(self, "_screened_in_a_row", 0) + 1
             self.emit("screened", {"number": trial.number, "layout": attrs["label"], "reason": reason})
             return
+        self._screened_in_a_row = 0
         pred = float(self.pred[idx])
         attrs.update(predicted=pred, predicted_peak_bytes=float(self.peak[idx]))
         for k, v in attrs.items():
