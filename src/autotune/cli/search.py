@@ -18,7 +18,7 @@ from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
 from .common import BatchOpt, CountOpt, GpuOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
-from .console import console, err_console, print_json
+from .console import err_console, print_json
 from .report import outcome_json, render_outcome
 
 BACKEND_CHOICES = ("auto", "simulate", "local", "ray", "slime")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
+from ..fsutil import write_text_atomic
 from ._fit import predict_step_times, solve
 from .measurements import Measurement, published_measurements, read_measurements, seed_measurements
 from .memory import MemoryCoefficients
@@ -114,17 +114,7 @@ def save_calibrations(path: str | Path, cals: dict[str, Calibration], merge: boo
     gpus.update({k: c.to_json() for k, c in cals.items()})
     doc = {"schema_version": 1, "written": _dt.date.today().isoformat(), "generator": "autotune calibrate",
            "gpus": dict(sorted(gpus.items()))}
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(doc, indent=1) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(p, json.dumps(doc, indent=1) + "\n")
     return p
 
 

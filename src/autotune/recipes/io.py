@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
 from ..errors import ConfigError
+from ..fsutil import write_text_atomic
 from .schema import Recipe
 
 __all__ = [
@@ -133,25 +133,6 @@ def dump_recipe(recipe: Recipe, name: str | None = None) -> str:
         default_flow_style=False,
     )
     return (recipe_header(recipe, name) if name else "") + body
-
-
-def write_text_atomic(path: str | Path, text: str, mode: int | None = None) -> Path:
-    """Write via a temp file in the same directory + os.replace, so a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def write_recipe(recipe: Recipe, path: str | Path, name: str | None = None) -> Path:

@@ -74,7 +74,7 @@ def train(plan: TrialPlan, built: Built, source, cuda: bool, on_step: Callable[[
 
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     forward_backward = get_forward_backward_func()
-    lay, vpp = plan.layout, plan.layout.vpp
+    vpp = plan.layout.vpp
     per_rank = plan.num_microbatches * plan.rows_per_microbatch
     dp_rank = ps.get_data_parallel_rank()
     counts_loss = ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank() == 0

@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, fields, is_dataclass, replace
 
 from ..catalog import ModelSpec, Workload
-from ..catalog.model import FULL, LINEAR, LinearAttentionSpec, MlaSpec, MoeSpec
+from ..catalog.model import FULL, LinearAttentionSpec, MlaSpec, MoeSpec
 from ..errors import ConfigError, IllegalLayout
 from ..layout import Layout, violations
 

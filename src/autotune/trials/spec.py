@@ -8,14 +8,13 @@ teaches the search where the memory wall is.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
+from ..fsutil import write_text_atomic
 
 __all__ = ["TrialSpec", "TrialResult", "StepRecord", "FailureClass", "write_json_atomic", "read_model"]
 
@@ -92,20 +91,9 @@ class TrialResult(_Strict):
 
 
 def write_json_atomic(path: Path, data: dict | BaseModel) -> None:
-    """Write JSON via a temp file + rename, so a crash never leaves a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write JSON atomically (see autotune.fsutil)."""
     text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, text + "\n")
 
 
 def read_model(cls: type[BaseModel], path: Path):

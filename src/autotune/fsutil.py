@@ -1,0 +1,29 @@
+"""Atomic file writes: every file autotune writes (recipes, trial specs and results, summaries,
+calibrations, launch scripts) goes through here, so an interrupted write leaves the old file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["write_text_atomic"]
+
+
+def write_text_atomic(path: str | Path, text: str, mode: int | None = None) -> Path:
+    """Write via a temp file in the same directory + fsync + os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
