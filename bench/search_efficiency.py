@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune.catalog import ClusterSpec, Workload, load_model
-from autotune.cost import MB_TERMS, STEP_TERMS, evaluate, load_calibration
+from autotune.cost import STEP_TERMS, evaluate, load_calibration
 from autotune.layout import Layout, LayoutTable
 from autotune.search.driver import SearchConfig, SearchDriver
 from autotune.search.study import StudyDir
