@@ -64,11 +64,13 @@ def list_recipes(
     t.add_column("Layout", min_width=20)
     t.add_column("Measured", no_wrap=True)
     t.add_column("Author", no_wrap=True)
+    t.add_column("Status", no_wrap=True)  # a predicted recipe is not a measurement: say so beside its rank
     for e in entries:
         r = e.recipe
         cells = [f"#{e.rank}"] + ([] if one else [f"{r.model} / {r.gpu.type}"])
         cells += [f"{r.result.tokens_per_s_per_gpu:,.1f}", f"${r.result.usd_per_million_tokens:.2f}", str(r.gpu.count),
-                  f"{r.layout.label}\n{r.layout.highlights}", r.result.measured.isoformat(), r.author.name]
+                  f"{r.layout.label}\n{r.layout.highlights}", r.result.measured.isoformat(), r.author.name,
+                  r.status if r.status != "predicted" else "[yellow]predicted[/]"]
         t.add_row(*cells)
     console.print(t)
 
