@@ -59,6 +59,10 @@ RULES: list[Rule] = [
     Rule("query_groups_tp",
          lambda m, w, t: np.full(len(t), True) if _mla(m) else (_div(m.num_kv_heads, t.tp) | _div(t.tp, m.num_kv_heads)),
          lambda m, w, l: f"num_query_groups {m.num_kv_heads} is neither a multiple nor a divisor of TP {l.tp}"),
+    Rule("gate_query_groups_tp",
+         lambda m, w, t: np.full(len(t), True) if not m.attn_output_gate or _mla(m) else (t.tp <= m.num_kv_heads),
+         lambda m, w, l: f"the attention output gate with TP {l.tp} above the {m.num_kv_heads} query groups crashes "
+                         f"megatron-core 0.16 (fixed upstream later); use TP <= {m.num_kv_heads}"),
     Rule("linear_heads_tp",
          lambda m, w, t: np.full(len(t), True) if not m.linear
          else _div(m.linear.num_key_heads, t.tp) & _div(m.linear.num_value_heads, t.tp),
