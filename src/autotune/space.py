@@ -204,7 +204,9 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     notes = []
     soft = [("needs DeepEP (flex dispatcher) which the cluster lacks", ~((t.dispatcher == 2) & (not cluster.has_deepep))),
             ("needs Transformer Engine (precision-aware optimizer) which the cluster lacks",
-             ~(t.precision_aware & (not cluster.has_te)))]
+             ~(t.precision_aware & (not cluster.has_te))),
+            ("needs Transformer Engine (context parallelism) which the cluster lacks",
+             ~((t.cp > 1) & (not cluster.has_te)))]
     p = space.prune
     practical = [("TP spans nodes", ~((t.tp > cluster.node_size) & p.tp_within_node)),
                  (f"EP x ETP x TP spans more than {p.ep_tp_within_nodes} nodes",
