@@ -42,7 +42,7 @@ from autotune.catalog import ClusterSpec, ModelSpec, Workload, load_model  # noq
 from autotune.catalog.model import FULL, LINEAR  # noqa: E402
 from autotune.cost import evaluate  # noqa: E402
 from autotune.layout import Layout, LayoutTable, Recompute  # noqa: E402
-from autotune.runner.plan import has_module, plan_trial  # noqa: E402
+from autotune.runner.plan import gdn_blocker, has_module, plan_trial  # noqa: E402
 from autotune.trials.proxy import proxy_model  # noqa: E402
 from autotune.trials.spec import TrialSpec  # noqa: E402
 
@@ -124,17 +124,6 @@ def predict(model: ModelSpec, wl: Workload, layout: Layout) -> dict:
             "peak_memory_gib": float(ev.memory.peak[0]) / GiB, "fits": bool(ev.memory.fits[0]),
             "mfu": float(ev.time.mfu[0]), "time_terms_s": ev.time.breakdown(0),
             "memory_terms_gib": {k: v / GiB for k, v in ev.memory.stage_breakdown(0)[0].items()}}
-
-
-def gdn_blocker_here(cuda: bool) -> str | None:
-    """autotune.runner.build.gdn_blocker without importing torch (the dry run needs none)."""
-    if not cuda:
-        return "no CUDA (its FLA kernels are Triton GPU kernels)"
-    if not has_module("transformer_engine"):
-        return "Transformer Engine is not installed (megatron's GDN block spec is TE-only)"
-    if not has_module("fla"):
-        return "flash-linear-attention is not installed"
-    return None
 
 
 # --- running -------------------------------------------------------------------------------------------
@@ -305,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cuda = not args.dry_run
     te = has_module("transformer_engine") and cuda
-    blocker = gdn_blocker_here(cuda)
+    blocker = gdn_blocker(cuda)
     proxy = proxy_of(full_model, args.layers)
     model = proxy_model(full_model, proxy)
     as_run = as_run_without_gdn(model) if model.is_hybrid else model

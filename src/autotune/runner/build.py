@@ -13,9 +13,9 @@ import torch
 
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import padded_vocab
-from .plan import TrialPlan, has_module
+from .plan import TrialPlan, gdn_blocker, has_module
 
-__all__ = ["Built", "build", "gdn_blocker"]
+__all__ = ["Built", "build", "gdn_blocker"]  # gdn_blocker lives in plan.py (no torch)
 
 
 @dataclass
@@ -26,17 +26,6 @@ class Built:
     scheduler: object
     use_te: bool
     notes: list[str] = field(default_factory=list)
-
-
-def gdn_blocker(cuda: bool) -> str | None:
-    """Why megatron's Gated DeltaNet cannot run here, or None if it can."""
-    if not cuda:
-        return "no CUDA (its FLA kernels are Triton GPU kernels)"
-    if not has_module("transformer_engine"):
-        return "Transformer Engine is not installed (megatron's GDN block spec is TE-only)"
-    if not has_module("fla"):
-        return "flash-linear-attention is not installed"
-    return None
 
 
 def _recompute(plan: TrialPlan, moe_grouped_gemm: bool, notes: list[str]) -> dict:

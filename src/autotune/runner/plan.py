@@ -117,3 +117,14 @@ def plan_trial(spec: TrialSpec, world_size: int | None = None) -> TrialPlan:
     return TrialPlan(spec=spec, model=model, layout=layout, workload=workload, rows_per_microbatch=rows,
                      num_microbatches=layout.num_microbatches(workload.global_batch, workload.seq_len),
                      data_path=_data_path(spec, model))
+
+
+def gdn_blocker(cuda: bool) -> str | None:
+    """Why megatron's Gated DeltaNet cannot run here, or None if it can (no torch import needed)."""
+    if not cuda:
+        return "no CUDA (its FLA kernels are Triton GPU kernels)"
+    if not has_module("transformer_engine"):
+        return "Transformer Engine is not installed (megatron's GDN block spec is TE-only)"
+    if not has_module("fla"):
+        return "flash-linear-attention is not installed"
+    return None
