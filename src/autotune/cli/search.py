@@ -57,6 +57,9 @@ def search(
     timeout_s: float = typer.Option(3600.0, "--trial-timeout", help="Seconds before a trial is stopped."),
     noise: float = typer.Option(0.02, "--noise", help="Run-to-run noise: a gain below this is not worth a trial."),
     seed: int = typer.Option(0, "--seed", help="Seed for planners and synthetic data."),
+    no_deepep: bool = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: no flex dispatcher."),
+    no_te: bool = typer.Option(False, "--no-te", help="The cluster lacks Transformer Engine: no precision-aware "
+                               "optimizer, no context parallelism."),
     proxy: bool = typer.Option(False, "--proxy", help="Real trials run a shrunk proxy of the model that fits this "
                                "machine (CPU) or one GPU: they prove a layout runs; ranking uses the full model's prediction."),
     sim_delay: float = typer.Option(0.0, "--sim-delay", hidden=True, help="Seconds each simulated trial takes."),
@@ -81,7 +84,8 @@ def search(
     if backend not in BACKEND_CHOICES:
         raise BadInput(f"--backend {backend!r}: choose one of {', '.join(BACKEND_CHOICES)}")
     planner_name, planner_note = resolve_planner(planner)
-    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch)
+    caps = {k: False for k, off in (("has_deepep", no_deepep), ("has_te", no_te)) if off}
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, **caps)
     notes = [planner_note] if planner_note else []
     address = ray_address or os.environ.get("RAY_ADDRESS")
     if backend == "auto":
