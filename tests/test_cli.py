@@ -105,3 +105,12 @@ def test_models_and_gpus_json(capsys):
     assert rc == 0 and models["Qwen3.5-122B-A10B"]["active_params"] == 9_008_136_192 and "tiny-moe" in models
     rc, out, _ = run(capsys, "gpus", "--json")
     assert rc == 0 and {g["name"] for g in json.loads(out)} >= {"H100", "H200", "B200", "cpu"}
+
+
+def test_usage_errors_are_one_line_exit_2_and_no_args_shows_help(capsys):
+    rc, _, err = run(capsys, "search", "--gpu", "H200", "--count", "32")
+    assert rc == 2 and "Missing" in err and "model" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = run(capsys, "estimate", "--count", "many")
+    assert rc == 2 and "--count" in err and "integer" in err and len(err.strip().splitlines()) == 1
+    rc, out, _ = run(capsys)
+    assert rc == 0 and "Usage" in out and "search" in out

@@ -62,14 +62,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
-    except Exception as exc:  # click usage errors and the like
-        import click
+    except Exception as exc:  # click's (typer vendors its own copy) usage errors and the like
+        name = type(exc).__name__
+        if name == "NoArgsIsHelpError" and getattr(exc, "ctx", None) is not None:
+            from .console import console
 
-        if isinstance(exc, click.exceptions.UsageError):
-            err_console.print(f"[bold red]error:[/] {exc.format_message()} (see --help)")
-            return 2
-        if isinstance(exc, click.exceptions.Abort):
+            console.print(exc.ctx.get_help())
+            return 0
+        if name == "Abort":
             return 130
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            if debug:
+                raise
+            err_console.print(f"[bold red]error:[/] {exc.format_message()} (see --help)")
+            return 2 if "Usage" in name or "Parameter" in name or "Option" in name or exc.exit_code == 2 else exc.exit_code
         raise
 
 
