@@ -34,6 +34,8 @@ def test_readme_search_finds_a_legal_fitting_layout_at_least_as_fast_as_the_seed
     assert {"study", "runs_dir", "backend", "stop_reason", "best", "trials"} <= set(out)
     assert out["backend"] == "simulate" and out["best"]["status"] == "predicted"
     assert out["best"]["tokens_per_s_per_gpu"] >= SEED_BEST
+    assert out["reference"]["name"] == "attune-tp1-pp4-ep8-rc2"  # the best published recipe for 32 x H200
+    assert out["best"]["vs_reference"] == pytest.approx(out["best"]["tokens_per_s_per_gpu"] / 2451.44)
     model, w = load_model("Qwen3.5-122B-A10B"), Workload()
     best = next(t for t in out["trials"] if t["number"] == out["best"]["number"])
     study = optuna.load_study(study_name=out["study"], storage=f"sqlite:///{tmp_path / out['study'] / 'study.db'}")

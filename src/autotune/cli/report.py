@@ -101,6 +101,9 @@ def outcome_json(driver, outcome, recipes: list[str]) -> dict:
         best = {"number": b.number, "layout": b.layout.label(driver.model.is_moe), "tokens_per_s_per_gpu": b.value,
                 "status": "measured" if b.source == "measured" else "predicted", "recompute": str(b.layout.recompute),
                 "dispatcher": b.layout.dispatcher, "summary": b.layout.summary(driver.workload.seq_len)}
+    reference = _reference(driver)
+    if best and reference:
+        best["vs_reference"] = best["tokens_per_s_per_gpu"] / reference["tokens_per_s_per_gpu"]
     out = {
         "study": outcome.study,
         "runs_dir": outcome.runs_dir,
@@ -114,12 +117,28 @@ def outcome_json(driver, outcome, recipes: list[str]) -> dict:
         "gpu_hours": outcome.gpu_hours,
         "funnel": [{"stage": s, "count": c} for s, c in driver.funnel],
         "recipes": recipes,
+        "reference": reference,
         "notes": outcome.notes,
         "dashboard": f"optuna-dashboard sqlite:///{driver.sd.db_path}",
         "export": f"autotune export {driver.sd.root} --rank 1",
     }
     write_json_atomic(driver.sd.root / "summary.json", out)
     return out
+
+
+def _reference(driver) -> dict | None:
+    """The best measured or verified recipe already known for this model, GPU kind and GPU count."""
+    from ..recipes.rank import leaderboard, load_all
+
+    items, _ = load_all()
+    same = [(p, r) for p, r in items if r.gpu.count == driver.cluster.count and r.status != "predicted"
+            and r.workload.row_tokens == driver.workload.seq_len and r.workload.global_batch == driver.workload.global_batch]
+    board = leaderboard(same, driver.model.name, driver.cluster.gpu.name)
+    if not board:
+        return None
+    e = board[0]
+    return {"name": e.name, "layout": e.recipe.layout.label, "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
+            "status": e.recipe.status, "author": e.recipe.author.name, "path": str(e.path)}
 
 
 def _active(model) -> int:
@@ -149,5 +168,10 @@ def render_outcome(out: dict) -> None:
     if b:
         console.print(f"best: [bold]{b['layout']}[/] ({b['summary']}): {b['tokens_per_s_per_gpu']:,.1f} tokens/s/GPU "
                       f"[{b['status']}]")
+        ref = out.get("reference")
+        if ref:
+            console.print(f"against the best known recipe {ref['name']} ({ref['layout']}, {ref['tokens_per_s_per_gpu']:,.1f} "
+                          f"tokens/s/GPU, {ref['status']}): {b['vs_reference']:.2f}x"
+                          + (" [predicted, not yet measured]" if b["status"] == "predicted" else ""))
         console.print(f"recipes: {out['study_dir']}/recipes/   export the best: [bold]{out['export']}[/]")
     console.print(f"dashboard: {out['dashboard']}")
