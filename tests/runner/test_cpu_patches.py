@@ -217,3 +217,27 @@ def test_uneven_all_gather_on_gloo_and_the_reduce_scatter_that_needs_no_patch():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.spawn(uneven_collectives_check, args=(2, port), nprocs=2, join=True)  # a failed assert raises here
+
+
+def test_tied_embeddings_at_pp2_sync_the_copy_on_cpu(tmp_path):
+    from megatron.core.models.common.language_module.language_module import LanguageModule
+
+    upstream = cp.UPSTREAM["LanguageModule:setup_embeddings_and_output_layer"]
+    assert "weight.data.cuda()" in inspect.getsource(upstream)  # still moves the tied copy to CUDA
+    with pytest.raises((AssertionError, RuntimeError)):
+        torch.zeros(1).cuda()  # which fails without CUDA
+    assert LanguageModule.setup_embeddings_and_output_layer is not upstream
+
+    from runner_helpers import cpu_spec, losses, run_local
+
+    from autotune.catalog import load_model
+    from autotune.layout import Layout
+    from autotune.trials.proxy import make_proxy
+
+    layout = Layout(world=2, pp=2, micro_batch_size=1)
+    model = load_model("Qwen3.5-0.8B")
+    assert model.tie_embeddings
+    _, proxy = make_proxy(model, layout, "cpu")
+    res = run_local(cpu_spec(layout, number=31, model="Qwen3.5-0.8B", proxy=proxy), tmp_path / "trial")
+    assert res.status == "ok", (res.reason, res.log_tail)
+    assert all(x == x for x in losses(res)) and losses(res)[-1] < losses(res)[0]

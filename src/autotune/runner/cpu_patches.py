@@ -279,6 +279,26 @@ def _patch_uneven_gather() -> None:
     _set(mappings, "_gather_along_first_dim", gather)
 
 
+def _patch_tied_embedding_sync() -> None:
+    # With tied embeddings and PP > 1 the last stage keeps a copy of the word embeddings, and
+    # LanguageModule.setup_embeddings_and_output_layer moves it with `weight.data.cuda()` before
+    # all-reducing it over the embedding group: on CPU that raises. Run that one method with
+    # Tensor.cuda as the identity (nothing else sees the change).
+    from megatron.core.models.common.language_module.language_module import LanguageModule
+
+    upstream = LanguageModule.setup_embeddings_and_output_layer
+
+    def setup_embeddings_and_output_layer(self, *args, **kwargs):
+        cuda = torch.Tensor.cuda
+        torch.Tensor.cuda = lambda tensor, *a, **k: tensor
+        try:
+            return upstream(self, *args, **kwargs)
+        finally:
+            torch.Tensor.cuda = cuda
+
+    _set(LanguageModule, "setup_embeddings_and_output_layer", setup_embeddings_and_output_layer)
+
+
 PATCHES = {
     "rng_tracker_on_cpu_generator": _patch_rng_tracker,
     "cuda_device_stream_sync_on_cpu": _patch_cuda_runtime,
@@ -289,6 +309,7 @@ PATCHES = {
     "cuda_tensor_type_checks": _patch_type_checks,
     "checkpoint_without_output_fp8": _patch_checkpoint_without_output,
     "uneven_all_gather_on_gloo": _patch_uneven_gather,
+    "tied_embedding_sync_on_cpu": _patch_tied_embedding_sync,
 }
 
 
