@@ -1,6 +1,5 @@
 """The memory model against hand-computed breakdowns, and its behaviour over layouts."""
 
-import json
 
 import numpy as np
 import pytest
@@ -18,16 +17,8 @@ def _mem(model, workload, layouts, gpu="H100", count=None):
     return estimate_memory(model, workload, cluster, LayoutTable.from_layouts(layouts))
 
 
-@pytest.fixture
-def dense(tmp_path):
-    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 256,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128}
-    p = tmp_path / "config.json"
-    p.write_text(json.dumps(cfg))
-    return load_model(str(p))
-
-
-def test_small_dense_by_hand(dense):
+def test_small_dense_by_hand(tiny_dense):
+    dense = tiny_dense  # tests/conftest.py
     w = Workload(seq_len=256, global_batch=4, steps=4, window=(1, 3))
     r = _mem(dense, w, [Layout(world=2, max_tokens_per_gpu=256)])
     layer = (64 * 64 + 2 * 64 * 32 + 64 * 64) + 3 * 64 * 128 + 2 * 64

@@ -1,6 +1,5 @@
-"""The throughput model: hand-computed terms on a tiny model, composition, factors, vectorisation, seeds."""
+"""The throughput model: hand-computed terms on a tiny dense model, composition, factors, vectorisation, seeds."""
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -17,15 +16,6 @@ H100 = ClusterSpec.of("H100", 8)
 PEAK = 989.4e12
 
 
-@pytest.fixture
-def tiny(tmp_path):
-    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 256,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128}
-    p = tmp_path / "config.json"
-    p.write_text(json.dumps(cfg))
-    return load_model(str(p))
-
-
 WL = Workload(seq_len=1024, global_batch=8)
 
 
@@ -37,8 +27,8 @@ def eff(width, rows):
     return C.gemm * width / (width + C.gemm_width) * rows / (rows + C.gemm_rows)
 
 
-def test_dense_attention_and_output_terms_by_hand(tiny):
-    r = _time(tiny, [Layout(world=8, micro_batch_size=1)])
+def test_dense_attention_and_output_terms_by_hand(tiny_dense):
+    r = _time(tiny_dense, [Layout(world=8, micro_batch_size=1)])
     tokens = 1024
     # per layer: q 64x64, k and v 64x32, o 64x64, gate+up 2 x 64x128, down 128x64 -> 2 FLOPs per weight
     dense_fwd = 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 2 * 64 * 128 + 128 * 64) * 4 * tokens
@@ -46,22 +36,22 @@ def test_dense_attention_and_output_terms_by_hand(tiny):
     # scores + AV: 2 x heads x 2 x head_dim per context token, causal: half the 1024-token row on average
     attn_fwd = 2 * 4 * 2 * 16 * 512 * 4 * tokens
     assert r.mb_terms["compute_attention"][0, 0] == pytest.approx(3.5 * attn_fwd / (PEAK * C.attention))
-    v = padded_vocab(tiny, 1)
+    v = padded_vocab(tiny_dense, 1)
     out = 3 * 2 * 64 * v * tokens / (PEAK * eff(64, tokens)) + 8 * v * tokens / (3350e9)  # GEMMs + fused loss
     assert r.mb_terms["compute_output"][0, 0] == pytest.approx(out)
     assert r.mb_terms["compute_experts"][0, 0] == 0 and r.mb_terms["ep_comm"][0, 0] == 0
     assert r.step_terms["bubble"][0] == 0  # PP 1
 
 
-def test_tp_comm_by_hand(tiny):
-    r = _time(tiny, [Layout(world=8, tp=2, micro_batch_size=1)])
+def test_tp_comm_by_hand(tiny_dense):
+    r = _time(tiny_dense, [Layout(world=8, tp=2, micro_batch_size=1)])
     # AG + RS around attention and MLP, forward and backward: 8 x (tokens x hidden x 2 B) x (TP-1)/TP per layer
     vol = 8 * 1024 * 64 * 2 * 0.5 * 4
     assert r.mb_terms["tp_comm"][0, 0] == pytest.approx(vol / (450e9 * C.nvlink_eff))
 
 
-def test_step_is_the_sum_of_its_terms_and_microbatches_multiply(tiny):
-    r = _time(tiny, [Layout(world=8, micro_batch_size=1), Layout(world=8, pp=2, micro_batch_size=1)])
+def test_step_is_the_sum_of_its_terms_and_microbatches_multiply(tiny_dense):
+    r = _time(tiny_dense, [Layout(world=8, micro_batch_size=1), Layout(world=8, pp=2, micro_batch_size=1)])
     total = sum(r.step_terms.values())
     np.testing.assert_allclose(r.step_time, total)
     M = 8 // 8  # global batch 8 over DP 8
@@ -70,15 +60,15 @@ def test_step_is_the_sum_of_its_terms_and_microbatches_multiply(tiny):
     assert r.tokens_per_s_per_gpu[0] == pytest.approx(1024 * 8 / r.step_time[0] / 8)
 
 
-def test_factors_scale_terms_and_derived_terms_follow(tiny):
+def test_factors_scale_terms_and_derived_terms_follow(tiny_dense):
     lay = [Layout(world=8, micro_batch_size=1, recompute=Recompute("full", "uniform", 1))]
-    base = _time(tiny, lay)
-    doubled = _time(tiny, lay, coef=TimeCoefficients(scale={"compute_dense": 2.0}))
+    base = _time(tiny_dense, lay)
+    doubled = _time(tiny_dense, lay, coef=TimeCoefficients(scale={"compute_dense": 2.0}))
     assert doubled.mb_terms["compute_dense"][0, 0] == pytest.approx(2 * base.mb_terms["compute_dense"][0, 0])
     # full recompute re-runs a forward (1/3 of fwd + bwd): its dense share doubles with the dense factor
     extra = doubled.mb_terms["recompute"][0, 0] - base.mb_terms["recompute"][0, 0]
     assert extra == pytest.approx(base.mb_terms["compute_dense"][0, 0] / 3)
-    rc = _time(tiny, lay, coef=TimeCoefficients(scale={"recompute": 0.5}))
+    rc = _time(tiny_dense, lay, coef=TimeCoefficients(scale={"recompute": 0.5}))
     assert rc.mb_terms["recompute"][0, 0] == pytest.approx(0.5 * base.mb_terms["recompute"][0, 0])
 
 

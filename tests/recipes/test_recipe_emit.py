@@ -104,7 +104,7 @@ def test_recipe_from_candidate_validates_and_recomputes():
     assert layout_of(recipe).sp and recipe.layout.sequence_parallel  # TP 2: SP in effect
     assert recipe.layout.label == "TP2 PP4 EP8 DP4" and recipe.layout.rows_per_microbatch == 2
     assert recipe.result.window_tokens == 9 * 128 * 8192
-    assert f"--num-rollout 12" in recipe.run
+    assert "--num-rollout 12" in recipe.run
     n = recipe.result.active_params.count
     assert agrees(recipe.result.mfu, 2100.456 * 6 * n / (cluster.gpu.bf16_tflops * 1e12))
     assert recipe.correctness.result == "not run" and recipe.correctness.convergence is None

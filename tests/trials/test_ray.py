@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.trials.spec import TrialResult, TrialSpec, read_model
+from autotune.trials.spec import TrialSpec, read_model
+from trial_helpers import wait_result
 
 ray = pytest.importorskip("ray")
 
@@ -27,14 +28,6 @@ def backend():
     yield b
     b.close()
     assert not ray.is_initialized()
-
-
-def _wait(backend, handle, limit: float = 90.0) -> TrialResult:
-    deadline = time.monotonic() + limit
-    while (res := backend.poll(handle)) is None:
-        assert time.monotonic() < deadline, "the trial did not finish"
-        time.sleep(0.2)
-    return res
 
 
 def parent_pid(pid: int) -> int:
@@ -58,7 +51,7 @@ def _wait_for_runners(backend, handle, proc_scan, n: int = 2, limit: float = 60.
 @pytest.mark.slow
 def test_real_tiny_moe_trial(backend, make_spec, tmp_trial):
     handle = backend.submit(make_spec(0), tmp_trial)
-    res = _wait(backend, handle)
+    res = wait_result(backend, handle)
     assert res.status == "ok", (res.reason, res.log_tail)
     assert res.backend == "ray" and res.attempts == 1
     assert [s.step for s in res.steps] == list(range(6))
@@ -82,7 +75,7 @@ def test_worker_killed_mid_trial_is_retried_once(backend, make_spec, tmp_trial, 
         assert backend.poll(handle) is None and time.monotonic() < deadline
         time.sleep(0.05)
     os.kill(parent_pid(pids[-1]) if victim == "actor" else pids[-1], signal.SIGKILL)
-    res = _wait(backend, handle, limit=150)
+    res = wait_result(backend, handle, limit=150)
     assert res.status == "ok", (res.reason, res.log_tail)
     assert res.attempts == 2 and [s.step for s in res.steps] == list(range(8))  # the second attempt's result
     assert (tmp_trial / "logs" / "attempt1" / "steps.jsonl").read_text().strip()  # attempt 1 was mid-trial
@@ -95,7 +88,7 @@ def test_worker_killed_mid_trial_is_retried_once(backend, make_spec, tmp_trial, 
 def test_trial_past_its_timeout_is_stopped_and_cleaned_up(backend, make_spec, tmp_trial, proc_scan):
     handle = backend.submit(make_spec(2, steps=10_000, timeout_s=6.0), tmp_trial)
     _wait_for_runners(backend, handle, proc_scan)
-    res = _wait(backend, handle)
+    res = wait_result(backend, handle)
     assert res.status == "timeout" and res.attempts == 1
     assert not proc_scan(tmp_trial)  # no runner, no child of one
     assert "CREATED" not in _groups_state()
@@ -156,7 +149,7 @@ def standin(backend):
 @pytest.mark.slow
 def test_rank_killed_by_a_signal_is_infra_and_retried(backend, make_spec, tmp_path, tmp_trial, standin):
     handle = backend.submit(_standin(backend, tmp_path, "signal", make_spec, 10), tmp_trial)
-    res = _wait(backend, handle)
+    res = wait_result(backend, handle)
     assert res.status == "ok" and res.attempts == 2
     assert "local 1 of 2" in (tmp_trial / "logs" / "attempt1" / "rank1.log").read_text()
     assert "rank 1 killed by SIGKILL" in (tmp_trial / "logs" / "attempt1" / "reason.txt").read_text()
@@ -165,7 +158,7 @@ def test_rank_killed_by_a_signal_is_infra_and_retried(backend, make_spec, tmp_pa
 @pytest.mark.slow
 def test_oom_is_a_result_and_not_retried(backend, make_spec, tmp_path, tmp_trial, standin):
     handle = backend.submit(_standin(backend, tmp_path, "oom", make_spec, 11), tmp_trial)
-    res = _wait(backend, handle)
+    res = wait_result(backend, handle)
     assert res.status == "oom" and res.attempts == 1
     assert "out of memory" in res.log_tail
     assert not (tmp_trial / "logs" / "attempt1").exists()
@@ -185,7 +178,7 @@ def test_dead_actor_leaves_no_orphans(backend, make_spec, tmp_path, tmp_trial, p
     backend.retries = 0
     try:
         os.kill(parent_pid(runners[-1]), signal.SIGKILL)
-        res = _wait(backend, handle)
+        res = wait_result(backend, handle)
     finally:
         backend.retries = 1
     assert res.status == "infra" and res.attempts == 1

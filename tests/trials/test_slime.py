@@ -21,6 +21,7 @@ from autotune.catalog import Workload, load_model
 from autotune.layout import layout_from_args
 from autotune.trials.backends.slime import launch_script, parse_training_log, slime_model_args, window_metrics
 from autotune.trials.spec import TrialResult, TrialSpec, read_model
+from trial_helpers import wait_result
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,20 +225,12 @@ def _backend(url: str, tmp_path: Path, **env):
                        env={"HF_CKPT": "/ckpt", **env})
 
 
-def _wait(backend, handle, limit: float = 60.0) -> TrialResult:
-    deadline = time.monotonic() + limit
-    while (res := backend.poll(handle)) is None:
-        assert time.monotonic() < deadline, "the job did not finish"
-        time.sleep(0.3)
-    return res
-
-
 @pytest.mark.slow
 def test_ray_job_collects_megatron_lines_into_a_result(dashboard, tmp_path, tmp_trial):
     spec = _seed_spec(yaml.safe_load(SEEDS[0].read_text()), steps=6)  # window 2..5
     backend = _backend(dashboard, tmp_path, FAKE_ARGV_OUT=str(tmp_path / "argv.json"))
     handle = backend.submit(spec, tmp_trial)
-    res = _wait(backend, handle)
+    res = wait_result(backend, handle, 60.0)
     assert res.status == "ok", res.reason
     assert res.backend == "slime" and [s.step for s in res.steps] == list(range(6))
     times = [1.0 + 0.1 * ((i + 1) % 2) for i in range(2, 6)]  # iterations 3..6
@@ -258,7 +251,7 @@ def test_ray_job_past_its_timeout_is_stopped(dashboard, tmp_path, tmp_trial):
     spec = _seed_spec(yaml.safe_load(SEEDS[0].read_text()), steps=6).model_copy(update={"timeout_s": 4.0})
     backend = _backend(dashboard, tmp_path, FAKE_MODE="hang")
     handle = backend.submit(spec, tmp_trial)
-    res = _wait(backend, handle)
+    res = wait_result(backend, handle, 60.0)
     assert res.status == "timeout"
     deadline = time.monotonic() + 30
     while backend.client.get_job_status(handle.token.job_id) != JobStatus.STOPPED:
@@ -270,7 +263,7 @@ def test_ray_job_past_its_timeout_is_stopped(dashboard, tmp_path, tmp_trial):
 def test_ray_job_that_runs_out_of_memory_is_an_oom_result(dashboard, tmp_path, tmp_trial):
     spec = _seed_spec(yaml.safe_load(SEEDS[0].read_text()), steps=6)
     backend = _backend(dashboard, tmp_path, FAKE_MODE="oom")
-    res = _wait(backend, backend.submit(spec, tmp_trial))
+    res = wait_result(backend, backend.submit(spec, tmp_trial))
     assert res.status == "oom" and res.attempts == 1, res.reason  # a result: not retried
     assert "CUDA out of memory" in res.reason
     assert [s.step for s in res.steps] == [0, 1]  # what ran before it failed is kept
