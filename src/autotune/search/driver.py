@@ -75,6 +75,7 @@ class SearchDriver:
         self.records: list[TrialRecord] = []
         self.gpu_hours = 0.0
         self.notes: list[str] = []
+        self._screened_in_a_row = 0  # proposals the model rejected since the last dispatch
 
     # --- setup ---------------------------------------------------------------------------------------
     def _candidates(self) -> None:
@@ -221,7 +222,6 @@ class SearchDriver:
     def _loop(self, requeue: list[Layout]) -> str:
         running: dict[int, tuple[Handle, Layout, float]] = {}
         stop = None
-        self._screened_in_a_row = 0
         while True:
             if stop is None:
                 stop = self._stop_reason(len(running))
@@ -297,7 +297,7 @@ class SearchDriver:
                 trial.set_user_attr(k, v)
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             self.records.append(TrialRecord(trial.number, lay, "screened", "predicted", None, None))
-            self._screened_in_a_row = getattr(self, "_screened_in_a_row", 0) + 1
+            self._screened_in_a_row += 1
             self.emit("screened", {"number": trial.number, "layout": attrs["label"], "reason": reason})
             return
         self._screened_in_a_row = 0

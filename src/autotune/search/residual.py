@@ -14,17 +14,18 @@ import numpy as np
 
 from ..layout import LayoutTable
 
-__all__ = ["ResidualModel", "features"]
+__all__ = ["ResidualModel", "features", "feature_columns"]
 
 
-def _columns(t: LayoutTable) -> list[np.ndarray]:
+def feature_columns(t: LayoutTable) -> list[np.ndarray]:
+    """The layout features the search reasons about, one integer column each (recompute folded into one)."""
     return [t.tp, t.pp, t.vpp, t.cp, t.ep, t.etp, t.rc_gran * 10000 + t.rc_method * 1000 + t.rc_layers * 10,
             t.rc_modules, t.dispatcher, t.max_tokens, t.shared_overlap.astype(int)]
 
 
 def features(t: LayoutTable, vocab: list[dict] | None = None) -> tuple[np.ndarray, list[dict]]:
     """One-hot encoding (plus an intercept) of each layout's feature values; `vocab` maps values to columns."""
-    cols = _columns(t)
+    cols = feature_columns(t)
     if vocab is None:
         vocab = [{v: j for j, v in enumerate(np.unique(c))} for c in cols]
     width = 1 + sum(len(v) for v in vocab)

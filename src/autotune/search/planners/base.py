@@ -15,6 +15,7 @@ import numpy as np
 
 from ...catalog import ClusterSpec, ModelSpec, Workload
 from ...layout import Layout, LayoutTable
+from ..residual import feature_columns
 
 __all__ = ["Planner", "PlanContext", "Proposal", "TrialRecord", "similarity"]
 
@@ -57,15 +58,10 @@ class PlanContext:
         return np.broadcast_to(np.asarray(self.sigma, dtype=float), (len(self.keys),))
 
 
-def _columns(t: LayoutTable) -> list[np.ndarray]:
-    return [t.tp, t.pp, t.vpp, t.cp, t.ep, t.etp, t.rc_gran * 1000 + t.rc_method * 100 + t.rc_layers,
-            t.dispatcher, t.max_tokens, t.shared_overlap.astype(int)]
-
-
 def similarity(t: LayoutTable, lay: Layout) -> np.ndarray:
     """Share of layout dimensions equal to `lay`, per row of `t` (0..1)."""
-    one = _columns(LayoutTable.from_layouts([lay]))
-    cols = _columns(t)
+    one = feature_columns(LayoutTable.from_layouts([lay]))
+    cols = feature_columns(t)
     return np.mean([c == o[0] for c, o in zip(cols, one)], axis=0)
 
 
