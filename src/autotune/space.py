@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from .catalog import ClusterSpec, ModelSpec, Workload
 from .cost import Calibration, Evaluation, evaluate
 from .errors import ConfigError
-from .layout import DISPATCHERS, RULES, LayoutTable, Recompute
+from .layout import DISPATCHERS, RULES, LayoutTable, Recompute, check
 from .layout.core import GRANULARITIES, METHODS, SELECTIVE_MODULES
 
 __all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult"]
@@ -176,10 +176,6 @@ class SpaceResult:
     kept: np.ndarray  # indices into `table`, best first
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def best_tokens_per_s(self) -> float:
-        return float(self.evaluation.time.tokens_per_s_per_gpu[self.kept[0]]) if len(self.kept) else 0.0
-
 
 def _first_reason(masks: list[tuple[str, np.ndarray]], n: int) -> tuple[np.ndarray, dict[str, int]]:
     alive = np.ones(n, dtype=bool)
@@ -196,15 +192,11 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
             calibration: Calibration | None = None) -> SpaceResult:
     t = enumerate_space(space, model, workload, cluster)
     n = len(t)
-    from .layout.rules import check
-
     legal_masks = [(f"illegal: {r.code}", m) for r, m in zip(RULES, check(model, workload, t).values())]
     alive, reasons = _first_reason(legal_masks, n)
     funnel = [("enumerated", n), ("legal", int(alive.sum()))]
     notes = []
     soft = [("needs DeepEP (flex dispatcher) which the cluster lacks", ~((t.dispatcher == 2) & (not cluster.has_deepep))),
-            ("needs Transformer Engine (precision-aware optimizer) which the cluster lacks",
-             ~(t.precision_aware & (not cluster.has_te))),
             ("needs Transformer Engine (context parallelism) which the cluster lacks",
              ~((t.cp > 1) & (not cluster.has_te)))]
     p = space.prune
@@ -215,10 +207,7 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
                   ~((t.ep * t.etp == 1) & (t.dispatcher != 0)))]
     alive_after, later = _first_reason([("legal", alive)] + soft + practical, n)
     later.pop("legal", None)
-    if alive.any() and not alive_after.any():
-        last = later
-    else:
-        last = None
+    last = later if alive.any() and not alive_after.any() else None  # what removed the final candidates
     alive = alive_after
     reasons.update(later)
     if not cluster.has_deepep and "flex" in space.dimensions.dispatcher:
