@@ -166,17 +166,9 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     a stage's ranks are consecutive in Megatron's tp-cp-ep-dp-pp order), optimizer, fixed overhead."""
     from .time import RawTime
 
-    lt = layer_tables(model)
-    S = mb.shape[2]
-    first = np.arange(S)[None, :] == 0
-    last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
-    tp = t.tp[:, None].astype(float)
-    vocab = vocab_per_row(model, t.tp).astype(float)[:, None] * model.hidden_size / tp
-    dense = stage_sums(lt.params_tp, t.pp, t.vpp, S) / tp + stage_sums(lt.params_rep, t.pp, t.vpp, S)
-    dense = dense + np.where(first, vocab, 0.0) + np.where(last & (not model.tie_embeddings), vocab, 0.0)
-    expert = stage_sums(lt.params_exp, t.pp, t.vpp, S) / (t.ep * t.etp)[:, None]
-    if hasattr(lt, "params_exp_ep"):  # row-parallel expert biases: split over EP only
-        expert = expert + stage_sums(lt.params_exp_ep, t.pp, t.vpp, S) / t.ep[:, None]
+    from .memory import stage_params
+
+    dense, expert = stage_params(model, t, mb.shape[2])
     dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
     per_param = np.where(t.dist_opt, 4.0 + 2.0, 8.0)[:, None]  # fp32 grad RS + bf16 param AG, or fp32 AR
     bw = _bw(cluster, (t.world // t.pp)[:, None], c)

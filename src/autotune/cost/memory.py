@@ -96,6 +96,30 @@ class MemoryResult:
         return out
 
 
+def stage_params(model: ModelSpec, t: LayoutTable, S: int) -> tuple[np.ndarray, np.ndarray]:
+    """Parameters per GPU on each pipeline stage (n, S): (dense, expert). Exact against megatron-core's
+    GPTModel (tests/parity): dense / TP (replicated tensors whole), experts / (EP x ETP), the experts'
+    row-parallel biases / EP, the padded embedding on the first stage, the output layer (or the tied
+    copy) and the final norm on the last."""
+    lt = layer_tables(model)
+    h = model.hidden_size
+    tp = t.tp[:, None].astype(float)
+    last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
+    first = np.zeros((len(t), S), dtype=bool)
+    first[:, 0] = True
+    dense = stage_sums(lt.params_tp, t.pp, t.vpp, S) / tp + stage_sums(lt.params_rep, t.pp, t.vpp, S)
+    expert = stage_sums(lt.params_exp, t.pp, t.vpp, S) / (t.ep * t.etp)[:, None].astype(float)
+    if lt.params_exp_ep.any():  # the experts' fc2 biases: whole on every ETP rank
+        expert = expert + stage_sums(lt.params_exp_ep, t.pp, t.vpp, S) / t.ep[:, None].astype(float)
+    vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * h / tp
+    dense = dense + np.where(first, vocab, 0) + np.where(last, h, 0)  # embedding; final norm
+    if not model.tie_embeddings:
+        dense = dense + np.where(last, vocab, 0)
+    elif S > 1:
+        dense = dense + np.where(last & ~first, vocab, 0)  # tied: the last stage keeps a copy
+    return dense, expert
+
+
 def _inflight(t: LayoutTable, M: np.ndarray, S: int) -> np.ndarray:
     """Micro-batch-equivalents of activations each stage keeps (n, S)."""
     s = np.arange(S)[None, :]
@@ -120,16 +144,7 @@ def estimate_memory(
     dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
 
     # --- parameters --------------------------------------------------------------------------------
-    p_dense = stage_sums(lt.params_tp, t.pp, t.vpp, S) / tp + stage_sums(lt.params_rep, t.pp, t.vpp, S)
-    p_exp = stage_sums(lt.params_exp, t.pp, t.vpp, S) / (ep * etp)
-    if lt.params_exp_ep.any():  # the experts' fc2 biases: whole on every ETP rank
-        p_exp = p_exp + stage_sums(lt.params_exp_ep, t.pp, t.vpp, S) / ep
-    vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * h / tp
-    p_dense = p_dense + np.where(first, vocab, 0) + np.where(last, h, 0)  # embedding; final norm
-    if not model.tie_embeddings:
-        p_dense = p_dense + np.where(last, vocab, 0)
-    elif S > 1:
-        p_dense = p_dense + np.where(last & ~first, vocab, 0)  # tied: the last stage keeps a copy
+    p_dense, p_exp = stage_params(model, t, S)
     params = p_dense + p_exp
     opt_dense = np.where(t.dist_opt[:, None], p_dense / dp, p_dense)
     opt_exp = np.where(t.dist_opt[:, None], p_exp / edp, p_exp)
@@ -194,13 +209,12 @@ def estimate_memory(
     # --- dispatcher buffers ---------------------------------------------------------------------------
     if model.is_moe:
         k = model.moe.top_k
-        moe_frac = float(lt.is_moe.mean())
         a2a = tokens * tok * k * 2.0 * h * 2 * imb  # send + receive copies of the routed tokens
         ag = tokens / cp * ep * 2.0 * h  # all-gather of the TP x EP group's tokens (bf16)
         inter_node = (t.ep * t.etp * t.tp > cluster.node_size)[:, None]
-        deepep = coef.deepep_buffer * np.where(inter_node, 1.5, 1.0) + 0 * tokens
+        deepep = np.broadcast_to(coef.deepep_buffer * np.where(inter_node, 1.5, 1.0), a2a.shape)
         buf = np.select([t.dispatcher[:, None] == 0, t.dispatcher[:, None] == 1], [a2a, ag], deepep)
-        terms["dispatcher"] = np.where((ep * etp * tp) > 1, buf, 0.0) * (moe_frac > 0)
+        terms["dispatcher"] = np.where((ep * etp * tp) > 1, buf, 0.0) * bool(lt.is_moe.any())
     else:
         terms["dispatcher"] = np.zeros((n, S))
 
