@@ -114,3 +114,15 @@ def test_usage_errors_are_one_line_exit_2_and_no_args_shows_help(capsys):
     assert rc == 2 and "--count" in err and "integer" in err and len(err.strip().splitlines()) == 1
     rc, out, _ = run(capsys)
     assert rc == 0 and "Usage" in out and "search" in out
+
+
+def test_space_offloads_the_optimizer_only_where_nothing_else_fits(capsys):
+    rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "B200", "--count", "8", "--top", "5", "--json")
+    assert rc == 0
+    top = json.loads(out)["top"]
+    assert top and all(t["layout_detail"]["optimizer_offload"] > 0 for t in top)  # 2.2 TB of state, 1.4 TiB of HBM
+    assert all(0 < t["memory"]["host_bytes_per_node"] <= t["memory"]["host_capacity_bytes"] for t in top)
+    assert all(t["throughput"]["breakdown"]["offload"] > 0 for t in top)
+    assert any("--optimizer-cpu-offload" in t["args"] for t in top)
+    rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--top", "1", "--json")
+    assert json.loads(out)["top"][0]["layout_detail"]["optimizer_offload"] == 0  # offload costs time where not needed

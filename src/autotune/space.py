@@ -223,10 +223,13 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
                            t.take(idx), None, np.array([], dtype=int), notes)
     sub = t.take(idx)
     ev = evaluate(model, workload, cluster, sub, calibration)
-    fits = ev.memory.peak <= ev.memory.capacity_bytes * (1 - p.memory_margin)
+    gpu_fits = ev.memory.peak <= ev.memory.capacity_bytes * (1 - p.memory_margin)
+    fits = gpu_fits & ev.memory.host_fits
+    oom = {"predicted OOM": int((~gpu_fits).sum()), "predicted host OOM (offloaded optimizer)":
+           int((gpu_fits & ~fits).sum())}
     if not fits.any():
-        last_reasons = {"predicted OOM": int((~fits).sum())}
-    reasons["predicted OOM"] = int((~fits).sum())
+        last_reasons = {k: v for k, v in oom.items() if v}
+    reasons.update(oom)
     funnel.append(("fits", int(fits.sum())))
     tps = np.where(fits, ev.time.tokens_per_s_per_gpu, -np.inf)
     best = tps.max() if fits.any() else 0.0

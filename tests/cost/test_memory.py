@@ -104,3 +104,23 @@ def test_vectorised_equals_one_at_a_time():
     together = _mem(m, w, lays, gpu="H200").peak
     alone = np.array([_mem(m, w, [l], gpu="H200").peak[0] for l in lays])
     assert np.allclose(together, alone)
+
+
+def test_offload_moves_the_optimizer_to_host_memory():
+    """Qwen3.5-122B on one B200 node: 2.2 TB of weights, gradients and Adam state cannot fit in 8 x 178 GiB; with
+    the optimizer on the host it does, and the host holds 16 B per offloaded parameter for each GPU."""
+    from dataclasses import replace
+
+    m, w = load_model("Qwen3.5-122B-A10B"), Workload()
+    mk = lambda f: Layout.parse("TP1 PP1 EP8 DP8", max_tokens_per_gpu=8192,  # noqa: E731
+                                recompute=Recompute.parse("full:uniform:1"), optimizer_offload=f)
+    r = _mem(m, w, [mk(0.0), mk(0.5), mk(1.0)], gpu="B200")
+    assert list(r.fits) == [False, False, True]
+    opt = r.terms["optimizer"][:, 0]
+    assert opt[1] == pytest.approx(opt[0] / 2) and opt[2] == 0
+    held = opt[0] / C.optim_bytes  # parameters this rank's optimizer owns
+    assert r.host_bytes[0] == 0 and r.host_bytes[2] == pytest.approx(C.host_offload_bytes * held * 8)
+    assert r.oom_reason(0).startswith("predicted OOM") and r.oom_reason(2) is None
+    tight = ClusterSpec.of(replace(ClusterSpec.of("B200", 8).gpu, host_mem_gib=512), 8)
+    r2 = estimate_memory(m, w, tight, LayoutTable.from_layouts([mk(1.0)]))
+    assert not r2.fits[0] and "host memory" in r2.oom_reason(0) and "offload less" in r2.oom_reason(0)

@@ -2,6 +2,10 @@
 
 Peaks are dense BF16 (no sparsity); memory is what PyTorch can allocate on the device (slightly less
 than the marketing number). Prices are on-demand $/GPU-hour implied by the seed page (AWS p5/p5en/p6).
+The host fields matter only when the optimizer is offloaded (`--optimizer-cpu-offload`): the node's DRAM
+bandwidth is what the CPU Adam step is bound by, and each GPU's PCIe link carries the gradients down and
+the updated parameters back. They are the instances' nominal figures (channels x DDR rate x sockets; PCIe
+generation x16); the time model applies achieved-fraction coefficients.
 The `cpu` kind describes this machine, for local proxy trials and CI.
 """
 
@@ -31,15 +35,25 @@ class GpuSpec:
     network_gbps: float = 400.0  # inter-node bandwidth per node, GB/s (3.2 Tb/s EFA = 400 GB/s)
     instance: str = ""
     is_accelerator: bool = True
+    host_mem_gbps: float = 400.0  # host DRAM bandwidth per node, GB/s (all sockets)
+    host_link_gbps: float = 32.0  # PCIe bandwidth between one GPU and the host, GB/s per direction
+    host_mem_gib: float = 2048.0  # host memory per node, GiB
 
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
-        GpuSpec("H100", int(79.6 * GiB), 80, 989.4, 3350, 450, 6.9, 8, 400.0, "AWS p5.48xlarge"),
-        GpuSpec("H200", int(139.8 * GiB), 141, 989.4, 4800, 450, 7.9, 8, 400.0, "AWS p5en.48xlarge"),
-        GpuSpec("B200", int(178.4 * GiB), 180, 2250.0, 8000, 900, 14.2, 8, 400.0, "AWS p6-b200.48xlarge"),
-        GpuSpec("cpu", int(24 * GiB), 24, 0.2, 20, 5, 0.0, 8, 1.0, "this machine (CPU, gloo)", False),
+        # p5: 2 x AMD EPYC 7R13 (8 x DDR4-3200 each), PCIe Gen4 to the host, 2 TiB
+        GpuSpec("H100", int(79.6 * GiB), 80, 989.4, 3350, 450, 6.9, 8, 400.0, "AWS p5.48xlarge", True,
+                409.6, 32.0, 2048.0),
+        # p5en: 2 x Xeon 8488C (8 x DDR5-4800 each), PCIe Gen5 to the host, 2 TiB
+        GpuSpec("H200", int(139.8 * GiB), 141, 989.4, 4800, 450, 7.9, 8, 400.0, "AWS p5en.48xlarge", True,
+                614.4, 64.0, 2048.0),
+        # p6-b200: 2 x Xeon 8570 (8 x DDR5-5600 each), PCIe Gen5 to the host, 2 TiB
+        GpuSpec("B200", int(178.4 * GiB), 180, 2250.0, 8000, 900, 14.2, 8, 400.0, "AWS p6-b200.48xlarge", True,
+                716.8, 64.0, 2048.0),
+        GpuSpec("cpu", int(24 * GiB), 24, 0.2, 20, 5, 0.0, 8, 1.0, "this machine (CPU, gloo)", False,
+                40.0, 40.0, 24.0),
     )
 }
 

@@ -87,6 +87,8 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
             "fits": bool(mem.fits[i]),
             "peak_stage": int(mem.peak_stage[i]),
             "stages": stages,
+            "host_bytes_per_node": int(mem.host_bytes[i]) if mem.host_bytes is not None else 0,
+            "host_capacity_bytes": int(mem.host_capacity_bytes),
         },
         "throughput": {
             "tokens_per_s_per_gpu": float(tim.tokens_per_s_per_gpu[i]),
@@ -113,6 +115,10 @@ def render(out: dict) -> None:
     verdict = "[green]fits[/]" if mem["fits"] else "[red]does not fit[/]"
     console.print(f"peak {mem['peak_bytes'] / GiB:.1f} GiB (stage {mem['peak_stage']}) of {mem['capacity_bytes'] / GiB:.1f} GiB: "
                   f"{verdict}, headroom {mem['headroom_bytes'] / GiB:.1f} GiB")
+    if mem["host_bytes_per_node"]:
+        over = mem["host_bytes_per_node"] > mem["host_capacity_bytes"]
+        console.print(f"offloaded optimizer: {mem['host_bytes_per_node'] / GiB:,.0f} GiB of host memory per node "
+                      f"of {mem['host_capacity_bytes'] / GiB:,.0f}" + (" [red](too much: offload less)[/]" if over else ""))
     b = Table(title="step time breakdown (s per step, slowest stage)")
     b.add_column("term")
     b.add_column("seconds", justify="right")

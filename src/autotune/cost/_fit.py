@@ -63,13 +63,14 @@ def stack_raw(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients) -
     rows = [r.pad(S) for r in rows]
     cat = lambda name: np.concatenate([getattr(r, name) for r in rows])  # noqa: E731
     return RawTime(cat("mb"), cat("dep"), cat("valid"), cat("microbatches"), cat("bubble_coef"), cat("dp_comm"),
-                   cat("dp_overlap"), cat("optimizer"), cat("step_overhead"), 0.0, 0)
+                   cat("dp_overlap"), cat("optimizer"), cat("step_overhead"), cat("offload"), 0.0, 0)
 
 
 def _row(raw: RawTime, i: int) -> RawTime:
     s = slice(i, i + 1)
     return RawTime(raw.mb[s], raw.dep[s], raw.valid[s], raw.microbatches[s], raw.bubble_coef[s], raw.dp_comm[s],
-                   raw.dp_overlap[s], raw.optimizer[s], raw.step_overhead[s], raw.tokens_per_step, raw.world)
+                   raw.dp_overlap[s], raw.optimizer[s], raw.step_overhead[s], raw.offload[s], raw.tokens_per_step,
+                   raw.world)
 
 
 def predict_step_times(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients) -> np.ndarray:

@@ -163,7 +163,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
 def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, c,
              mb: np.ndarray, dep: np.ndarray, valid: np.ndarray):
     """Per-step pieces: DP traffic of the most loaded stage (dense over DP, experts over expert-DP;
-    a stage's ranks are consecutive in Megatron's tp-cp-ep-dp-pp order), optimizer, fixed overhead."""
+    a stage's ranks are consecutive in Megatron's tp-cp-ep-dp-pp order), optimizer on the GPU and its
+    offloaded share on the host, fixed overhead."""
     from .time import RawTime
 
     from .memory import stage_params
@@ -176,12 +177,17 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     comm = np.where(valid, comm, 0.0).max(axis=1)
     held = np.where(t.dist_opt[:, None], dense / dp + expert / edp, dense + expert)
     held = np.where(valid, held, 0.0).max(axis=1)
-    optimizer = held * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9) + t.offload * held * 12.0 / 20e9
+    on_host = t.offload * held
+    optimizer = (held - on_host) * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9)
+    host_bw = cluster.gpu.host_mem_gbps * 1e9 * c.host_mem_eff / cluster.node_size  # one rank's share
+    offload = on_host * ((c.cpu_adam_bytes + c.offload_copy_bytes) / host_bw
+                         + c.offload_copy_bytes / (cluster.gpu.host_link_gbps * 1e9 * c.host_link_eff))
     return RawTime(
         mb=mb, dep=dep, valid=valid,
         microbatches=t.num_microbatches(workload.global_batch, workload.seq_len).astype(float),
         bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
         dp_overlap=np.where(t.overlap_grad, c.dp_overlap, 0.0), optimizer=optimizer,
-        step_overhead=np.full(len(t), c.step_overhead_s), tokens_per_step=float(workload.tokens_per_step),
+        step_overhead=np.full(len(t), c.step_overhead_s), offload=offload,
+        tokens_per_step=float(workload.tokens_per_step),
         world=t.world,
     )

@@ -14,6 +14,9 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
   dispatcher   token-dispatch buffers: all-to-all receive copies, all-gather of the EP x TP group, or DeepEP's
                preallocated NVLink/RDMA buffers for flex
   overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation
+Host (per node, only with optimizer offload): Megatron's HybridDeviceOptimizer keeps the offloaded share's
+fp32 master copy, both Adam moments and a pinned fp32 gradient buffer in host memory (16 B/param) for every
+GPU of the node.
 
 Sources: Korthikanti et al. 2022 (activation accounting), megatron/training/theoretical_memory_usage.py
 (weights/optimizer, in-flight micro-batches), extended for MoE, hybrid attention and full recompute.
@@ -61,6 +64,7 @@ class MemoryCoefficients:
     deepep_buffer: float = 2.0 * GiB  # DeepEP NVLink (+ RDMA) buffers for the flex dispatcher
     grad_bytes: float = 4.0  # fp32 main gradients
     optim_bytes: float = 12.0  # fp32 master + Adam m, v
+    host_offload_bytes: float = 16.0  # per offloaded parameter in host memory: master, m, v, pinned grad
 
 
 @dataclass
@@ -68,6 +72,8 @@ class MemoryResult:
     terms: dict[str, np.ndarray]  # name -> (n, S)
     n_stages: np.ndarray  # (n,) = PP
     capacity_bytes: float
+    host_bytes: np.ndarray | None = None  # (n,) host memory per node for the offloaded optimizer
+    host_capacity_bytes: float = float("inf")
 
     @property
     def total(self) -> np.ndarray:
@@ -84,8 +90,25 @@ class MemoryResult:
         return self.total.argmax(axis=1)
 
     @property
+    def host_fits(self) -> np.ndarray:
+        if self.host_bytes is None:
+            return np.ones(len(self.n_stages), dtype=bool)
+        return self.host_bytes <= self.host_capacity_bytes
+
+    @property
     def fits(self) -> np.ndarray:
-        return self.peak <= self.capacity_bytes
+        return (self.peak <= self.capacity_bytes) & self.host_fits
+
+    def oom_reason(self, i: int, margin: float = 0.0) -> str | None:
+        """Why layout i does not fit (GPU first, then host), or None when it does."""
+        cap = self.capacity_bytes * (1 - margin)
+        if self.peak[i] > cap:
+            kept = f" less a {margin:.0%} margin" if margin else ""
+            return f"predicted OOM: peak {self.peak[i] / GiB:.1f} GiB of {self.capacity_bytes / GiB:.1f}{kept}"
+        if not self.host_fits[i]:
+            return (f"predicted host OOM: the offloaded optimizer needs {self.host_bytes[i] / GiB:,.0f} GiB of host "
+                    f"memory per node, {self.host_capacity_bytes / GiB:,.0f} GiB there; offload less")
+        return None
 
     def stage_breakdown(self, i: int) -> list[dict[str, float]]:
         out = []
@@ -223,4 +246,7 @@ def estimate_memory(
         (coef.cuda_context + coef.nccl_per_group * groups_in_use)[:, None], (n, S)).astype(float)
     mask = np.arange(S)[None, :] < t.pp[:, None]
     terms = {k: np.where(mask, v, 0.0) for k, v in terms.items()}
-    return MemoryResult(terms=terms, n_stages=t.pp.copy(), capacity_bytes=float(cluster.gpu.memory_bytes))
+    held = np.where(mask, opt_dense + opt_exp, 0.0).max(axis=1)  # the optimizer's share on the fullest stage
+    host = coef.host_offload_bytes * t.offload * held * cluster.node_size
+    return MemoryResult(terms=terms, n_stages=t.pp.copy(), capacity_bytes=float(cluster.gpu.memory_bytes),
+                        host_bytes=host, host_capacity_bytes=cluster.gpu.host_mem_gib * GiB)

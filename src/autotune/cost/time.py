@@ -12,7 +12,10 @@ Per micro-batch and pipeline stage (seconds, forward + backward + recompute), bu
   imbalance      the hottest EP rank's extra expert work and traffic
 Per step (`compose`): the steady state (micro-batches x the slowest stage), the pipeline bubble
 ((PP - 1) / VPP x the mean stage), the DP gradient reduce-scatter / parameter all-gather left exposed
-after overlap with one micro-batch, the optimizer step, a fixed step overhead.
+after overlap with one micro-batch, the optimizer step on the GPU, a fixed step overhead, and `offload`:
+the host's share of the optimizer when it is offloaded (`--optimizer-cpu-offload`): the fused CPU Adam
+step, bound by the node's DRAM bandwidth shared by its GPUs' ranks, plus the gradients sent down and the
+updated fp32 parameters sent back over each GPU's PCIe link (Megatron's HybridDeviceOptimizer, no overlap).
 
 Calibration (calibrate.py) multiplies each term by one fitted factor (`TimeCoefficients.scale`). The
 unscaled terms (`RawTime`) are computed once; `compose` applies any factors cheaply, so a fit can try
@@ -35,7 +38,7 @@ __all__ = ["TimeCoefficients", "TimeResult", "RawTime", "estimate_time", "raw_ti
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
             "recompute", "memory_bound", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead", "imbalance")
-STEP_TERMS = MB_TERMS + ("bubble", "dp_comm", "optimizer", "step_overhead")
+STEP_TERMS = MB_TERMS + ("bubble", "dp_comm", "optimizer", "step_overhead", "offload")
 DERIVED = ("recompute", "imbalance")  # linear in other MB terms: they follow those terms' factors
 DEPS = tuple(("recompute", k) for k in ("compute_dense", "compute_attention", "compute_linear_attention",
                                         "compute_experts", "memory_bound")) \
@@ -73,6 +76,14 @@ class TimeCoefficients:
     dp_overlap: float = 1.0  # DP traffic hides behind this many micro-batch stage times (first fwd, last bwd)
     optimizer_bytes: float = 40.0  # HBM bytes per locally held parameter in the optimizer step
     step_overhead_s: float = 0.15  # per step: data, logging, loss reduction, schedule setup
+    # optimizer offload: torch's fused CPU AdamW reads param, grad, m, v and writes param, m, v (fp32): 28 B per
+    # parameter of DRAM traffic. Measured on this project's CPU machine (torch 2.13, 64M parameters): fused
+    # AdamW runs at 1.6-1.7 G params/s against a 29-33 GB/s triad, i.e. bandwidth-bound at ~19 triad-bytes
+    # per parameter (triad counts no write-allocate, so ~25 real bytes): the 28 B traffic model holds.
+    cpu_adam_bytes: float = 28.0
+    offload_copy_bytes: float = 8.0  # fp32 gradient down (4 B) and updated fp32 parameter up (4 B)
+    host_mem_eff: float = 0.6  # achieved share of the node's DRAM bandwidth with every rank stepping at once
+    host_link_eff: float = 0.8  # achieved share of PCIe bandwidth for pinned copies
     shared_overlap_gain: float = 0.8  # share of shared-expert compute hidden by --moe-shared-expert-overlap
     scale: dict = field(default_factory=dict)  # term -> calibrated factor (missing = 1)
 
@@ -94,6 +105,7 @@ class RawTime:
     dp_overlap: np.ndarray  # (n,) micro-batch stage times it can hide behind (0: not overlapped)
     optimizer: np.ndarray  # (n,)
     step_overhead: np.ndarray  # (n,)
+    offload: np.ndarray  # (n,) host optimizer step and PCIe copies
     tokens_per_step: float
     world: int
 
@@ -104,7 +116,7 @@ class RawTime:
         return RawTime(np.pad(self.mb, ((0, 0), (0, 0), (0, extra))),
                        np.pad(self.dep, ((0, 0), (0, 0), (0, extra))), np.pad(self.valid, ((0, 0), (0, extra))),
                        self.microbatches, self.bubble_coef, self.dp_comm, self.dp_overlap, self.optimizer,
-                       self.step_overhead, self.tokens_per_step, self.world)
+                       self.step_overhead, self.offload, self.tokens_per_step, self.world)
 
 
 @dataclass
@@ -159,7 +171,7 @@ def step_times(raw: RawTime, f: np.ndarray) -> np.ndarray:
     c = F[:, K:, None]
     dp = _exposed(raw.dp_comm * c[:, 1], raw.dp_overlap * worst)
     out = (raw.microbatches * worst + c[:, 0] * raw.bubble_coef * mean + dp + c[:, 2] * raw.optimizer
-           + c[:, 3] * raw.step_overhead)
+           + c[:, 3] * raw.step_overhead + c[:, 4] * raw.offload)
     return out[0] if np.ndim(f) == 1 else out
 
 
@@ -176,6 +188,7 @@ def step_breakdown(raw: RawTime, f: np.ndarray) -> tuple[dict[str, np.ndarray], 
     step["dp_comm"] = _exposed(raw.dp_comm * f[K + 1], raw.dp_overlap * stage[rows, worst_i])
     step["optimizer"] = f[K + 2] * raw.optimizer
     step["step_overhead"] = f[K + 3] * raw.step_overhead
+    step["offload"] = f[K + 4] * raw.offload
     return step, mbs
 
 

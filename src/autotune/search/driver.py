@@ -276,8 +276,9 @@ class SearchDriver:
         if bad:
             return None, "illegal: " + "; ".join(v.message for v in bad)
         ev = evaluate(self.model, self.workload, self.cluster, LayoutTable.from_layouts([lay]), self.calibration)
-        if not bool(ev.memory.fits[0]):
-            return None, f"predicted OOM: peak {ev.memory.peak[0] / GiB:.1f} GiB of {ev.memory.capacity_bytes / GiB:.1f}"
+        oom = ev.memory.oom_reason(0)
+        if oom:
+            return None, oom
         return None, "outside the pruned space (unsupported, impractical or cannot win)"
 
     def _dispatch(self, prop: Proposal, running: dict) -> None:

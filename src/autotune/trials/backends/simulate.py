@@ -61,9 +61,9 @@ class SimulateBackend(Backend):
         peak = int(ev.memory.peak[0])
         common = dict(study=spec.study, number=spec.number, source="predicted", backend=self.name,
                       peak_memory_bytes=peak, window=workload.window)
-        if not bool(ev.memory.fits[0]):
-            return TrialResult(status="oom", reason=f"predicted peak {peak / 2**30:.1f} GiB exceeds "
-                               f"{ev.memory.capacity_bytes / 2**30:.1f} GiB", **common)
+        oom = ev.memory.oom_reason(0)
+        if oom:
+            return TrialResult(status="oom", reason=oom, **common)
         step = float(ev.time.step_time[0])
         steps = [StepRecord(step=i, time_s=step, tokens=workload.tokens_per_step, peak_memory_bytes=[peak])
                  for i in range(spec.steps)]
