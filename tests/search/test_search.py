@@ -147,3 +147,20 @@ def test_empty_space_names_the_rule(tmp_path, capsys):
     rc = main([*ARGS[:-2], "--count", "8", "--space", str(space), "--runs-dir", str(tmp_path / "r"), "--trials", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and "predicted OOM" in err
+
+
+def test_offload_is_a_searched_dimension_where_hbm_is_short(tmp_path, capsys):
+    """On one B200 node Qwen3.5-122B fits only with the optimizer on the host: TPE must propose offload values
+    (a study parameter), and every dispatched layout offloads and fits the node's host memory."""
+    capsys.readouterr()
+    rc = main(["search", "--model", "Qwen3.5-122B-A10B", "--gpu", "B200", "--count", "8", "--runs-dir", str(tmp_path),
+               "--trials", "3", "--planner", "optuna", "--seed", "1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    study = optuna.load_study(study_name=out["study"], storage=f"sqlite:///{tmp_path / out['study'] / 'study.db'}")
+    assert "optimizer_offload" in study.trials[0].params
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    lays = [Layout.from_dict(t.user_attrs["layout"]) for t in done]
+    assert len(lays) == 3 and all(l.optimizer_offload > 0 for l in lays)
+    ev = evaluate(load_model("Qwen3.5-122B-A10B"), Workload(), ClusterSpec.of("B200", 8), LayoutTable.from_layouts(lays))
+    assert ev.memory.fits.all() and (ev.time.step_terms["offload"] > 0).all()

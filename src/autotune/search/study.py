@@ -20,7 +20,7 @@ from ..layout import Layout
 __all__ = ["StudyDir", "PARAM_NAMES", "layout_params", "layout_key", "CONSTRAINT_ATTR", "set_constraint", "constraints_func"]
 
 PARAM_NAMES = ("tp", "pp", "vpp", "cp", "ep", "etp", "recompute", "dispatcher", "max_tokens_per_gpu",
-               "precision_aware_optimizer", "moe_shared_expert_overlap")
+               "precision_aware_optimizer", "moe_shared_expert_overlap", "optimizer_offload")
 CONSTRAINT_ATTR = "constraint"  # user attr: [peak - capacity in GiB]; > 0 means infeasible (OOM)
 
 
@@ -31,6 +31,7 @@ def layout_params(lay: Layout) -> dict:
         "max_tokens_per_gpu": lay.max_tokens_per_gpu or 0,
         "precision_aware_optimizer": lay.precision_aware_optimizer,
         "moe_shared_expert_overlap": lay.moe_shared_expert_overlap,
+        "optimizer_offload": lay.optimizer_offload,
     }
 
 
