@@ -107,6 +107,8 @@ def test_published_rows_kept_and_skipped_with_reasons():
         assert text in reasons
     gpt = [m for m in kept if m.model == "gpt-oss-120b" and m.gpu == "H100"]
     assert gpt and gpt[0].layout.pp == 4 and gpt[0].layout.ep == 8 and gpt[0].count == 64
+    # the table leaves recompute blank; Megatron-Bridge's gpt-oss perf presets set layernorm + moe_act
+    assert all(str(m.layout.recompute) == "selective:layernorm,moe_act" and "perf preset" in m.source for m in gpt)
     assert all(m.weight < 1 for m in kept if "derived from" in m.source)  # TFLOP/s-derived rows count less
 
 
@@ -121,10 +123,12 @@ def test_a_user_csv_maps_each_row_or_says_why(tmp_path):
                  + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,5,1,,8,,BF16,,9000,,,bad PP\n"
                  + "me,Llama3 70B,H100,64,8192,128,1,1,1,2,,,,BF16,,866,,,FSDP=32\n"
                  + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,1,1,,,,BF16,,9000,,,no EP\n"
-                 + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,1,1,,8,,FP8,,9000,,,fp8\n")
+                 + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,1,1,,8,,FP8,,9000,,,fp8\n"
+                 + "me,GPT OSS 120B,H100,64,4096,1280,1,1,4,1,,8,,BF16,,5800,,,not a Megatron-Bridge row\n")
     kept, skipped = published_measurements(p)
-    assert len(kept) == 1 and kept[0].layout == Layout(world=16, pp=2, ep=8, sequence_parallel=False,
+    assert len(kept) == 2 and kept[0].layout == Layout(world=16, pp=2, ep=8, sequence_parallel=False,
                                                        micro_batch_size=1)
+    assert kept[1].layout.recompute.granularity == "none"  # presets apply to their own source only
     why = [w for _, w in skipped]
     assert "layers do not split evenly" in why[0] and "FSDP-only" in why[1]
     assert why[2] == "missing field(s): ep" and "only BF16" in why[3]

@@ -14,6 +14,8 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
     overlap) skip the row rather than pretend.
   - throughput: tokens_per_s_per_gpu when given; else a per-GPU figure the table marks "derived" in the
     notes; else TFLOP/s/GPU converted with our FLOP count (the caller does it, and trusts it less).
+  - settings a row leaves blank but its source's published recipe sets (`_PRESETS`) are taken from that
+    recipe and named in the row's provenance, instead of assuming Megatron's defaults.
 """
 
 from __future__ import annotations
@@ -54,6 +56,14 @@ _MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "Mixt
 _GPUS = ("H100", "H200", "B200")
 _RECOMPUTE = {"": "none", "none": "none", "selective ac": "selective", "per-op sac": "selective",
               "selective": "selective", "full ac": "full", "full": "full"}
+# (source prefix, catalog model, GPU kinds) -> recompute the source's recipe sets where the row is blank.
+# Megatron-Bridge's gpt-oss-120b BF16 perf presets for B200 and H100 set recompute_modules=["layernorm",
+# "moe_act"] (selective) in every release behind the containers in the table (v0.2.0 to v0.4.2:
+# scripts/performance/configs/gpt_oss/*workload_base_configs.py; utils/overrides.py makes it selective).
+_PRESETS = [
+    ("Megatron-Bridge perf", "gpt-oss-120b", ("B200", "H100"), "selective:layernorm,moe_act",
+     "Megatron-Bridge gpt-oss perf preset"),
+]
 
 
 def _norm(text: str) -> str:
@@ -134,6 +144,11 @@ def map_row(row: dict) -> dict | str:
     rc = _RECOMPUTE.get((row.get("recompute") or "").strip().lower())
     if rc is None:
         return f"recompute {row.get('recompute')!r} is not a Megatron setting we can map"
+    recompute = Recompute(rc, "uniform", 1) if rc == "full" else Recompute(rc)
+    preset = next((p for p in _PRESETS if source.startswith(p[0]) and name == p[1] and kind in p[2]), None)
+    if preset and not row.get("recompute"):
+        recompute = Recompute.parse(preset[3])
+        assumed.append(f"recompute {preset[3]} ({preset[4]})")
     tps = _float(row.get("tokens_per_s_per_gpu"))
     derived = re.search(r"derived[^;]*?~=\s*([\d,]+(?:\.\d+)?)", notes)
     tflops = _float(row.get("tflops_per_gpu"))
@@ -149,12 +164,12 @@ def map_row(row: dict) -> dict | str:
     layout = dict(
         world=count, tp=tp, pp=pp, vpp=_int(row, "vp", 1) or 1, cp=cp or 1, ep=ep, etp=_int(row, "etp", 1) or 1,
         sequence_parallel=tp > 1,
-        recompute=Recompute(rc, "uniform", 1) if rc == "full" else Recompute(rc),
+        recompute=recompute,
         dispatcher=dispatcher if name in _MOE else "alltoall",
         micro_batch_size=_int(row, "micro_batch", 1) or 1,
         distributed_optimizer=True,
     )
-    assumed += [s for s, cond in (("recompute none", not row.get("recompute")),
+    assumed += [s for s, cond in (("recompute none", not row.get("recompute") and not preset),
                                   ("FSDP as distributed optimizer", fsdp_on)) if cond]
     src = f"{source}; {how}" + (f"; assumed {', '.join(assumed)}" if assumed else "")
     return {
