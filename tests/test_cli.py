@@ -126,3 +126,16 @@ def test_space_offloads_the_optimizer_only_where_nothing_else_fits(capsys):
     assert any("--optimizer-cpu-offload" in t["args"] for t in top)
     rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--top", "1", "--json")
     assert json.loads(out)["top"][0]["layout_detail"]["optimizer_offload"] == 0  # offload costs time where not needed
+
+
+def test_estimate_bf16_gradients(capsys):
+    """--grads bf16 halves the gradient buffers: NVIDIA's gpt-oss-120b B200 preset (EP8, 4 x 4,096-token rows,
+    selective recompute, bf16 gradients) fits only then."""
+    args = ["estimate", "--model", "gpt-oss-120b", "--gpu", "B200", "--count", "64", "--layout", "TP1 PP1 EP8",
+            "--seq-len", "4096", "--global-batch", "1280", "--micro-batch-size", "4",
+            "--recompute", "selective:layernorm,moe_act", "--json"]
+    fp32, bf16 = (json.loads(run(capsys, *args, "--grads", g)[1])["memory"] for g in ("fp32", "bf16"))
+    assert fp32["stages"][0]["grads"] == 2 * bf16["stages"][0]["grads"]
+    assert not fp32["fits"] and bf16["fits"]
+    rc, _, err = run(capsys, *args, "--grads", "fp8")
+    assert rc == 2 and "--grads 'fp8'" in err

@@ -109,6 +109,9 @@ def test_published_rows_kept_and_skipped_with_reasons():
     assert gpt and gpt[0].layout.pp == 4 and gpt[0].layout.ep == 8 and gpt[0].count == 64
     # the table leaves recompute blank; Megatron-Bridge's gpt-oss perf presets set layernorm + moe_act
     assert all(str(m.layout.recompute) == "selective:layernorm,moe_act" and "perf preset" in m.source for m in gpt)
+    bridge = [m for m in kept if m.source.startswith("Megatron-Bridge perf")]
+    assert bridge and not any(m.grads_fp32 for m in bridge)  # its perf recipes reduce gradients in bf16
+    assert all(m.grads_fp32 for m in kept if not m.source.startswith("Megatron-Bridge perf"))
     assert all(m.weight < 1 for m in kept if "derived from" in m.source)  # TFLOP/s-derived rows count less
 
 
@@ -128,7 +131,7 @@ def test_a_user_csv_maps_each_row_or_says_why(tmp_path):
     kept, skipped = published_measurements(p)
     assert len(kept) == 2 and kept[0].layout == Layout(world=16, pp=2, ep=8, sequence_parallel=False,
                                                        micro_batch_size=1)
-    assert kept[1].layout.recompute.granularity == "none"  # presets apply to their own source only
+    assert kept[1].layout.recompute.granularity == "none" and kept[1].grads_fp32  # presets: their own source only
     why = [w for _, w in skipped]
     assert "layers do not split evenly" in why[0] and "FSDP-only" in why[1]
     assert why[2] == "missing field(s): ep" and "only BF16" in why[3]

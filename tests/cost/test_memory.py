@@ -124,3 +124,11 @@ def test_offload_moves_the_optimizer_to_host_memory():
     tight = ClusterSpec.of(replace(ClusterSpec.of("B200", 8).gpu, host_mem_gib=512), 8)
     r2 = estimate_memory(m, w, tight, LayoutTable.from_layouts([mk(1.0)]))
     assert not r2.fits[0] and "host memory" in r2.oom_reason(0) and "offload less" in r2.oom_reason(0)
+
+
+def test_bf16_gradients_halve_the_gradient_buffers():
+    m = load_model("Qwen3.5-122B-A10B")
+    lay = [Layout.parse("TP1 PP4 EP8 DP8", max_tokens_per_gpu=8192, recompute=Recompute.parse("full:uniform:2"))]
+    fp32, bf16 = (_mem(m, Workload(grads_fp32=g), lay, gpu="H200").terms for g in (True, False))
+    np.testing.assert_allclose(bf16["grads"], fp32["grads"] / 2)
+    np.testing.assert_allclose(bf16["weights"], fp32["weights"])

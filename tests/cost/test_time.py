@@ -1,5 +1,6 @@
 """The throughput model: hand-computed terms on a tiny dense model, composition, factors, vectorisation, seeds."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +162,13 @@ def test_offload_costs_less_on_a_faster_host():
     fast = ClusterSpec.of(replace(b200.gpu, host_mem_gbps=2 * b200.gpu.host_mem_gbps), 16)
     slow, quick = (estimate_time(m, w, c, LayoutTable.from_layouts([lay])).step_terms["offload"][0] for c in (b200, fast))
     assert 0 < quick < slow and quick > slow / 2  # the PCIe copies do not speed up
+
+
+def test_bf16_gradient_reduction_moves_fewer_bytes(tiny_dense):
+    """Distributed optimizer: gradient reduce-scatter + bf16 parameter all-gather, 4 + 2 bytes per parameter in
+    fp32, 2 + 2 in bf16; without it, an all-reduce of 2 x the gradient bytes."""
+    lays = [Layout(world=8, micro_batch_size=1), Layout(world=8, micro_batch_size=1, distributed_optimizer=False)]
+    lays = [l.with_(overlap_grad_reduce=False) for l in lays]
+    fp32 = _time(tiny_dense, lays).step_terms["dp_comm"]
+    bf16 = _time(tiny_dense, lays, workload=replace(WL, grads_fp32=False)).step_terms["dp_comm"]
+    assert bf16[0] == pytest.approx(fp32[0] * 4 / 6) and bf16[1] == pytest.approx(fp32[1] / 2)

@@ -91,8 +91,9 @@ def _candidate(**over):
                     max_tokens_per_gpu=16384, precision_aware_optimizer=True, dispatcher="flex")
     kw = dict(status="measured", tokens_per_s_per_gpu=2100.456, step_time_cv_percent=0.8, gpu_hours=3.5,
               window=(3, 11), steps_per_run=12, stack=STACK, measured="2026-12-01")
+    work = over.pop("workload", Workload())
     kw.update(over)
-    return model, cluster, layout, recipe_from_candidate(model, cluster, layout, Workload(), **kw)
+    return model, cluster, layout, recipe_from_candidate(model, cluster, layout, work, **kw)
 
 
 def test_recipe_from_candidate_validates_and_recomputes():
@@ -156,3 +157,12 @@ def test_run_block_reads_back_for_any_layout():
     ):
         run = build_run_block(layout, Workload(), cluster)
         assert layout_from_args(run) == layout
+
+
+def test_gradient_dtype_is_written_and_read_back(seed):
+    """fp32 gradient reduction is a workload setting: written as the seed's flag, absent for bf16 grads."""
+    assert workload_of(seed).grads_fp32  # every seed reduces in fp32
+    *_, bf16 = _candidate(workload=Workload(grads_fp32=False), status="predicted", step_time_cv_percent=None,
+                          gpu_hours=None)
+    assert "--accumulate-allreduce-grads-in-fp32" not in bf16.run and "--attention-softmax-in-fp32" in bf16.run
+    assert workload_of(bf16).grads_fp32 is False and check_recipe(bf16) == []

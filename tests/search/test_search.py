@@ -119,6 +119,15 @@ def test_second_driver_refuses(tmp_path, capsys):
     assert "in use by another autotune search" in capsys.readouterr().err
 
 
+def test_resume_with_another_workload_is_refused(tmp_path, capsys):
+    assert main([*ARGS, "--runs-dir", str(tmp_path), "--study", "w", "--trials", "1", "--json"]) == 0
+    capsys.readouterr()
+    rc = main([*ARGS, "--runs-dir", str(tmp_path), "--study", "w", "--trials", "2", "--grads", "bf16"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "grads_fp32=True" in err and len(err.strip().splitlines()) == 1
+    assert main([*ARGS, "--runs-dir", str(tmp_path), "--study", "w", "--trials", "2", "--json"]) == 0
+
+
 def test_corrupt_study_db_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "study.db").write_bytes(b"this is not sqlite" * 10)
@@ -133,6 +142,7 @@ def test_corrupt_study_db_is_a_one_line_error(tmp_path, capsys):
     (["--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "3"], "survives pruning"),
     (["--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "12"], "does not divide into nodes"),
     (["--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--planner", "llm"], "--planner llm"),
+    (["--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--grads", "fp16"], "--grads 'fp16'"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, needle):
     rc = main(["search", *args, "--runs-dir", str(tmp_path), "--trials", "1"])

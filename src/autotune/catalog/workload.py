@@ -31,6 +31,9 @@ class Workload:
     load_balancing_loss: bool = False
     train_mtp: bool = False
     task: str = "sft"
+    # gradient buffers and their DP reduction in fp32 (--accumulate-allreduce-grads-in-fp32, as the seed);
+    # False: bf16, Megatron-core's default and what Megatron-Bridge's performance recipes use
+    grads_fp32: bool = True
 
     def __post_init__(self):
         if self.seq_len <= 0 or self.seq_len % 128:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import typer
 
 from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
+from ..errors import BadInput
 from ..layout import Layout, Recompute
 
-__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "JsonOpt", "resolve", "recipe_inputs"]
+__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "JsonOpt", "resolve",
+           "recipe_inputs"]
 
 ModelOpt = typer.Option(..., "--model", "-m", help="Catalog name (see `autotune models`) or a path to a config.json.")
 GpuOpt = typer.Option(..., "--gpu", "-g", help="GPU kind: H100, H200, B200 or cpu (see `autotune gpus`).")
@@ -15,14 +17,19 @@ CountOpt = typer.Option(..., "--count", "-n", help="Number of GPUs (the world si
 PerNodeOpt = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU kind's, 8 for H100/H200/B200).")
 SeqOpt = typer.Option(8192, "--seq-len", help="Tokens per training row (the seed: 8192).")
 BatchOpt = typer.Option(128, "--global-batch", help="Rows per optimizer step (the seed: 128).")
+GradsOpt = typer.Option("fp32", "--grads", help="Gradient buffers and their DP reduction: fp32 "
+                        "(--accumulate-allreduce-grads-in-fp32, the seed) or bf16 (Megatron's default: half the "
+                        "gradient memory and DP traffic).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
 
 
 def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len: int, global_batch: int,
-            **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
+            grads: str = "fp32", **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
+    if grads not in ("fp32", "bf16"):
+        raise BadInput(f"--grads {grads!r}: choose fp32 (the seed) or bf16")
     m = load_model(model)
     cluster = ClusterSpec.of(gpu, count, gpus_per_node, **cluster_kw)
-    return m, cluster, Workload(seq_len=seq_len, global_batch=global_batch)
+    return m, cluster, Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32")
 
 
 def recipe_inputs(path: str) -> tuple[dict, ModelSpec, ClusterSpec, Workload, Layout]:

@@ -8,7 +8,7 @@ from rich.table import Table
 from ..catalog import param_counts
 from ..cost import MEMORY_TERMS, evaluate
 from ..layout import LayoutTable, format_args, layout_args, validate
-from .common import BatchOpt, JsonOpt, PerNodeOpt, SeqOpt, layout_options, recipe_inputs, resolve
+from .common import BatchOpt, GradsOpt, JsonOpt, PerNodeOpt, SeqOpt, layout_options, recipe_inputs, resolve
 from .console import console, print_json
 
 GiB = 1024**3
@@ -30,6 +30,7 @@ def estimate(
     gpus_per_node: int = PerNodeOpt,
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
+    grads: str = GradsOpt,
     recipe: str = typer.Option(None, "--recipe", help="Take model, GPUs, workload and layout from a recipe file."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -49,7 +50,7 @@ def estimate(
             from ..errors import BadInput
 
             raise BadInput(f"missing {', '.join(missing)}: give them, or --recipe PATH (see `autotune estimate --help`)")
-        m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch)
+        m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads)
         lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, seq_len,
                              precision_aware_optimizer=precision_aware, distributed_optimizer=dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload)

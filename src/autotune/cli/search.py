@@ -17,7 +17,7 @@ from ..search.planners import resolve_planner
 from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
-from .common import BatchOpt, CountOpt, GpuOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
+from .common import BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
 from .console import err_console, print_json
 from .report import outcome_json, render_outcome
 
@@ -40,6 +40,7 @@ def search(
     gpus_per_node: int = PerNodeOpt,
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
+    grads: str = GradsOpt,
     space_file: str = typer.Option(None, "--space", help="Search-space YAML (default: the shipped default + model override)."),
     backend: str = typer.Option("auto", "--backend", help="auto | simulate | local | ray | slime. auto: ray when "
                                 "--ray-address or RAY_ADDRESS is set, else the cost-model simulator."),
@@ -85,7 +86,7 @@ def search(
         raise BadInput(f"--backend {backend!r}: choose one of {', '.join(BACKEND_CHOICES)}")
     planner_name, planner_note = resolve_planner(planner)
     caps = {k: False for k, off in (("has_deepep", no_deepep), ("has_te", no_te)) if off}
-    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, **caps)
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, **caps)
     notes = [planner_note] if planner_note else []
     address = ray_address or os.environ.get("RAY_ADDRESS")
     if backend == "auto":

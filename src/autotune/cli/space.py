@@ -7,7 +7,7 @@ from rich.table import Table
 
 from ..errors import BadInput
 from ..space import explore, load_space
-from .common import BatchOpt, CountOpt, GpuOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
+from .common import BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
 from .console import console, print_json
 from .estimate import report
 
@@ -21,6 +21,7 @@ def space(
     gpus_per_node: int = PerNodeOpt,
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
+    grads: str = GradsOpt,
     space_file: str = typer.Option(None, "--space", help="A search-space YAML (default: search_spaces/default.yaml "
                                                          "merged with the model's override)."),
     top: int = typer.Option(20, "--top", help="How many of the best layouts to show."),
@@ -41,7 +42,7 @@ def space(
         kw["has_deepep"] = False
     if no_te:
         kw["has_te"] = False
-    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, **kw)
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, **kw)
     sp = load_space(space_file, m)
     res = explore(sp, m, workload, cluster)
     best = [report(m, cluster, workload, res.table.row(int(i)), res.evaluation, int(i)) for i in res.kept[:top]]

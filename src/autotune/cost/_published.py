@@ -15,7 +15,9 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
   - throughput: tokens_per_s_per_gpu when given; else a per-GPU figure the table marks "derived" in the
     notes; else TFLOP/s/GPU converted with our FLOP count (the caller does it, and trusts it less).
   - settings a row leaves blank but its source's published recipe sets (`_PRESETS`) are taken from that
-    recipe and named in the row's provenance, instead of assuming Megatron's defaults.
+    recipe and named in the row's provenance, instead of assuming Megatron's defaults. Megatron-Bridge's
+    performance recipes reduce gradients in bf16 (`ddp.grad_reduce_in_fp32 = False` in every model's perf
+    config, v0.2.0 to v0.4.2); other sources are taken as fp32, the seed's setting.
 """
 
 from __future__ import annotations
@@ -169,14 +171,17 @@ def map_row(row: dict) -> dict | str:
         micro_batch_size=_int(row, "micro_batch", 1) or 1,
         distributed_optimizer=True,
     )
+    grads_fp32 = not source.startswith("Megatron-Bridge perf")
     assumed += [s for s, cond in (("recompute none", not row.get("recompute") and not preset),
+                                  ("bf16 gradient reduction (Megatron-Bridge perf recipes)", not grads_fp32),
                                   ("FSDP as distributed optimizer", fsdp_on)) if cond]
     src = f"{source}; {how}" + (f"; assumed {', '.join(assumed)}" if assumed else "")
     return {
         "model": name,
         "layout": layout,
         "measurement": dict(model=name, gpu=kind, count=count, gpus_per_node=per_node or 8, seq_len=seq,
-                            global_batch=gb, load_balancing_loss=True, tokens_per_s_per_gpu=tps or 1.0),
+                            global_batch=gb, load_balancing_loss=True, grads_fp32=grads_fp32,
+                            tokens_per_s_per_gpu=tps or 1.0),
         "tflops": tflops if tps is None else None,
         "source": src,
     }

@@ -171,7 +171,8 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
 
     dense, expert = stage_params(model, t, mb.shape[2])
     dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
-    per_param = np.where(t.dist_opt, 4.0 + 2.0, 8.0)[:, None]  # fp32 grad RS + bf16 param AG, or fp32 AR
+    g = 4.0 if workload.grads_fp32 else 2.0  # gradient bytes on the wire
+    per_param = np.where(t.dist_opt, g + 2.0, 2 * g)[:, None]  # grad RS + bf16 param AG, or grad all-reduce
     bw = _bw(cluster, (t.world // t.pp)[:, None], c)
     comm = per_param * (dense * (dp - 1) / dp + expert * (edp - 1) / edp) / bw
     comm = np.where(valid, comm, 0.0).max(axis=1)

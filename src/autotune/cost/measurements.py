@@ -44,6 +44,7 @@ class Measurement:
     seq_len: int = 8192
     global_batch: int = 128
     load_balancing_loss: bool = False  # True also for force-balanced routing (near-even expert load)
+    grads_fp32: bool = True  # gradients reduced in fp32 (--accumulate-allreduce-grads-in-fp32)
     source: str = ""  # where the number comes from (and what was assumed or derived)
     weight: float = 1.0  # relative trust in the fit (derived numbers count less)
 
@@ -58,7 +59,7 @@ class Measurement:
     @property
     def workload(self) -> Workload:
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch,
-                        load_balancing_loss=self.load_balancing_loss)
+                        load_balancing_loss=self.load_balancing_loss, grads_fp32=self.grads_fp32)
 
     @property
     def cluster(self) -> ClusterSpec:

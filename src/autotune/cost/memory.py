@@ -3,7 +3,7 @@
 Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
   weights      bf16 parameters (dense / TP, experts / (EP x ETP), embedding on the first stage, output
                layer on the last; Megatron pads the vocabulary to a multiple of 128 x TP)
-  grads        fp32 main gradients (--accumulate-allreduce-grads-in-fp32, as the seed)
+  grads        main gradients: fp32 with --accumulate-allreduce-grads-in-fp32 (the seed), else bf16
   optimizer    fp32 master copy + two Adam moments: 12 B/param, sharded over DP (dense) and expert-DP
                (experts) by the distributed optimizer, less the host-offloaded fraction
   activations  what the in-flight micro-batches keep for backward: 1F1B keeps PP - stage micro-batches,
@@ -174,7 +174,7 @@ def estimate_memory(
     keep = (1.0 - t.offload)[:, None]
     terms = {
         "weights": 2.0 * params,
-        "grads": coef.grad_bytes * params,
+        "grads": (coef.grad_bytes if workload.grads_fp32 else 2.0) * params,
         "optimizer": coef.optim_bytes * (opt_dense + opt_exp) * keep,
     }
 

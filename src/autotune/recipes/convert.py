@@ -106,7 +106,9 @@ def workload_of(recipe: Recipe) -> Workload:
         load_balancing_loss=PHRASE["load_balancing_on"] in recipe.layout.summary,
     )
     types = {f.name: f.type for f in fields(Workload)}
-    for flag, value in run_flags(recipe.run).items():
+    flags = run_flags(recipe.run)
+    kw["grads_fp32"] = "--accumulate-allreduce-grads-in-fp32" in flags
+    for flag, value in flags.items():
         name = _WORKLOAD_FLAGS.get(flag)
         if name and value is not None:
             try:

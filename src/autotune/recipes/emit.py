@@ -119,7 +119,8 @@ def build_run_block(
         *workload_args(workload),
         *_lines(pick(_OPTIMIZER)),
         ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"],
-        ["--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32"],
+        ["--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32"] if workload.grads_fp32
+        else ["--attention-softmax-in-fp32"],
         ["--attention-backend", "flash"],
         *_lines(pick(_AFTER_BACKEND)),
         *_lines(pick(_FUSION), together=True),

@@ -77,7 +77,8 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
         ("--weight-decay", num(work.weight_decay)), ("--adam-beta1", num(work.adam_beta1)),
         ("--adam-beta2", num(work.adam_beta2)),
         ("--attention-dropout", "0.0"), ("--hidden-dropout", "0.0"),
-        ("--accumulate-allreduce-grads-in-fp32", None), ("--attention-softmax-in-fp32", None),
+        *([("--accumulate-allreduce-grads-in-fp32", None)] if work.grads_fp32 else []),
+        ("--attention-softmax-in-fp32", None),
         ("--attention-backend", "flash"), ("--calculate-per-token-loss", None),
         ("--distributed-timeout-minutes", "30"),
     ]

@@ -181,7 +181,7 @@ def build(plan: TrialPlan, cuda: bool, dtype: torch.dtype) -> Built:
         chunks.append(model)
     _reduce_replicated_experts(chunks, lay)
     ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, overlap_grad_reduce=lay.overlap_grad_reduce,
+        grad_reduce_in_fp32=w.grads_fp32, overlap_grad_reduce=lay.overlap_grad_reduce,
         overlap_param_gather=lay.overlap_param_gather and lay.distributed_optimizer,
         use_distributed_optimizer=lay.distributed_optimizer, check_for_nan_in_grad=False)
     chunks = [DistributedDataParallel(config, ddp_config, c, disable_bucketing=i > 0) for i, c in enumerate(chunks)]

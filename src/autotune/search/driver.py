@@ -132,6 +132,11 @@ class SearchDriver:
             if key in have and have[key] != mine[key]:
                 raise BadInput(f"study {self.sd.name!r} was created for {key} {have[key]!r}, not {mine[key]!r}; "
                                f"use another --study")
+        theirs, ours = have.get("workload") or {}, _jsonable(mine["workload"])
+        for key in sorted(set(theirs) & set(ours)):  # settings a study predates keep their defaults
+            if theirs[key] != ours[key]:
+                raise BadInput(f"study {self.sd.name!r} was created for workload {key}={theirs[key]!r}, not "
+                               f"{ours[key]!r}; resume with the study's settings or use another --study")
         for k, v in mine.items():
             if k not in have:
                 self.study.set_user_attr(k, v)
@@ -378,7 +383,7 @@ class SearchDriver:
             model=self.model.source.removeprefix("catalog:") or self.model.name, gpu=c.gpu.name, count=c.count,
             layout=lay, tokens_per_s_per_gpu=float(attrs["measured"]), gpus_per_node=c.gpus_per_node,
             seq_len=w.seq_len, global_batch=w.global_batch, load_balancing_loss=w.load_balancing_loss,
-            source=f"trial of study {self.sd.name}"))
+            grads_fp32=w.grads_fp32, source=f"trial of study {self.sd.name}"))
         self.calibration = fit(self.measurements, base=load_calibration(c.gpu.name))
         self._repredict()
 
