@@ -97,6 +97,8 @@ def main() -> None:
             print(f"  {name:<34} n={len(idx):<3} calibrated {spearman(meas[idx], cal[idx]):+.2f}   "
                   f"uncalibrated {spearman(meas[idx], raw[idx]):+.2f}")
     seeds = [i for i, m in enumerate(rows) if m.source.startswith("seed page")]
+    if len(seeds) != 3:
+        raise SystemExit(f"expected the 3 seed rows, found {len(seeds)}: the seed measurements lost their source")
     order = all(cal[a] > cal[b] for a, b in zip(seeds, seeds[1:]))
     print("\nseed rows (H200, measured order #1 > #2 > #3):")
     for r, i in enumerate(seeds, 1):

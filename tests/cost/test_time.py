@@ -120,6 +120,8 @@ def test_seed_measurements_are_the_seed_recipes():
         assert m.layout == lay and m.model == model.name and m.count == cluster.count
         assert m.tokens_per_s_per_gpu == pytest.approx(doc["result"]["tokens_per_s_per_gpu"])
         assert (m.seq_len, m.global_batch) == (workload.seq_len, workload.global_batch)
+        assert m.grads_fp32 == workload.grads_fp32 and m.load_balancing_loss == workload.load_balancing_loss
+        assert m.source.startswith("seed page")
 
 
 def test_seeds_within_10_percent_and_in_order_with_the_shipped_calibration():

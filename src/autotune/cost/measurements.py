@@ -44,9 +44,9 @@ class Measurement:
     seq_len: int = 8192
     global_batch: int = 128
     load_balancing_loss: bool = False  # True also for force-balanced routing (near-even expert load)
-    grads_fp32: bool = True  # gradients reduced in fp32 (--accumulate-allreduce-grads-in-fp32)
     source: str = ""  # where the number comes from (and what was assumed or derived)
     weight: float = 1.0  # relative trust in the fit (derived numbers count less)
+    grads_fp32: bool = True  # gradients reduced in fp32 (--accumulate-allreduce-grads-in-fp32)
 
     def __post_init__(self):
         if not self.tokens_per_s_per_gpu > 0:
@@ -94,7 +94,7 @@ class Measurement:
 def _seed(tps: float, rc_layers: int, source: str, **layout_kw) -> Measurement:
     lay = Layout(world=32, tp=1, pp=4, ep=8, recompute=Recompute("full", "uniform", rc_layers),
                  max_tokens_per_gpu=8192, precision_aware_optimizer=True, **layout_kw)
-    return Measurement("Qwen3.5-122B-A10B", "H200", 32, lay, tps, 8, 8192, 128, False, source)
+    return Measurement("Qwen3.5-122B-A10B", "H200", 32, lay, tps, seq_len=8192, global_batch=128, source=source)
 
 
 def seed_measurements() -> list[Measurement]:
