@@ -167,7 +167,7 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     offloaded share on the host, fixed overhead."""
     from .time import RawTime
 
-    from .memory import stage_params
+    from .memory import owned_params, stage_params
 
     dense, expert = stage_params(model, t, mb.shape[2])
     dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
@@ -176,8 +176,7 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     bw = _bw(cluster, (t.world // t.pp)[:, None], c)
     comm = per_param * (dense * (dp - 1) / dp + expert * (edp - 1) / edp) / bw
     comm = np.where(valid, comm, 0.0).max(axis=1)
-    held = np.where(t.dist_opt[:, None], dense / dp + expert / edp, dense + expert)
-    held = np.where(valid, held, 0.0).max(axis=1)
+    held = np.where(valid, owned_params(t, dense, expert), 0.0).max(axis=1)
     on_host = t.offload * held
     optimizer = (held - on_host) * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9)
     host_bw = cluster.gpu.host_mem_gbps * 1e9 * c.host_mem_eff / cluster.node_size  # one rank's share

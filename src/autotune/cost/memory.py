@@ -99,12 +99,10 @@ class MemoryResult:
     def fits(self) -> np.ndarray:
         return (self.peak <= self.capacity_bytes) & self.host_fits
 
-    def oom_reason(self, i: int, margin: float = 0.0) -> str | None:
+    def oom_reason(self, i: int) -> str | None:
         """Why layout i does not fit (GPU first, then host), or None when it does."""
-        cap = self.capacity_bytes * (1 - margin)
-        if self.peak[i] > cap:
-            kept = f" less a {margin:.0%} margin" if margin else ""
-            return f"predicted OOM: peak {self.peak[i] / GiB:.1f} GiB of {self.capacity_bytes / GiB:.1f}{kept}"
+        if self.peak[i] > self.capacity_bytes:
+            return f"predicted OOM: peak {self.peak[i] / GiB:.1f} GiB of {self.capacity_bytes / GiB:.1f}"
         if not self.host_fits[i]:
             return (f"predicted host OOM: the offloaded optimizer needs {self.host_bytes[i] / GiB:,.0f} GiB of host "
                     f"memory per node, {self.host_capacity_bytes / GiB:,.0f} GiB there; offload less")
@@ -143,6 +141,13 @@ def stage_params(model: ModelSpec, t: LayoutTable, S: int) -> tuple[np.ndarray, 
     return dense, expert
 
 
+def owned_params(t: LayoutTable, dense: np.ndarray, expert: np.ndarray) -> np.ndarray:
+    """Parameters whose optimizer state a rank holds (n, S): the distributed optimizer shards dense
+    parameters over DP and expert parameters over expert-DP; without it every rank holds all of its own."""
+    dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
+    return np.where(t.dist_opt[:, None], dense / dp + expert / edp, dense + expert)
+
+
 def _inflight(t: LayoutTable, M: np.ndarray, S: int) -> np.ndarray:
     """Micro-batch-equivalents of activations each stage keeps (n, S)."""
     s = np.arange(S)[None, :]
@@ -164,18 +169,16 @@ def estimate_memory(
     first = np.zeros((n, S), dtype=bool)
     first[:, 0] = True
     tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
-    dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
 
     # --- parameters --------------------------------------------------------------------------------
     p_dense, p_exp = stage_params(model, t, S)
     params = p_dense + p_exp
-    opt_dense = np.where(t.dist_opt[:, None], p_dense / dp, p_dense)
-    opt_exp = np.where(t.dist_opt[:, None], p_exp / edp, p_exp)
+    owned = owned_params(t, p_dense, p_exp)
     keep = (1.0 - t.offload)[:, None]
     terms = {
         "weights": 2.0 * params,
         "grads": (coef.grad_bytes if workload.grads_fp32 else 2.0) * params,
-        "optimizer": coef.optim_bytes * (opt_dense + opt_exp) * keep,
+        "optimizer": coef.optim_bytes * owned * keep,
     }
 
     # --- activations per token of one micro-batch ------------------------------------------------------
@@ -246,7 +249,7 @@ def estimate_memory(
         (coef.cuda_context + coef.nccl_per_group * groups_in_use)[:, None], (n, S)).astype(float)
     mask = np.arange(S)[None, :] < t.pp[:, None]
     terms = {k: np.where(mask, v, 0.0) for k, v in terms.items()}
-    held = np.where(mask, opt_dense + opt_exp, 0.0).max(axis=1)  # the optimizer's share on the fullest stage
+    held = np.where(mask, owned, 0.0).max(axis=1)  # the optimizer's share on the fullest stage
     host = coef.host_offload_bytes * t.offload * held * cluster.node_size
     return MemoryResult(terms=terms, n_stages=t.pp.copy(), capacity_bytes=float(cluster.gpu.memory_bytes),
                         host_bytes=host, host_capacity_bytes=cluster.gpu.host_mem_gib * GiB)
