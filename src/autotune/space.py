@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationError, field_validator
 
 from .catalog import ClusterSpec, ModelSpec, Workload
 from .cost import Calibration, Evaluation, evaluate
@@ -39,7 +39,7 @@ class Dimensions(BaseModel):
     distributed_optimizer: list[bool] = [True]
     precision_aware_optimizer: list[bool] = [False]
     moe_shared_expert_overlap: list[bool] = [False]
-    optimizer_offload: list[float] = [0.0]
+    optimizer_offload: list[StrictFloat | StrictInt] = [0.0]
 
     @field_validator("*")
     @classmethod
@@ -51,6 +51,11 @@ class Dimensions(BaseModel):
         if info.field_name == "recompute":
             for r in v:
                 Recompute.parse(r)
+        if info.field_name == "optimizer_offload":
+            bad = [f for f in v if not 0 <= f <= 1]
+            if bad:
+                raise ValueError(f"offload fraction(s) {bad} outside [0, 1]; e.g. [0.0, 0.5, 1.0]")
+            v = [float(f) for f in v]
         if info.field_name == "dispatcher":
             bad = [d for d in v if d not in DISPATCHERS]
             if bad:
@@ -105,8 +110,9 @@ def _parse(data: dict, label: str) -> SearchSpace:
             msg = f"unknown {'dimension' if section == 'dimensions' else 'key'} '{loc[-1]}'"
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            if len(loc) > 2 and loc[-1].isdigit():
-                key = ".".join(loc[:-1])
+            if len(loc) > 2 and loc[2].isdigit():  # one value of a list (and the union member pydantic tried)
+                key = ".".join(loc[:2])
+                msg = f"{msg}, got {err['input']!r}"
         raise ConfigError(f"search space {label}: {key}: {msg}{allowed}") from None
 
 
