@@ -162,7 +162,10 @@ def test_run_block_reads_back_for_any_layout():
 def test_gradient_dtype_is_written_and_read_back(seed):
     """fp32 gradient reduction is a workload setting: written as the seed's flag, absent for bf16 grads."""
     assert workload_of(seed).grads_fp32  # every seed reduces in fp32
-    *_, bf16 = _candidate(workload=Workload(grads_fp32=False), status="predicted", step_time_cv_percent=None,
-                          gpu_hours=None)
+    _, _, layout, bf16 = _candidate(workload=Workload(grads_fp32=False), status="predicted", step_time_cv_percent=None,
+                                    gpu_hours=None)
     assert "--accumulate-allreduce-grads-in-fp32" not in bf16.run and "--attention-softmax-in-fp32" in bf16.run
     assert workload_of(bf16).grads_fp32 is False and check_recipe(bf16) == []
+    assert bf16.layout.summary.endswith("; bf16 gradient reduction")
+    assert recipe_name("autotune", layout, Workload(grads_fp32=False)).endswith("-g16")
+    assert not recipe_name("autotune", layout, Workload()).endswith("-g16")

@@ -160,6 +160,8 @@ def recipe_name(author: str, layout: Layout, workload: Workload | None = None, *
         parts.append(f"mbs{layout.micro_batch_size}")
     if layout.optimizer_offload:
         parts.append(f"off{round(layout.optimizer_offload * 100)}")
+    if workload is not None and not workload.grads_fp32:
+        parts.append("g16")  # bf16 gradient reduction (the seed reduces in fp32)
     return "-".join(parts)
 
 

@@ -46,6 +46,8 @@ def summarize(layout: Layout, workload: Workload, moe: bool = True) -> str:
     if layout.cross_entropy_fusion:
         bits.append("TE " + PHRASE["cross_entropy_fusion"])
     bits.append(f"optimizer offload {layout.optimizer_offload:.0%}" if layout.optimizer_offload else "no offload")
+    if not workload.grads_fp32:
+        bits.append("bf16 gradient reduction")
     return "; ".join(bits)
 
 
