@@ -126,7 +126,7 @@ def test_space_offloads_the_optimizer_only_where_nothing_else_fits(capsys):
     assert top and all(t["layout_detail"]["optimizer_offload"] > 0 for t in top)  # 2.2 TB of state, 1.4 TiB of HBM
     assert all(0 < t["memory"]["host_bytes_per_node"] <= t["memory"]["host_capacity_bytes"] for t in top)
     assert all(t["throughput"]["breakdown"]["offload"] > 0 for t in top)
-    assert any("--optimizer-cpu-offload" in t["args"] for t in top)
+    assert all("--optimizer-cpu-offload" in t["args"] and "--overlap-cpu-optimizer-d2h-h2d" in t["args"] for t in top)
     rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--top", "1", "--json")
     assert json.loads(out)["top"][0]["layout_detail"]["optimizer_offload"] == 0  # offload costs time where not needed
 

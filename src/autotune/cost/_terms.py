@@ -180,8 +180,10 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     on_host = t.offload * held
     optimizer = (held - on_host) * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9)
     host_bw = cluster.gpu.host_mem_gbps * 1e9 * c.host_mem_eff / cluster.node_size  # one rank's share
-    offload = on_host * ((c.cpu_adam_bytes + c.offload_copy_bytes) / host_bw
-                         + c.offload_copy_bytes / (cluster.gpu.host_link_gbps * 1e9 * c.host_link_eff))
+    link_bw = cluster.gpu.host_link_gbps * 1e9 * c.host_link_eff
+    # --overlap-cpu-optimizer-d2h-h2d (emitted with offload): the copies of one parameter group overlap the
+    # host's Adam step on another, so the slower of the two paces the step
+    offload = on_host * np.maximum((c.cpu_adam_bytes + c.offload_copy_bytes) / host_bw, c.offload_copy_bytes / link_bw)
     return RawTime(
         mb=mb, dep=dep, valid=valid,
         microbatches=t.num_microbatches(workload.global_batch, workload.seq_len).astype(float),

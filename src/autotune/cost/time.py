@@ -14,8 +14,9 @@ Per step (`compose`): the steady state (micro-batches x the slowest stage), the 
 ((PP - 1) / VPP x the mean stage), the DP gradient reduce-scatter / parameter all-gather left exposed
 after overlap with one micro-batch, the optimizer step on the GPU, a fixed step overhead, and `offload`:
 the host's share of the optimizer when it is offloaded (`--optimizer-cpu-offload`): the fused CPU Adam
-step, bound by the node's DRAM bandwidth shared by its GPUs' ranks, plus the gradients sent down and the
-updated fp32 parameters sent back over each GPU's PCIe link (Megatron's HybridDeviceOptimizer, no overlap).
+step, bound by the node's DRAM bandwidth shared by its GPUs' ranks, or the gradients sent down and the
+updated fp32 parameters sent back over each GPU's PCIe link, whichever is slower (Megatron's
+HybridDeviceOptimizer with --overlap-cpu-optimizer-d2h-h2d, which autotune emits with offload).
 
 Calibration (calibrate.py) multiplies each term by one fitted factor (`TimeCoefficients.scale`). The
 unscaled terms (`RawTime`) are computed once; `compose` applies any factors cheaply, so a fit can try

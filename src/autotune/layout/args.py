@@ -52,7 +52,8 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192) -> 
     if layout.precision_aware_optimizer:
         a.append(("--use-precision-aware-optimizer", None))
     if layout.optimizer_offload:
-        a += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", f"{layout.optimizer_offload:g}")]
+        a += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", f"{layout.optimizer_offload:g}"),
+              ("--overlap-cpu-optimizer-d2h-h2d", None)]  # copies overlap the host's Adam step
     if layout.moe_shared_expert_overlap:
         a.append(("--moe-shared-expert-overlap", None))
     if layout.cross_entropy_fusion:

@@ -205,7 +205,8 @@ def build(plan: TrialPlan, cuda: bool, dtype: torch.dtype) -> Built:
         optimizer="adam", lr=w.lr, min_lr=w.min_lr, weight_decay=w.weight_decay, adam_beta1=w.adam_beta1,
         adam_beta2=w.adam_beta2, clip_grad=1.0, bf16=dtype == torch.bfloat16, params_dtype=dtype,
         use_distributed_optimizer=lay.distributed_optimizer, use_precision_aware_optimizer=precision_aware,
-        optimizer_cpu_offload=offload > 0, optimizer_offload_fraction=offload or 1.0)
+        optimizer_cpu_offload=offload > 0, optimizer_offload_fraction=offload or 1.0,
+        overlap_cpu_optimizer_d2h_h2d=offload > 0)
     optimizer = get_megatron_optimizer(opt_config, chunks)
     steps = plan.spec.steps
     scheduler = OptimizerParamScheduler(
