@@ -44,16 +44,16 @@ GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
         # p5: 2 x AMD EPYC 7R13 (8 x DDR4-3200 each), PCIe Gen4 to the host, 2 TiB
-        GpuSpec("H100", int(79.6 * GiB), 80, 989.4, 3350, 450, 6.9, 8, 400.0, "AWS p5.48xlarge", True,
-                409.6, 32.0, 2048.0),
+        GpuSpec("H100", int(79.6 * GiB), 80, 989.4, 3350, 450, 6.9, 8, 400.0, "AWS p5.48xlarge",
+                host_mem_gbps=409.6, host_link_gbps=32.0, host_mem_gib=2048.0),
         # p5en: 2 x Xeon 8488C (8 x DDR5-4800 each), PCIe Gen5 to the host, 2 TiB
-        GpuSpec("H200", int(139.8 * GiB), 141, 989.4, 4800, 450, 7.9, 8, 400.0, "AWS p5en.48xlarge", True,
-                614.4, 64.0, 2048.0),
+        GpuSpec("H200", int(139.8 * GiB), 141, 989.4, 4800, 450, 7.9, 8, 400.0, "AWS p5en.48xlarge",
+                host_mem_gbps=614.4, host_link_gbps=64.0, host_mem_gib=2048.0),
         # p6-b200: 2 x Xeon 8570 (8 x DDR5-5600 each), PCIe Gen5 to the host, 2 TiB
-        GpuSpec("B200", int(178.4 * GiB), 180, 2250.0, 8000, 900, 14.2, 8, 400.0, "AWS p6-b200.48xlarge", True,
-                716.8, 64.0, 2048.0),
+        GpuSpec("B200", int(178.4 * GiB), 180, 2250.0, 8000, 900, 14.2, 8, 400.0, "AWS p6-b200.48xlarge",
+                host_mem_gbps=716.8, host_link_gbps=64.0, host_mem_gib=2048.0),
         GpuSpec("cpu", int(24 * GiB), 24, 0.2, 20, 5, 0.0, 8, 1.0, "this machine (CPU, gloo)", False,
-                40.0, 40.0, 24.0),
+                host_mem_gbps=40.0, host_link_gbps=40.0, host_mem_gib=24.0),
     )
 }
 

@@ -88,7 +88,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
             "fits": bool(mem.fits[i]),
             "peak_stage": int(mem.peak_stage[i]),
             "stages": stages,
-            "host_bytes_per_node": int(mem.host_bytes[i]) if mem.host_bytes is not None else 0,
+            "host_bytes_per_node": int(mem.host_bytes[i]),
             "host_capacity_bytes": int(mem.host_capacity_bytes),
         },
         "throughput": {

@@ -72,8 +72,8 @@ class MemoryResult:
     terms: dict[str, np.ndarray]  # name -> (n, S)
     n_stages: np.ndarray  # (n,) = PP
     capacity_bytes: float
-    host_bytes: np.ndarray | None = None  # (n,) host memory per node for the offloaded optimizer
-    host_capacity_bytes: float = float("inf")
+    host_bytes: np.ndarray  # (n,) host memory per node for the offloaded optimizer
+    host_capacity_bytes: float
 
     @property
     def total(self) -> np.ndarray:
@@ -91,8 +91,6 @@ class MemoryResult:
 
     @property
     def host_fits(self) -> np.ndarray:
-        if self.host_bytes is None:
-            return np.ones(len(self.n_stages), dtype=bool)
         return self.host_bytes <= self.host_capacity_bytes
 
     @property

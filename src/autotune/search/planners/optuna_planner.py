@@ -66,7 +66,7 @@ class OptunaPlanner(Planner):
                 micro_batch_size=None if p["max_tokens_per_gpu"] else 1,
                 precision_aware_optimizer=p["precision_aware_optimizer"],
                 moe_shared_expert_overlap=p["moe_shared_expert_overlap"],
-                optimizer_offload=p.get("optimizer_offload", 0.0),
+                optimizer_offload=p["optimizer_offload"],
             )
             out.append(Proposal(lay, f"{type(self.study.sampler).__name__} sample", trial=trial))
         return out
