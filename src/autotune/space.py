@@ -14,53 +14,53 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError,
+                      create_model, field_validator)
 
 from .catalog import ClusterSpec, ModelSpec, Workload
 from .cost import Calibration, Evaluation, evaluate
 from .errors import ConfigError
 from .layout import DISPATCHERS, RULES, LayoutTable, Recompute, check
-from .layout.core import GRANULARITIES, METHODS, SELECTIVE_MODULES
+from .layout.dimensions import DIMENSIONS, grid_axes, grid_columns
 
 __all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult"]
 
 
-class Dimensions(BaseModel):
+_SPACE_TYPES = {int: list[StrictInt], bool: list[StrictBool], str: list[StrictStr], float: list[StrictFloat | StrictInt]}
+
+
+class _DimensionValues(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    tp: list[int] = [1]
-    pp: list[int] = [1]
-    vpp: list[int] = [1]
-    cp: list[int] = [1]
-    ep: list[int] = [1]
-    etp: list[int] = [1]
-    recompute: list[str] = ["none"]
-    dispatcher: list[str] = ["alltoall"]
-    rows_per_microbatch: list[int] = [1]
-    distributed_optimizer: list[bool] = [True]
-    precision_aware_optimizer: list[bool] = [False]
-    moe_shared_expert_overlap: list[bool] = [False]
-    optimizer_offload: list[StrictFloat | StrictInt] = [0.0]
 
     @field_validator("*")
     @classmethod
     def _non_empty(cls, v, info):
         if not v:
             raise ValueError("is empty; give at least one value")
-        if info.field_name in ("tp", "pp", "vpp", "cp", "ep", "etp", "rows_per_microbatch") and min(v) < 1:
+        dim = _BY_KEY[info.field_name]
+        if dim.kind is int and min(v) < 1:
             raise ValueError("values must be positive integers")
-        if info.field_name == "recompute":
+        if dim.name == "recompute":
             for r in v:
                 Recompute.parse(r)
-        if info.field_name == "optimizer_offload":
+        if dim.kind is float:
             bad = [f for f in v if not 0 <= f <= 1]
             if bad:
                 raise ValueError(f"offload fraction(s) {bad} outside [0, 1]; e.g. [0.0, 0.5, 1.0]")
             v = [float(f) for f in v]
-        if info.field_name == "dispatcher":
+        if dim.name == "dispatcher":
             bad = [d for d in v if d not in DISPATCHERS]
             if bad:
                 raise ValueError(f"unknown dispatcher(s) {bad}; allowed: {', '.join(DISPATCHERS)}")
         return sorted(set(v), key=v.index)
+
+
+_BY_KEY = {d.key: d for d in DIMENSIONS}
+# the `dimensions:` section of a search space, one field per searched dimension (layout/dimensions.py)
+Dimensions = create_model(
+    "Dimensions", __base__=_DimensionValues,
+    **{d.key: (_SPACE_TYPES[d.kind], list(d.default)) for d in DIMENSIONS},  # type: ignore[call-overload]
+)
 
 
 class Prune(BaseModel):
@@ -142,32 +142,11 @@ def load_space(path: str | None = None, model: ModelSpec | None = None) -> Searc
     return _parse(data, label)
 
 
-def _recompute_codes(text: str) -> tuple[int, int, int, int]:
-    rc = Recompute.parse(text)
-    mods = sum(1 << SELECTIVE_MODULES.index(m) for m in rc.modules)
-    return GRANULARITIES.index(rc.granularity), METHODS.index(rc.method) if rc.method else 0, rc.num_layers or 0, mods
-
-
 def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec) -> LayoutTable:
-    d = space.dimensions
-    ep = d.ep if model.is_moe else [1]
-    etp = d.etp if model.is_moe else [1]
-    disp = d.dispatcher if model.is_moe else ["alltoall"]
-    overlap = d.moe_shared_expert_overlap if model.is_moe and model.moe.shared_ffn_hidden_size else [False]
-    rcs = [_recompute_codes(r) for r in d.recompute]
-    # without Transformer Engine the precision-aware optimizer falls back to the plain distributed one
-    pa = d.precision_aware_optimizer if cluster.has_te else [False]
-    axes = [d.tp, d.pp, d.vpp, d.cp, ep, etp, range(len(rcs)), [DISPATCHERS.index(x) for x in disp],
-            d.rows_per_microbatch, d.distributed_optimizer, pa, overlap, d.optimizer_offload]
-    grid = np.stack(np.meshgrid(*[np.asarray(list(a), dtype=float) for a in axes], indexing="ij"), -1).reshape(-1, len(axes))
-    tp, pp, vpp, cp, epv, etpv, rci, dsp, rows, dist, pa, so, off = grid.T
-    rc = np.array(rcs)[rci.astype(int)]
-    return LayoutTable.from_columns(
-        cluster.count, len(grid), tp=tp, pp=pp, vpp=vpp, cp=cp, ep=epv, etp=etpv, sp=True,
-        rc_gran=rc[:, 0], rc_method=rc[:, 1], rc_layers=rc[:, 2], rc_modules=rc[:, 3], dispatcher=dsp,
-        max_tokens=(rows * workload.seq_len // cp).astype(np.int64), dist_opt=dist.astype(bool),
-        precision_aware=pa.astype(bool), shared_overlap=so.astype(bool), offload=off,
-    )
+    """Every combination of the space's values for this model and cluster, as a LayoutTable."""
+    axes = grid_axes(space.dimensions.model_dump(), model, cluster)
+    n, cols = grid_columns(axes, workload)
+    return LayoutTable.from_columns(cluster.count, n, sp=True, **cols)
 
 
 @dataclass

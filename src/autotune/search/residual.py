@@ -2,8 +2,8 @@
 
 Calibration fits one factor per time term (physics). What it cannot express, e.g. "the allgather
 dispatcher is 8% slower on this cluster than the model thinks", is learnt here: log(measured / predicted)
-regressed on one-hot layout features (each value of TP, PP, VPP, CP, EP, ETP, recompute, dispatcher,
-tokens per GPU, shared-expert overlap) with a Gaussian prior on every weight. The posterior gives each
+regressed on one-hot layout features (each value of every searched dimension, layout/dimensions.py)
+with a Gaussian prior on every weight. The posterior gives each
 candidate a corrected prediction and its own uncertainty: small near measured layouts, the prior's far
 from them. Pure numpy; a few microseconds per candidate.
 """
@@ -13,14 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import LayoutTable
+from ..layout.dimensions import feature_columns
 
 __all__ = ["ResidualModel", "features", "feature_columns"]
-
-
-def feature_columns(t: LayoutTable) -> list[np.ndarray]:
-    """The layout features the search reasons about, one integer column each (recompute folded into one)."""
-    return [t.tp, t.pp, t.vpp, t.cp, t.ep, t.etp, t.rc_gran * 10000 + t.rc_method * 1000 + t.rc_layers * 10,
-            t.rc_modules, t.dispatcher, t.max_tokens, t.shared_overlap.astype(int)]
 
 
 def features(t: LayoutTable, vocab: list[dict] | None = None) -> tuple[np.ndarray, list[dict]]:

@@ -15,29 +15,11 @@ import os
 from pathlib import Path
 
 from ..errors import ConfigError, StudyLocked
-from ..layout import Layout
+from ..layout.dimensions import PARAM_NAMES, layout_key, layout_params
 
 __all__ = ["StudyDir", "PARAM_NAMES", "layout_params", "layout_key", "CONSTRAINT_ATTR", "set_constraint", "constraints_func"]
 
-PARAM_NAMES = ("tp", "pp", "vpp", "cp", "ep", "etp", "recompute", "dispatcher", "max_tokens_per_gpu",
-               "precision_aware_optimizer", "moe_shared_expert_overlap", "optimizer_offload")
 CONSTRAINT_ATTR = "constraint"  # user attr: [peak - capacity in GiB]; > 0 means infeasible (OOM)
-
-
-def layout_params(lay: Layout) -> dict:
-    return {
-        "tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp,
-        "recompute": str(lay.recompute), "dispatcher": lay.dispatcher,
-        "max_tokens_per_gpu": lay.max_tokens_per_gpu or 0,
-        "precision_aware_optimizer": lay.precision_aware_optimizer,
-        "moe_shared_expert_overlap": lay.moe_shared_expert_overlap,
-        "optimizer_offload": lay.optimizer_offload,
-    }
-
-
-def layout_key(lay: Layout) -> str:
-    """Identity of a layout for 'already tried' bookkeeping."""
-    return json.dumps(layout_params(lay), sort_keys=True)
 
 
 def constraints_func(trial) -> list[float]:

@@ -1,0 +1,251 @@
+"""The searched dimensions: one table, and everything that loops over it.
+
+Each `Dimension` says, for one thing the search varies: its name (the search-space key under
+`dimensions:` and the Optuna study parameter), the Layout field it sets, the LayoutTable columns it fills,
+how a Layout encodes to a parameter value and back, how a column of the table reads as parameter values
+(vectorised), and the integer feature columns the residual model regresses on. Space enumeration,
+LayoutTable parameters, study parameters, layout keys, the Optuna planner's decode and the residual
+features all come from `DIMENSIONS`, so a dimension added here is searched, stored, keyed and learnt
+everywhere at once. Pure numpy: no torch, no ray.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .core import DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
+from .table import LayoutTable
+
+__all__ = ["Dimension", "DIMENSIONS", "PARAM_NAMES", "layout_params", "layout_from_params", "layout_key",
+           "table_params", "table_keys", "feature_columns", "grid_axes", "grid_columns"]
+
+
+@dataclass(frozen=True)
+class Dimension:
+    name: str  # search-space key (except `space_key`) and Optuna study parameter
+    field: str  # the Layout attribute it sets
+    kind: type  # the parameter's Python type: int, bool, float or str
+    encode: Callable[[Layout], Any]  # Layout -> parameter value (a JSON scalar)
+    decode: Callable[[Any], dict]  # parameter value -> Layout keyword arguments
+    values: Callable[[LayoutTable], np.ndarray]  # table -> parameter value per row
+    features: Callable[[LayoutTable], list[np.ndarray]]  # table -> integer feature columns (residual model)
+    axis: Callable[[list, Any, Any], list]  # (space values, model, cluster) -> values enumerated
+    columns: Callable[[np.ndarray, dict, Any], dict]  # (axis values per row, all axes, workload) -> table columns
+    default: tuple = ()  # the search-space value when a space does not name the dimension
+    space_key: str | None = None  # the search-space key when it differs from `name`
+
+    @property
+    def key(self) -> str:
+        """The search-space key (`dimensions:` in search_spaces/*.yaml)."""
+        return self.space_key or self.name
+
+
+def _degree(name: str, moe_only: bool = False) -> Dimension:
+    return Dimension(
+        name=name, field=name, kind=int,
+        encode=lambda lay: getattr(lay, name),
+        decode=lambda v: {name: int(v)},
+        values=lambda t: getattr(t, name),
+        features=lambda t: [getattr(t, name)],
+        axis=(lambda vals, model, cluster: vals if model.is_moe else [1]) if moe_only else (lambda vals, m, c: vals),
+        columns=lambda v, grid, wl: {name: v},
+        default=(1,),
+    )
+
+
+def _flag(name: str, field: str, column: str, default: bool, axis=None) -> Dimension:
+    return Dimension(
+        name=name, field=field, kind=bool,
+        encode=lambda lay: bool(getattr(lay, field)),
+        decode=lambda v: {field: bool(v)},
+        values=lambda t: getattr(t, column),
+        features=lambda t: [getattr(t, column).astype(int)],
+        axis=axis or (lambda vals, m, c: vals),
+        columns=lambda v, grid, wl: {column: v.astype(bool)},
+        default=(default,),
+    )
+
+
+# recompute: a string in spaces and studies ("full:uniform:2"), four codes in the table
+def _rc_codes(text: str) -> tuple[int, int, int, int]:
+    rc = Recompute.parse(text)
+    mods = sum(1 << SELECTIVE_MODULES.index(m) for m in rc.modules)
+    return GRANULARITIES.index(rc.granularity), METHODS.index(rc.method) if rc.method else 0, rc.num_layers or 0, mods
+
+
+def _rc_text(gran: int, method: int, layers: int, mods: int) -> str:
+    return str(Recompute(
+        GRANULARITIES[gran],  # type: ignore[arg-type]
+        METHODS[method] if gran == 2 else None,  # type: ignore[arg-type]
+        layers if gran == 2 else None,
+        tuple(m for b, m in enumerate(SELECTIVE_MODULES) if mods >> b & 1) if gran == 1 else ()))
+
+
+def _rc_values(t: LayoutTable) -> np.ndarray:
+    codes = np.stack([t.rc_gran, t.rc_method, t.rc_layers, t.rc_modules], 1).astype(np.int64)
+    uniq, inv = np.unique(codes, axis=0, return_inverse=True)
+    return np.array([_rc_text(*map(int, u)) for u in uniq], dtype=object)[inv.reshape(-1)]
+
+
+def _index_of(choices: list[str], v: np.ndarray) -> np.ndarray:
+    """Position in `choices` of each string of `v` (vectorised over the distinct values)."""
+    pos = {x: i for i, x in enumerate(choices)}
+    uniq, inv = np.unique(v.astype(str), return_inverse=True)
+    return np.array([pos[u] for u in uniq.tolist()], dtype=np.int64)[inv.reshape(-1)]
+
+
+def _rc_columns(v: np.ndarray, grid: dict, wl) -> dict:
+    texts = list(dict.fromkeys(v.tolist()))
+    rc = np.array([_rc_codes(x) for x in texts], dtype=np.int64)[_index_of(texts, v)]
+    return {"rc_gran": rc[:, 0], "rc_method": rc[:, 1], "rc_layers": rc[:, 2], "rc_modules": rc[:, 3]}
+
+
+def _dispatcher_values(t: LayoutTable) -> np.ndarray:
+    return np.array(DISPATCHERS, dtype=object)[t.dispatcher.astype(int)]
+
+
+def _max_tokens_columns(rows: np.ndarray, grid: dict, wl) -> dict:
+    cp = grid["cp"]
+    return {"max_tokens": (rows.astype(np.int64) * wl.seq_len // cp.astype(np.int64)).astype(np.int64)}
+
+
+def _moe_dispatcher_axis(vals, model, cluster):
+    return vals if model.is_moe else [DISPATCHERS[0]]  # dense models dispatch nothing
+
+
+def _shared_overlap_axis(vals, model, cluster):
+    return vals if model.is_moe and model.moe.shared_ffn_hidden_size else [False]
+
+
+def _precision_aware_axis(vals, model, cluster):
+    # without Transformer Engine the precision-aware optimizer falls back to the plain distributed one
+    return vals if cluster.has_te else [False]
+
+
+DIMENSIONS: tuple[Dimension, ...] = (
+    _degree("tp"), _degree("pp"), _degree("vpp"), _degree("cp"),
+    _degree("ep", moe_only=True), _degree("etp", moe_only=True),
+    Dimension(
+        name="recompute", field="recompute", kind=str,
+        encode=lambda lay: str(lay.recompute),
+        decode=lambda v: {"recompute": Recompute.parse(v)},
+        values=_rc_values,
+        # the recompute choice folded into one code, and the selective modules as a bitmask
+        features=lambda t: [t.rc_gran * 10000 + t.rc_method * 1000 + t.rc_layers * 10, t.rc_modules],
+        axis=lambda vals, m, c: vals,
+        columns=_rc_columns,
+        default=("none",),
+    ),
+    Dimension(
+        name="dispatcher", field="dispatcher", kind=str,
+        encode=lambda lay: lay.dispatcher,
+        decode=lambda v: {"dispatcher": str(v)},
+        values=_dispatcher_values,
+        features=lambda t: [t.dispatcher],
+        axis=_moe_dispatcher_axis,
+        columns=lambda v, grid, wl: {"dispatcher": _index_of(list(DISPATCHERS), v)},
+        default=("alltoall",),
+    ),
+    Dimension(
+        name="max_tokens_per_gpu", field="max_tokens_per_gpu", kind=int, space_key="rows_per_microbatch",
+        encode=lambda lay: lay.max_tokens_per_gpu or 0,
+        decode=lambda v: {"max_tokens_per_gpu": int(v) or None, "micro_batch_size": None if v else 1},
+        values=lambda t: t.max_tokens,
+        features=lambda t: [t.max_tokens],
+        axis=lambda vals, m, c: vals,
+        columns=_max_tokens_columns,
+        default=(1,),
+    ),
+    _flag("distributed_optimizer", "distributed_optimizer", "dist_opt", True),
+    _flag("precision_aware_optimizer", "precision_aware_optimizer", "precision_aware", False,
+          axis=_precision_aware_axis),
+    _flag("moe_shared_expert_overlap", "moe_shared_expert_overlap", "shared_overlap", False,
+          axis=_shared_overlap_axis),
+    Dimension(
+        name="optimizer_offload", field="optimizer_offload", kind=float,
+        encode=lambda lay: float(lay.optimizer_offload),
+        decode=lambda v: {"optimizer_offload": float(v)},
+        values=lambda t: t.offload,
+        features=lambda t: [np.round(t.offload * 1000).astype(np.int64)],
+        axis=lambda vals, m, c: vals,
+        columns=lambda v, grid, wl: {"offload": v.astype(float)},
+        default=(0.0,),
+    ),
+)
+
+PARAM_NAMES: tuple[str, ...] = tuple(d.name for d in DIMENSIONS)
+
+
+def layout_params(lay: Layout) -> dict:
+    """The study parameters of a layout: one value per searched dimension."""
+    return {d.name: d.encode(lay) for d in DIMENSIONS}
+
+
+def layout_from_params(world: int, params: dict) -> Layout:
+    """The Layout a set of study parameters names (dimensions not given keep Layout's defaults)."""
+    kw: dict = {}
+    for d in DIMENSIONS:
+        if d.name in params:
+            kw.update(d.decode(params[d.name]))
+    return Layout(world=world, **kw)
+
+
+def layout_key(lay: Layout) -> str:
+    """Identity of a layout for 'already tried' bookkeeping: its parameters over every dimension."""
+    return json.dumps(layout_params(lay), sort_keys=True)
+
+
+def table_params(t: LayoutTable) -> dict[str, np.ndarray]:
+    """Each dimension's parameter values per row, as arrays (vectorised)."""
+    return {d.name: d.values(t) for d in DIMENSIONS}
+
+
+def _py(kind: type, v):
+    return kind(v.item() if hasattr(v, "item") else v)
+
+
+def table_keys(t: LayoutTable) -> list[str]:
+    """layout_key of every row, equal to layout_key(t.row(i)), without building the Layouts."""
+    cols = table_params(t)
+    names = sorted(cols)
+    kinds = {d.name: d.kind for d in DIMENSIONS}
+    # distinct value tuples are few; build each key string once
+    stacked = [cols[n] for n in names]
+    out = []
+    cache: dict[tuple, str] = {}
+    for row in zip(*stacked):
+        k = tuple(row)
+        s = cache.get(k)
+        if s is None:
+            s = json.dumps({n: _py(kinds[n], v) for n, v in zip(names, row)}, sort_keys=True)
+            cache[k] = s
+        out.append(s)
+    return out
+
+
+def feature_columns(t: LayoutTable) -> list[np.ndarray]:
+    """The layout features the residual model and planners reason about, one integer column each."""
+    return [c for d in DIMENSIONS for c in d.features(t)]
+
+
+def grid_axes(space_values: dict, model, cluster) -> list[list]:
+    """Per dimension, the values enumerated for this model and cluster (from the space's values)."""
+    return [list(d.axis(list(space_values[d.key]), model, cluster)) for d in DIMENSIONS]
+
+
+def grid_columns(axes: list[list], workload) -> tuple[int, dict]:
+    """Every combination of `axes` as LayoutTable columns: (rows, {column: array})."""
+    idx = np.stack(np.meshgrid(*[np.arange(len(a)) for a in axes], indexing="ij"), -1).reshape(-1, len(axes))
+    numeric = {d.name: np.asarray(a)[idx[:, j]] for j, (d, a) in enumerate(zip(DIMENSIONS, axes)) if d.kind is not str}
+    cols: dict = {}
+    for j, (d, a) in enumerate(zip(DIMENSIONS, axes)):
+        if d.kind is str:  # encode the few distinct strings once, then index per row
+            small = d.columns(np.asarray(a, dtype=object), {}, workload)
+            cols.update({k: np.asarray(v)[idx[:, j]] for k, v in small.items()})
+        else:
+            cols.update(d.columns(numeric[d.name], numeric, workload))
+    return len(idx), cols
