@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from .calibrate import Calibration, load_calibration
+from .flops import mfu, mfu_of, usd_per_million_tokens
 from .memory import TERMS as MEMORY_TERMS
 from .memory import MemoryCoefficients, MemoryResult, estimate_memory
 from .time import MB_TERMS, STEP_TERMS, TimeCoefficients, TimeResult, estimate_time
@@ -29,6 +30,9 @@ __all__ = [
     "STEP_TERMS",
     "Calibration",
     "load_calibration",
+    "mfu",
+    "mfu_of",
+    "usd_per_million_tokens",
 ]
 
 

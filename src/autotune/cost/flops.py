@@ -16,7 +16,7 @@ from ..catalog import ModelSpec, Workload, param_counts
 from ..layout import LayoutTable
 from .layers import layer_tables, stage_sums, vocab_per_row
 
-__all__ = ["StageFlops", "stage_flops", "model_flops_per_token", "mfu"]
+__all__ = ["StageFlops", "stage_flops", "model_flops_per_token", "mfu", "mfu_of", "usd_per_million_tokens"]
 
 
 @dataclass
@@ -59,4 +59,17 @@ def model_flops_per_token(model: ModelSpec) -> float:
 
 
 def mfu(model: ModelSpec, tokens_per_s_per_gpu, peak_tflops: float):
-    return np.asarray(tokens_per_s_per_gpu) * model_flops_per_token(model) / (peak_tflops * 1e12)
+    """tokens/s/GPU x 6 x N_active / peak (the seed's convention)."""
+    return mfu_of(tokens_per_s_per_gpu, param_counts(model).active, peak_tflops)
+
+
+def mfu_of(tokens_per_s_per_gpu, active_params: int, peak_tflops: float):
+    """The one place MFU is computed: tokens/s/GPU x 6 x active parameters / dense BF16 peak."""
+    return np.asarray(tokens_per_s_per_gpu) * 6.0 * active_params / (peak_tflops * 1e12)
+
+
+def usd_per_million_tokens(usd_per_gpu_hour: float, tokens_per_s_per_gpu):
+    """Price per GPU-hour / (tokens/s/GPU x 3600) x 1e6; inf where nothing is produced. The one place."""
+    tps = np.asarray(tokens_per_s_per_gpu, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.where(tps > 0, usd_per_gpu_hour / (np.maximum(tps, 1e-300) * 3600.0) * 1e6, np.inf)

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
-from .flops import mfu
+from .flops import mfu, usd_per_million_tokens
 from .memory import MemoryCoefficients, MemoryResult
 
 __all__ = ["TimeCoefficients", "TimeResult", "RawTime", "estimate_time", "raw_time", "compose", "step_breakdown",
@@ -202,7 +202,7 @@ def compose(raw: RawTime, scale: dict, model: ModelSpec, gpu) -> TimeResult:
         mb_terms={k: mbs[:, j, :] for j, k in enumerate(MB_TERMS)}, step_terms=step, step_time=total,
         tokens_per_step=raw.tokens_per_step, world=raw.world, tokens_per_s_per_gpu=tps,
         mfu=mfu(model, tps, gpu.bf16_tflops),
-        usd_per_million_tokens=np.where(tps > 0, gpu.usd_per_hour / (tps * 3600.0) * 1e6, np.inf),
+        usd_per_million_tokens=usd_per_million_tokens(gpu.usd_per_hour, tps),
     )
 
 

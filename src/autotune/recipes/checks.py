@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..catalog import get_gpu, param_counts
+from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import AutotuneError
 from ..layout import violations
 from .convert import layout_of, model_of, run_flags, run_layout, workload_of
@@ -104,11 +105,11 @@ def _check_result(r: Recipe, out: list[Problem]) -> None:
     if r.gpu.memory_gb != gpu.memory_gb_nominal:
         out.append(Problem("gpu.memory_gb", f"{r.gpu.memory_gb} but an {gpu.name} has {gpu.memory_gb_nominal} GB"))
     tps = res.tokens_per_s_per_gpu
-    mfu = tps * 6 * n / (gpu.bf16_tflops * 1e12)
+    mfu = float(mfu_of(tps, n, gpu.bf16_tflops))
     if not agrees(res.mfu, mfu):
         out.append(Problem("result.mfu", f"{res.mfu} but tokens/s/GPU x 6 x N / peak = {tps:,} x 6 x {n:,} / "
                            f"{gpu.bf16_tflops:g} TFLOP/s = {mfu:.4f}"))
-    usd = gpu.usd_per_hour / (tps * 3600) * 1e6
+    usd = float(usd_per_million_tokens(gpu.usd_per_hour, tps))
     if not agrees(res.usd_per_million_tokens, usd, max(2, printed_decimals(res.usd_per_million_tokens))):
         out.append(Problem("result.usd_per_million_tokens", f"{res.usd_per_million_tokens} but ${gpu.usd_per_hour:g}/GPU-hour"
                            f" / ({tps:,} tokens/s x 3600) x 1e6 = {usd:.4f}"))

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pydantic import ValidationError
 
 from ..catalog import ClusterSpec, ModelSpec, Workload, param_counts
+from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import BadInput, ConfigError
 from ..layout import Layout, format_args, layout_args
 from .io import error_lines
@@ -213,9 +214,9 @@ def recipe_from_candidate(
     gpu = cluster.gpu
     result = {
         "tokens_per_s_per_gpu": round(tps, 2),
-        "usd_per_million_tokens": round(gpu.usd_per_hour / (tps * 3600) * 1e6, 2) if tps > 0 else 0.0,
+        "usd_per_million_tokens": round(float(usd_per_million_tokens(gpu.usd_per_hour, tps)), 2) if tps > 0 else 0.0,
         "step_time_cv_percent": None if step_time_cv_percent is None else round(float(step_time_cv_percent), 2),
-        "mfu": round(tps * 6 * n_active / (gpu.bf16_tflops * 1e12), 4),
+        "mfu": round(float(mfu_of(tps, n_active, gpu.bf16_tflops)), 4),
         "mfu_note": mfu_note if mfu_note or status != "predicted" else "predicted by autotune's cost model, not measured",
         "active_params": {"count": n_active, "source": model.source or model.name},
         "measured": _dt.date.fromisoformat(measured) if isinstance(measured, str) else measured,

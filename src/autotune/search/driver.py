@@ -24,7 +24,7 @@ from ..layout import Layout, LayoutTable, violations
 from ..space import SearchSpace, explore
 from ..trials.backends import Backend, Handle
 from ..trials.spec import TrialResult, TrialSpec, read_model, write_json_atomic
-from .planners import ModelPlanner, PlanContext, Planner, Proposal, RandomPlanner, TrialRecord
+from .planners import PlanContext, Planner, PlannerOptions, Proposal, TrialRecord, get_planner
 from .residual import ResidualModel
 from .study import StudyDir, layout_key, layout_params, set_constraint
 
@@ -122,10 +122,9 @@ class SearchDriver:
                 "space": self.space.source, "backend": self.backend.name, "planner": self.cfg.planner}
 
     def _open(self):
-        from .planners.optuna_planner import OptunaPlanner, choices_of, make_sampler
+        from .planners.optuna_planner import choices_of
 
-        sampler = make_sampler(self.cfg.sampler, self.cfg.seed) if self.cfg.planner == "optuna" else None
-        self.study = self.sd.open(sampler=sampler)
+        self.study = self.sd.open()
         have = self.study.user_attrs
         mine = self._study_attrs()
         for key in ("model", "gpu", "count"):
@@ -142,12 +141,8 @@ class SearchDriver:
                 self.study.set_user_attr(k, v)
         ctx = self._context()
         self.choices = choices_of(ctx)
-        if self.cfg.planner == "optuna":
-            self.planner: Planner = OptunaPlanner(self.study, self.choices)
-        elif self.cfg.planner == "random":
-            self.planner = RandomPlanner()
-        else:
-            self.planner = ModelPlanner()
+        self.planner: Planner = get_planner(self.cfg.planner, PlannerOptions(
+            seed=self.cfg.seed, sampler=self.cfg.sampler, out_dir=self.sd.root / "planner"))
 
     def _context(self) -> PlanContext:
         tried = {layout_key(r.layout) for r in self.records}
@@ -177,9 +172,10 @@ class SearchDriver:
             status = ft.user_attrs.get("status")
             if status in (None, "requeued"):
                 continue
-            self.records.append(TrialRecord(ft.number, lay, status, ft.user_attrs.get("source", "measured"),
-                                            ft.user_attrs.get("measured") or ft.user_attrs.get("value"),
-                                            ft.user_attrs.get("predicted")))
+            rec = TrialRecord(ft.number, lay, status, ft.user_attrs.get("source", "measured"),
+                              ft.user_attrs.get("measured") or ft.user_attrs.get("value"), ft.user_attrs.get("predicted"))
+            self.records.append(rec)
+            self.planner.observe(rec)
             if status != "screened":
                 self.gpu_hours += float(ft.user_attrs.get("gpu_hours") or 0.0)
                 self._learn(lay, ft.user_attrs)
@@ -291,12 +287,13 @@ class SearchDriver:
 
         lay = prop.layout
         idx, reason = self._screen(lay)
-        trial = prop.trial
-        if trial is None:
-            self.study.enqueue_trial(layout_params(lay), skip_if_exists=False)
-            from .planners.optuna_planner import distributions
+        params = layout_params(lay)
+        self.study.enqueue_trial(params, skip_if_exists=False)
+        from .planners.optuna_planner import distributions
 
-            trial = self.study.ask(distributions(self.choices))
+        # every distribution holds the layout's own value, so the enqueued params are the trial's params
+        trial = self.study.ask(distributions({k: v if params[k] in v else [*v, params[k]]
+                                              for k, v in self.choices.items()}))
         attrs = {"layout": lay.to_dict(), "label": lay.label(self.model.is_moe), "why": prop.why}
         if reason is not None:
             for k, v in {**attrs, "status": "screened", "reason": reason}.items():

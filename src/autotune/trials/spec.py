@@ -16,13 +16,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ConfigError
 from ..fsutil import write_text_atomic
 
-__all__ = ["TrialSpec", "TrialResult", "StepRecord", "FailureClass", "write_json_atomic", "read_model"]
+__all__ = ["TrialSpec", "TrialResult", "StepRecord", "Prediction", "FailureClass", "write_json_atomic", "read_model"]
 
 FailureClass = Literal["ok", "oom", "timeout", "nccl", "nan", "crash", "infra"]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Prediction(_Strict):
+    """The cost model's prediction for one layout, as named breakdowns (what the dashboard and the LLM
+    planner read). Written into TrialSpec at dispatch and, by the simulator, into its TrialResult."""
+
+    tokens_per_s_per_gpu: float  # calibrated model, corrected by what the trials taught (the ranking value)
+    peak_bytes: float  # predicted peak GPU memory, the most loaded pipeline stage
+    model_tokens_per_s_per_gpu: float | None = None  # the calibrated cost model alone
+    uncertainty: float | None = None  # relative standard deviation the planner used
+    step_time_s: float | None = None
+    mfu: float | None = None
+    usd_per_million_tokens: float | None = None
+    capacity_bytes: float | None = None  # usable HBM per GPU
+    host_bytes: float | None = None  # host memory per node for an offloaded optimizer
+    memory_terms: dict[str, list[float]] = Field(default_factory=dict)  # term -> bytes on each pipeline stage
+    time_terms: dict[str, float] = Field(default_factory=dict)  # step-time term -> seconds per step
 
 
 class DataSpec(_Strict):
@@ -50,7 +67,7 @@ class TrialSpec(_Strict):
     timeout_s: float = Field(default=3600.0, gt=0)
     command: list[str] | None = None  # the exact command a backend ran (filled in by the backend)
     env: dict[str, str] = Field(default_factory=dict)
-    predicted: dict | None = None  # the cost model's prediction at dispatch
+    predicted: Prediction | None = None  # the cost model's prediction at dispatch
 
 
 class StepRecord(_Strict):
@@ -80,6 +97,7 @@ class TrialResult(_Strict):
     stack: dict[str, str] = Field(default_factory=dict)
     proxy: dict | None = None
     reason: str | None = None  # one line: why it failed, or notes (e.g. "standard attention: GDN unsupported on CPU")
+    prediction: Prediction | None = None  # the simulator's result: the breakdown behind its number
     log_tail: str | None = None
     wall_s: float | None = None
     gpu_hours: float | None = None

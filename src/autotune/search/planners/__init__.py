@@ -1,25 +1,48 @@
-"""Planners behind one interface: model (default), optuna, random; llm arrives in a later release."""
+"""Planners behind one interface, chosen by name from a registry (like the trial backends).
+
+To add a planner, add one line to `PLANNERS` ("name": "module:Class", module relative to this package);
+the class takes a `PlannerOptions`. Modules import lazily, so an optional dependency (optuna samplers,
+the openai client) loads only when its planner is asked for.
+"""
 
 from __future__ import annotations
 
+import importlib
+
 from ...errors import BadInput
-from .base import PlanContext, Planner, Proposal, TrialRecord
-from .model import ModelPlanner
-from .random import RandomPlanner
+from .base import PlanContext, Planner, PlannerOptions, Proposal, TrialRecord
 
-__all__ = ["Planner", "PlanContext", "Proposal", "TrialRecord", "ModelPlanner", "RandomPlanner", "PLANNERS",
-           "resolve_planner"]
+__all__ = ["Planner", "PlanContext", "PlannerOptions", "Proposal", "TrialRecord", "PLANNERS", "PLANNER_CHOICES",
+           "get_planner", "planner_class", "resolve_planner"]
 
-PLANNERS = ("auto", "model", "optuna", "random", "llm")
+# name -> "module:Class". Extend here; nothing else needs to change.
+PLANNERS: dict[str, str] = {
+    "model": "model:ModelPlanner",
+    "optuna": "optuna_planner:OptunaPlanner",
+    "random": "random:RandomPlanner",
+}
+PLANNER_CHOICES = ("auto", *PLANNERS, *(() if "llm" in PLANNERS else ("llm",)))
+
+
+def planner_class(name: str) -> type[Planner]:
+    if name not in PLANNERS:
+        raise BadInput(f"--planner {name!r}: choose one of {', '.join(PLANNER_CHOICES)}")
+    module, _, cls = PLANNERS[name].partition(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+
+
+def get_planner(name: str, options: PlannerOptions | None = None) -> Planner:
+    """A ready planner: `get_planner("optuna", PlannerOptions(seed=1))`."""
+    return planner_class(name)(options or PlannerOptions())
 
 
 def resolve_planner(name: str) -> tuple[str, str | None]:
     """The planner to run for a --planner value, and a note to print when it differs."""
-    if name not in PLANNERS:
-        raise BadInput(f"--planner {name!r}: choose one of {', '.join(PLANNERS)}")
+    if name not in PLANNER_CHOICES:
+        raise BadInput(f"--planner {name!r}: choose one of {', '.join(PLANNER_CHOICES)}")
     if name == "auto":
         return "model", "planner: model-guided (the LLM planner is not configured)"
-    if name == "llm":
-        raise BadInput("--planner llm is not available in this release (no LLM endpoint support yet); "
+    if name not in PLANNERS:
+        raise BadInput(f"--planner {name} is not available in this release; "
                        "use --planner model (default) or --planner optuna")
     return name, None

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from ...catalog import ClusterSpec, ModelSpec, Workload
 from ...layout import Layout, LayoutTable
-from ..residual import feature_columns
+from ...layout.dimensions import feature_columns
+from ...trials.spec import Prediction
 
-__all__ = ["Planner", "PlanContext", "Proposal", "TrialRecord", "similarity"]
+__all__ = ["Planner", "PlanContext", "PlannerOptions", "Proposal", "TrialRecord", "similarity"]
 
 
 @dataclass
@@ -33,8 +36,19 @@ class TrialRecord:
 @dataclass
 class Proposal:
     layout: Layout
-    why: str
-    trial: object | None = None  # an Optuna trial already asked for (optuna planner)
+    why: str  # one line, shown in the live view, the dashboard and the recipe's notes
+
+
+@dataclass
+class PlannerOptions:
+    """What a planner may be configured with; each planner reads the fields it needs."""
+
+    seed: int = 0
+    sampler: str = "auto"  # optuna planner: tpe | gp | auto
+    out_dir: Path | None = None  # runs/<study>/planner/: where a planner may keep its own files
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_timeout_s: float = 60.0
 
 
 @dataclass
@@ -49,6 +63,14 @@ class PlanContext:
     history: list[TrialRecord] = field(default_factory=list)
     sigma: np.ndarray | float = 0.10  # per-candidate relative uncertainty of `predicted`
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    breakdown: Callable[[int], Prediction] | None = None  # candidate i's predicted breakdowns
+    funnel: list[tuple[str, int]] = field(default_factory=list)  # the space's pruning funnel
+
+    def prediction(self, i: int) -> Prediction:
+        """Candidate i's prediction with its memory and step-time terms."""
+        if self.breakdown is None:
+            raise ValueError("this context carries no breakdowns")
+        return self.breakdown(i)
 
     def untried(self) -> np.ndarray:
         return np.array([k not in self.tried for k in self.keys], dtype=bool)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PlanContext, Planner, Proposal, similarity
+from .base import PlanContext, Planner, PlannerOptions, Proposal, similarity
 
 __all__ = ["ModelPlanner"]
 
@@ -20,7 +20,7 @@ __all__ = ["ModelPlanner"]
 class ModelPlanner(Planner):
     name = "model"
 
-    def __init__(self, kappa: float = 1.0):
+    def __init__(self, options: PlannerOptions | None = None, kappa: float = 1.0):
         self.kappa = kappa
 
     def propose(self, ctx: PlanContext, k: int) -> list[Proposal]:

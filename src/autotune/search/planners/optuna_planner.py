@@ -1,6 +1,12 @@
-"""The Optuna planner: a sampler over the layout dimensions (TPE with constraints; GP when scipy and
-torch are installed and asked for). OOM trials carry a positive constraint value, so the sampler learns
-the memory wall instead of re-proposing it; layouts the model screens out come back as PRUNED trials."""
+"""The Optuna planner: a sampler over the searched dimensions (TPE with constraints; GP when scipy and
+torch are installed and asked for).
+
+The sampler runs on a private in-memory study that mirrors what the search learnt: every finished trial
+is added to it with its value (an OOM as a positive constraint, so the sampler learns the memory wall; a
+layout the model screened out as PRUNED). Only the driver asks and tells the persistent study in
+runs/<study>/study.db. A sample that names a layout already tried is answered from the mirror at once
+(its known value) and the sampler is asked again, so no trial is spent on a layout twice.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,14 @@ import importlib.util
 
 import optuna
 
-from ...layout import Layout, Recompute
-from ..study import PARAM_NAMES, constraints_func
-from .base import PlanContext, Planner, Proposal
+from ...errors import BadInput
+from ...layout.dimensions import PARAM_NAMES, layout_from_params, layout_key, layout_params, table_params
+from ..study import CONSTRAINT_ATTR, constraints_func, set_constraint
+from .base import PlanContext, Planner, PlannerOptions, Proposal, TrialRecord
 
-__all__ = ["OptunaPlanner", "make_sampler", "distributions"]
+__all__ = ["OptunaPlanner", "make_sampler", "distributions", "choices_of"]
+
+MAX_DUPLICATE_ASKS = 200  # samples answered from the mirror before one proposal gives up
 
 
 def make_sampler(kind: str = "auto", seed: int | None = None):
@@ -21,52 +30,105 @@ def make_sampler(kind: str = "auto", seed: int | None = None):
     have_gp = importlib.util.find_spec("scipy") is not None and importlib.util.find_spec("torch") is not None
     if kind == "gp" or (kind == "auto" and have_gp):
         if not have_gp:
-            from ...errors import BadInput
-
             raise BadInput("the GP sampler needs scipy and torch: pip install 'autotune[dev]', or use TPE")
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5, **cons)
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5, **cons)
 
 
-def distributions(ctx_or_choices) -> dict:
-    """Categorical distributions over the values the candidates take (the study's search space)."""
-    choices = ctx_or_choices
+def choices_of(ctx: PlanContext) -> dict[str, list]:
+    """The values each dimension takes among the candidates (the sampler's search space)."""
+    return {k: sorted({_py(v) for v in col.tolist()}, key=str) for k, col in table_params(ctx.table).items()}
+
+
+def distributions(choices: dict[str, list]) -> dict:
+    """Categorical distributions over `choices`, one per study parameter."""
     return {k: optuna.distributions.CategoricalDistribution(tuple(choices[k])) for k in PARAM_NAMES}
 
 
-def choices_of(ctx: PlanContext) -> dict:
-    t = ctx.table
-    rows = [t.row(i) for i in range(len(t))]
-    from ..study import layout_params
-
-    vals: dict[str, list] = {k: [] for k in PARAM_NAMES}
-    for r in rows:
-        for k, v in layout_params(r).items():
-            if v not in vals[k]:
-                vals[k].append(v)
-    return {k: sorted(v, key=str) for k, v in vals.items()}
+def _py(v):
+    return v.item() if hasattr(v, "item") else v
 
 
 class OptunaPlanner(Planner):
     name = "optuna"
 
-    def __init__(self, study: "optuna.Study", choices: dict):
-        self.study = study
-        self.dists = distributions(choices)
+    def __init__(self, options: PlannerOptions | None = None):
+        opts = options or PlannerOptions()
+        self.sampler = make_sampler(opts.sampler, opts.seed)
+        self.mirror = optuna.create_study(direction="maximize", sampler=self.sampler)
+        self.dists: dict | None = None
+        self.pending: dict[str, optuna.Trial] = {}  # layout key -> mirror trial asked, not yet told
+        self.backlog: list[TrialRecord] = []  # observed before the first proposal (resume)
+
+    def _start(self, ctx: PlanContext) -> None:
+        self.dists = distributions(choices_of(ctx))
+        for rec in self.backlog:
+            self._add(rec)
+        self.backlog = []
+
+    def _add(self, rec: TrialRecord) -> None:
+        """A trial the mirror did not ask for (resume, another planner's, a re-queued layout)."""
+        params = layout_params(rec.layout)
+        if any(params[k] not in self.dists[k].choices for k in PARAM_NAMES):
+            return  # outside the candidates' values: the sampler cannot represent it
+        state, value, over = _outcome(rec)
+        self.mirror.add_trial(optuna.trial.create_trial(
+            params=params, distributions=self.dists, state=state, value=value,
+            user_attrs={CONSTRAINT_ATTR: [over]},
+            **({"constraints": {"memory_over_gib": over}} if _HAS_CONSTRAINTS else {})))
+
+    def observe(self, record: TrialRecord) -> None:
+        if self.dists is None:
+            self.backlog.append(record)
+            return
+        key = layout_key(record.layout)
+        trial = self.pending.pop(key, None)
+        if trial is None:
+            self._add(record)
+        else:
+            self._tell(trial, record)
+
+    def _tell(self, trial: optuna.Trial, rec: TrialRecord) -> None:
+        state, value, over = _outcome(rec)
+        set_constraint(trial, over)
+        self.mirror.tell(trial, value if state == optuna.trial.TrialState.COMPLETE else None, state=state)
 
     def propose(self, ctx: PlanContext, k: int) -> list[Proposal]:
-        out = []
+        if self.dists is None:
+            self._start(ctx)
+        known = {layout_key(r.layout): r for r in ctx.history}
+        out: list[Proposal] = []
         for _ in range(k):
-            trial = self.study.ask(self.dists)
-            p = trial.params
-            lay = Layout(
-                world=ctx.cluster.count, tp=p["tp"], pp=p["pp"], vpp=p["vpp"], cp=p["cp"], ep=p["ep"], etp=p["etp"],
-                recompute=Recompute.parse(p["recompute"]), dispatcher=p["dispatcher"],
-                max_tokens_per_gpu=p["max_tokens_per_gpu"] or None,
-                micro_batch_size=None if p["max_tokens_per_gpu"] else 1,
-                precision_aware_optimizer=p["precision_aware_optimizer"],
-                moe_shared_expert_overlap=p["moe_shared_expert_overlap"],
-                optimizer_offload=p["optimizer_offload"],
-            )
-            out.append(Proposal(lay, f"{type(self.study.sampler).__name__} sample", trial=trial))
+            for _attempt in range(MAX_DUPLICATE_ASKS):
+                trial = self.mirror.ask(self.dists)
+                lay = layout_from_params(ctx.cluster.count, trial.params)
+                key = layout_key(lay)
+                if key in known or key in self.pending or any(layout_key(p.layout) == key for p in out):
+                    # already tried (or proposed): answer from what is known, ask again
+                    rec = known.get(key)
+                    if rec is not None:
+                        self._tell(trial, rec)
+                    else:
+                        self.mirror.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    continue
+                self.pending[key] = trial
+                out.append(Proposal(lay, f"{type(self.sampler).__name__} sample"))
+                break
+            else:
+                break  # the sampler keeps naming known layouts: nothing new to propose
         return out
+
+
+_HAS_CONSTRAINTS = "constraints" in optuna.trial.create_trial.__code__.co_varnames
+
+
+def _outcome(rec: TrialRecord):
+    """(state, value, constraint) of a finished trial as the mirror records it."""
+    TS = optuna.trial.TrialState
+    if rec.status == "ok" and rec.value:
+        return TS.COMPLETE, float(rec.value), 0.0
+    if rec.status == "oom":
+        return TS.COMPLETE, 0.0, 1.0
+    if rec.status == "screened":
+        return TS.PRUNED, None, 0.0
+    return TS.FAIL, None, 0.0

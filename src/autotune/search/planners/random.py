@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PlanContext, Planner, Proposal
+from .base import PlanContext, Planner, PlannerOptions, Proposal
 
 __all__ = ["RandomPlanner"]
 
 
 class RandomPlanner(Planner):
     name = "random"
+
+    def __init__(self, options: PlannerOptions | None = None):
+        pass
 
     def propose(self, ctx: PlanContext, k: int) -> list[Proposal]:
         idx = np.flatnonzero(ctx.untried())

@@ -7,13 +7,13 @@ simulated trial take that long (for demos and for testing resume after a kill mi
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import fields
 from pathlib import Path
 
 from ...catalog import ClusterSpec, Workload, load_model
 from ...layout import Layout, LayoutTable
+from ..prediction import prediction_of
 from ..spec import StepRecord, TrialResult, TrialSpec, write_json_atomic
 from .base import Backend, Handle
 
@@ -60,7 +60,8 @@ class SimulateBackend(Backend):
         ev = evaluate(model, workload, cluster, LayoutTable.from_layouts([lay]))
         peak = int(ev.memory.peak[0])
         common = dict(study=spec.study, number=spec.number, source="predicted", backend=self.name,
-                      peak_memory_bytes=peak, window=workload.window)
+                      peak_memory_bytes=peak, window=workload.window,
+                      prediction=prediction_of(ev, 0, model, cluster))
         oom = ev.memory.oom_reason(0)
         if oom:
             return TrialResult(status="oom", reason=oom, **common)
@@ -71,4 +72,4 @@ class SimulateBackend(Backend):
         return TrialResult(status="ok", tokens_per_s_per_gpu=float(ev.time.tokens_per_s_per_gpu[0]),
                            step_time_s=step, step_time_cv_percent=0.0, steps=steps, gpu_hours=gpu_h,
                            wall_s=0.0, stack={"simulator": "autotune cost model"},
-                           reason=json.dumps({"breakdown": ev.time.breakdown(0)}), **common)
+                           reason="cost-model prediction; no training step was run", **common)
