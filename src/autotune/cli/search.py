@@ -12,14 +12,15 @@ from rich.live import Live
 from rich.table import Table
 
 from ..errors import BadInput
-from ..search.driver import SearchConfig, SearchDriver
+from ..search.driver import SearchConfig
+from ..search.session import SearchSession
 from ..search.planners import resolve_planner
 from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
 from .common import BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
 from .console import err_console, print_json
-from .report import outcome_json, render_outcome
+from .report import render_outcome
 
 BACKEND_CHOICES = ("auto", "simulate", "local", "ray", "slime")
 
@@ -105,9 +106,7 @@ def search(
             raise BadInput(f"--resume: no study for {m.name} on {cluster.count} x {cluster.gpu.name} under {runs}/; "
                            "run without --resume to start one")
         study = study or f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
-    elif not re.fullmatch(r"[A-Za-z0-9._-]+", study):
-        raise BadInput(f"--study {study!r}: use letters, digits, '.', '_' and '-' only")
-    sd = StudyDir(runs, study)
+    sd = StudyDir(runs, study)  # checks the name, resolved, stays inside --runs-dir
     opts = {"delay_s": sim_delay} if backend == "simulate" else {}
     if backend in ("ray", "slime"):
         opts["address"] = address
@@ -118,22 +117,18 @@ def search(
                        sampler="tpe" if sampler == "auto" and backend == "simulate" else sampler,
                        poll_s=0.02 if backend == "simulate" else 1.0)
     view = _LiveView(m, cluster, sd, enabled=not json_out)
-    driver = SearchDriver(m, cluster, workload, sp, be, sd, cfg, on_event=view.event)
-    driver.prepare()  # bad input fails here, before any output
+    session = SearchSession(m, cluster, workload, sp, be, sd, cfg, on_event=view.event, notes=notes)
+    session.prepare()  # bad input fails here, before any output
     for note in notes:
-        err_console.print(f"note: {note}")
+        err_console.print(f"note: {note}", markup=False)
     try:
         with view:
-            outcome = driver.run()
+            outcome = session.run()
     except KeyboardInterrupt:
         err_console.print(f"interrupted: finished trials are kept in {sd.root}; continue with the same command "
-                          f"and --study {study}")
+                          f"and --study {study}", markup=False)
         raise typer.Exit(130) from None
-    outcome.notes = notes + outcome.notes
-    from .report import emit_recipes
-
-    recipes = emit_recipes(driver, outcome)
-    out = outcome_json(driver, outcome, recipes)
+    out = outcome.to_json()
     if json_out:
         print_json(out)
     else:

@@ -1,25 +1,38 @@
 """The study on disk: runs/<study>/ with Optuna's RDB storage (study.db), a lock, and trial folders.
 
-Layout parameters are Optuna trial params (categorical), so optuna-dashboard shows them and samplers can
-learn over them. Predictions, measurements, failure classes and reasons are user attributes. An OOM is a
-COMPLETE trial with a positive constraint value (samplers learn the memory wall); a crash is FAIL; a
-candidate the model screened out is PRUNED with its reason. `lock()` holds an flock for the driver's life
-(the kernel drops it even on kill -9), so a second driver on the same directory refuses cleanly.
+Layout parameters are Optuna trial params (categorical, one per searched dimension), so optuna-dashboard
+shows them and samplers can learn over them. Everything else a trial carries (layout, prediction,
+measurement, failure class, reason, the planner's rationale) is a typed `TrialAttrs` stored as user
+attributes. An OOM is a COMPLETE trial with a positive constraint value (samplers learn the memory wall);
+a crash is FAIL; a candidate the model screened out is PRUNED with its reason.
+
+Only `Study` touches Optuna's storage. A trial is enqueued with its params and attributes in one write
+and then asked, so a kill at any point leaves a state `repair()` recognises: WAITING (enqueued, never
+asked), RUNNING without a layout (a study from an older release), RUNNING with a result on disk (told now)
+or without one (failed and re-queued). `lock()` holds an flock for the driver's life (the kernel drops it
+even on kill -9), so a second driver on the same directory refuses cleanly.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ..errors import ConfigError, StudyLocked
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import BadInput, ConfigError, StudyLocked
+from ..layout import Layout
 from ..layout.dimensions import PARAM_NAMES, layout_key, layout_params
 
-__all__ = ["StudyDir", "PARAM_NAMES", "layout_params", "layout_key", "CONSTRAINT_ATTR", "set_constraint", "constraints_func"]
+__all__ = ["StudyDir", "Study", "TrialAttrs", "Repair", "PARAM_NAMES", "layout_params", "layout_key",
+           "CONSTRAINT_ATTR", "set_constraint", "constraints_func", "check_study_name"]
 
 CONSTRAINT_ATTR = "constraint"  # user attr: [peak - capacity in GiB]; > 0 means infeasible (OOM)
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def constraints_func(trial) -> list[float]:
@@ -34,13 +47,58 @@ def set_constraint(trial, over_gib: float) -> None:
         trial.set_constraint("memory_over_gib", over_gib)
 
 
+class TrialAttrs(BaseModel):
+    """What a study trial carries beyond its params (Optuna user attributes), typed."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    layout: dict | None = None  # Layout.to_dict()
+    label: str = ""
+    why: str = ""  # the planner's rationale (one line)
+    status: str | None = None  # ok | oom | timeout | nccl | nan | crash | infra | screened | requeued | abandoned
+    source: str | None = None  # measured | predicted
+    reason: str = ""
+    predicted: float | None = None  # ranking prediction at dispatch (tokens/s/GPU)
+    predicted_peak_bytes: float | None = None
+    measured: float | None = None  # tokens/s/GPU measured
+    value: float | None = None  # tokens/s/GPU predicted by the simulator
+    peak_memory_bytes: float | None = None
+    gpu_hours: float | None = None
+    wall_s: float | None = None
+    trial_dir: str | None = None
+    proxy: dict | None = None
+    proxy_tokens_per_s_per_gpu: float | None = None
+
+    def as_user_attrs(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        return self.measured if self.measured is not None else self.value
+
+
+def check_study_name(name: str, runs_dir: Path) -> Path:
+    """The study's folder, after checking the name: letters, digits, '.', '_', '-', at most 100 characters,
+    not '.' or '..', and the resolved folder directly inside the resolved runs folder."""
+    if not STUDY_NAME.fullmatch(name) or name in (".", ".."):
+        shown = name if len(name) <= 60 else name[:57] + "..."
+        raise BadInput(f"--study {shown!r}: use 1 to 100 letters, digits, '.', '_' or '-', starting with a "
+                       "letter or digit (e.g. qwen-h200-try1)")
+    runs = Path(runs_dir).resolve()
+    root = (runs / name).resolve()
+    if root.parent != runs:
+        raise BadInput(f"--study {name!r} resolves to {root}, outside {runs}; pick a plain name")
+    return root
+
+
 class StudyDir:
-    """runs/<name>/: study.db, lock, trials/<n>/, recipes/, summary.json."""
+    """runs/<name>/: study.db, lock, trials/<n>/, planner/, and the published outputs (see outputs.py)."""
 
     def __init__(self, runs_dir: str | Path, name: str):
-        self.root = Path(runs_dir) / name
+        self.root = check_study_name(name, Path(runs_dir))
         self.name = name
         self._lock_fh = None
+        self.created = False  # this process made the folder (and so may remove it after a failed start)
 
     @property
     def db_path(self) -> Path:
@@ -51,14 +109,26 @@ class StudyDir:
         return f"sqlite:///{self.db_path}"
 
     def trial_dir(self, number: int) -> Path:
-        return self.root / "trials" / str(number)
+        return self.root / "trials" / str(int(number))
 
     def exists(self) -> bool:
         return self.db_path.exists()
 
     def lock(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fh = open(self.root / ".lock", "a+")
+        if not self.root.exists():
+            try:
+                self.root.mkdir(parents=True)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise ConfigError(f"cannot create the study folder {self.root}: {exc.strerror}; "
+                                  "pick another --runs-dir") from None
+            else:
+                self.created = True
+        try:
+            fh = open(self.root / ".lock", "a+")
+        except OSError as exc:
+            raise ConfigError(f"cannot write in {self.root}: {exc.strerror}; pick another --runs-dir") from None
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -81,7 +151,14 @@ class StudyDir:
             self._lock_fh.close()
             self._lock_fh = None
 
-    def open(self, sampler=None, create: bool = True):
+    def remove_if_created(self) -> None:
+        """After a failed start: remove the study folder, only if this process created it."""
+        if self.created and self.root.is_dir():
+            import shutil
+
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def open(self, create: bool = True) -> "Study":
         """Load (or create) the Optuna study; a corrupt database is a one-line ConfigError."""
         import optuna
         from sqlalchemy.exc import SQLAlchemyError
@@ -93,11 +170,145 @@ class StudyDir:
                 raise ConfigError(f"{self.db_path} is not an SQLite database; move it away or use another --study")
         try:
             storage = optuna.storages.RDBStorage(self.storage_url, engine_kwargs={"connect_args": {"timeout": 30}})
-            return optuna.create_study(study_name=self.name, storage=storage, direction="maximize",
-                                       sampler=sampler, load_if_exists=create)
+            # every trial's params are fixed by the driver (enqueued), so the sampler never samples
+            study = optuna.create_study(study_name=self.name, storage=storage, direction="maximize",
+                                        load_if_exists=create)
         except (SQLAlchemyError, RuntimeError, ValueError, KeyError) as exc:
             first = str(exc).splitlines()[0][:200]
             raise ConfigError(
                 f"{self.db_path} is not a readable Optuna study ({type(exc).__name__}: {first}); "
                 f"move it away or use another --study"
             ) from None
+        return Study(study)
+
+
+@dataclass
+class Repair:
+    """What `Study.repair()` found and did after a driver died."""
+
+    told: int = 0  # RUNNING trials whose result had reached disk
+    requeued: list[Layout] | None = None  # layouts that were running or waiting, to dispatch again
+    abandoned: int = 0  # trials with no layout to recover
+
+    def note(self) -> str | None:
+        parts = []
+        if self.told:
+            parts.append(f"{self.told} finished trial(s) recorded from disk")
+        if self.requeued:
+            parts.append(f"{len(self.requeued)} interrupted trial(s) re-queued")
+        if self.abandoned:
+            parts.append(f"{self.abandoned} trial(s) without a layout closed as failed")
+        return "repaired: " + ", ".join(parts) if parts else None
+
+
+class Study:
+    """The Optuna study behind a search: typed attributes in, trial states out. Only the driver uses it."""
+
+    def __init__(self, study):
+        import optuna
+
+        self._s = study
+        self._TS = optuna.trial.TrialState
+        self._live: dict[int, Any] = {}  # trials asked by this process
+
+    @property
+    def user_attrs(self) -> dict:
+        return self._s.user_attrs
+
+    def set_attr(self, key: str, value) -> None:
+        self._s.set_user_attr(key, value)
+
+    def _trial(self, number: int):
+        t = self._live.get(number)
+        if t is None:
+            import optuna
+
+            frozen = self._s.get_trials(deepcopy=False)[number]
+            t = optuna.trial.Trial(self._s, frozen._trial_id)
+            self._live[number] = t
+        return t
+
+    def start(self, lay: Layout, attrs: TrialAttrs, choices: dict[str, list]) -> int:
+        """Create a RUNNING trial whose params are the layout's and whose attributes are `attrs`."""
+        import optuna
+
+        params = layout_params(lay)
+        self._s.enqueue_trial(params, user_attrs={**attrs.as_user_attrs(), "layout": lay.to_dict()})
+        # every distribution holds the layout's own value, so the enqueued params are the trial's params
+        dists = {k: optuna.distributions.CategoricalDistribution(
+            tuple(choices.get(k, [])) + (() if params[k] in choices.get(k, []) else (params[k],)))
+            for k in PARAM_NAMES}
+        trial = self._s.ask(dists)
+        self._live[trial.number] = trial
+        return trial.number
+
+    def update(self, number: int, attrs: dict) -> None:
+        t = self._trial(number)
+        for k, v in attrs.items():
+            if v is not None:
+                t.set_user_attr(k, v)
+
+    def finish(self, number: int, attrs: TrialAttrs, over_gib: float | None = None) -> None:
+        """Record a finished trial: COMPLETE with its value (an OOM as value 0 with a positive constraint),
+        PRUNED when screened out, FAIL otherwise."""
+        t = self._trial(number)
+        self.update(number, attrs.as_user_attrs())
+        if attrs.status == "ok":
+            set_constraint(t, 0.0)
+            self._s.tell(number, attrs.tokens_per_s_per_gpu)
+        elif attrs.status == "oom":
+            set_constraint(t, max(1.0, over_gib or 1.0))
+            self._s.tell(number, 0.0)
+        elif attrs.status == "screened":
+            self._s.tell(number, state=self._TS.PRUNED)
+        else:
+            self._s.tell(number, state=self._TS.FAIL)
+        self._live.pop(number, None)
+
+    def finished(self) -> list[tuple[int, TrialAttrs]]:
+        """Trials with a final status, in order (re-queued and abandoned ones left out)."""
+        out = []
+        for ft in self._s.get_trials(deepcopy=False):
+            if ft.state in (self._TS.RUNNING, self._TS.WAITING):
+                continue
+            a = TrialAttrs.model_validate(ft.user_attrs)
+            if a.layout and a.status not in (None, "requeued", "abandoned"):
+                out.append((ft.number, a))
+        return out
+
+    def repair(self, result_of) -> tuple[Repair, list[tuple[int, TrialAttrs]]]:
+        """Bring every trial a killed driver left behind to a final state. `result_of(number)` gives the
+        TrialResult on disk or None. Returns what was done and the (number, attrs) of RUNNING trials whose
+        result was on disk (the caller tells them, so they are learnt like any finished trial)."""
+        rep = Repair(requeued=[])
+        on_disk = []
+        for ft in self._s.get_trials(deepcopy=False):
+            if ft.state == self._TS.WAITING:
+                # enqueued, never asked: take it out of the queue (or every later ask would get its params)
+                trial = self._s.ask()
+                self._live[trial.number] = trial
+                a = TrialAttrs.model_validate(trial.user_attrs)
+                self.update(trial.number, {"status": "abandoned", "reason": "the driver stopped before dispatch"})
+                self._s.tell(trial.number, state=self._TS.FAIL)
+                if a.layout:
+                    rep.requeued.append(Layout.from_dict(a.layout))
+                continue
+            if ft.state != self._TS.RUNNING:
+                continue
+            a = TrialAttrs.model_validate(ft.user_attrs)
+            if not a.layout:
+                self.update(ft.number, {"status": "abandoned", "reason": "no layout recorded (driver stopped)"})
+                self._s.tell(ft.number, state=self._TS.FAIL)
+                rep.abandoned += 1
+                continue
+            if result_of(ft.number) is not None:
+                on_disk.append((ft.number, a))
+                rep.told += 1
+            else:
+                self.update(ft.number, {"status": "requeued", "reason": "the driver stopped while it ran"})
+                self._s.tell(ft.number, state=self._TS.FAIL)
+                rep.requeued.append(Layout.from_dict(a.layout))
+        return rep, on_disk
+
+    def params_of(self, number: int) -> dict:
+        return dict(self._s.get_trials(deepcopy=False)[number].params)

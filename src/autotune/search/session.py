@@ -1,0 +1,217 @@
+"""A search from start to finish, as stages: candidates -> driver -> gates -> recipes -> report.
+
+`SearchSession` composes them: the driver's loop (driver.py, which builds the candidates), the gates
+stage on the top trials (gates.py), one recipe per ranked trial, and the summary; the recipes and the
+summary are published as one set (outputs.py) while the study lock is still held, so a second driver
+can never interleave its outputs with ours. `SearchOutcome` carries everything the CLI renders and
+summary.json holds. The CLI only parses flags and renders.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..catalog import ClusterSpec, ModelSpec, Workload
+from ..cost import evaluate
+from ..layout import LayoutTable
+from ..space import SearchSpace
+from ..trials.backends import Backend
+from ..trials.prediction import prediction_of
+from ..trials.spec import TrialResult, read_model
+from .driver import SearchConfig, SearchDriver
+from .gates import GateOutcome, GatesStage, NoGates
+from .outputs import Publication
+from .planners import TrialRecord
+from .study import StudyDir
+
+__all__ = ["SearchSession", "SearchOutcome", "RECIPES_PER_STUDY"]
+
+RECIPES_PER_STUDY = 5
+
+
+@dataclass
+class SearchOutcome:
+    study: str
+    runs_dir: str
+    study_dir: str
+    backend: str
+    planner: str
+    stop_reason: str
+    records: list[TrialRecord]
+    ranked: list[TrialRecord]  # ok trials, best first
+    gpu_hours: float
+    funnel: list[tuple[str, int]]
+    trials: list[dict]  # one row per trial (the JSON shape), in trial order
+    recipes: list[str] = field(default_factory=list)
+    gates: dict[int, GateOutcome] = field(default_factory=dict)
+    reference: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    model_is_moe: bool = True
+    summary: str = ""  # the best layout in words
+
+    @property
+    def best(self) -> TrialRecord | None:
+        return self.ranked[0] if self.ranked else None
+
+    def to_json(self) -> dict:
+        best = None
+        if self.best:
+            b = self.best
+            best = {"number": b.number, "layout": b.layout.label(self.model_is_moe), "tokens_per_s_per_gpu": b.value,
+                    "status": self._status(b), "recompute": str(b.layout.recompute),
+                    "dispatcher": b.layout.dispatcher, "summary": self.summary}
+            if self.reference:
+                best["vs_reference"] = b.value / self.reference["tokens_per_s_per_gpu"]
+        return {
+            "study": self.study, "runs_dir": self.runs_dir, "study_dir": self.study_dir, "backend": self.backend,
+            "planner": self.planner, "stop_reason": self.stop_reason, "best": best, "trials": self.trials,
+            "dispatched": sum(1 for r in self.records if r.status != "screened"), "gpu_hours": self.gpu_hours,
+            "funnel": [{"stage": s, "count": c} for s, c in self.funnel], "recipes": self.recipes,
+            "gates": {str(k): g.to_json() for k, g in self.gates.items()},
+            "reference": self.reference, "notes": self.notes,
+            "dashboard": f"autotune dashboard {self.study_dir}   (optuna-dashboard sqlite:///{self.study_dir}/study.db)",
+            "export": f"autotune export {self.study_dir} --rank 1",
+        }
+
+    def _status(self, rec: TrialRecord) -> str:
+        g = self.gates.get(rec.number)
+        if g is not None and g.status == "verified":
+            return "verified"
+        return "measured" if rec.source == "measured" else "predicted"
+
+
+class SearchSession:
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, space: SearchSpace,
+                 backend: Backend, study_dir: StudyDir, config: SearchConfig,
+                 on_event: Callable[[str, dict], None] | None = None, gates: GatesStage | None = None,
+                 notes: list[str] | None = None):
+        self.model, self.cluster, self.workload = model, cluster, workload
+        self.sd, self.cfg = study_dir, config
+        self.driver = SearchDriver(model, cluster, workload, space, backend, study_dir, config, on_event,
+                                   hold_lock=True)
+        self.gates = gates or NoGates()
+        self.notes = list(notes or [])
+
+    def prepare(self) -> None:
+        """Everything that can fail on bad input, before any output (see SearchDriver.prepare)."""
+        self.driver.prepare()
+
+    def run(self) -> SearchOutcome:
+        self.prepare()
+        try:
+            loop = self.driver.run()
+            ranked = sorted((r for r in loop.records if r.status == "ok" and r.value), key=lambda r: -r.value)
+            outcome = SearchOutcome(
+                study=self.sd.name, runs_dir=str(self.sd.root.parent), study_dir=str(self.sd.root),
+                backend=loop.backend, planner=self.cfg.planner, stop_reason=loop.stop_reason, records=loop.records,
+                ranked=ranked, gpu_hours=loop.gpu_hours, funnel=list(self.driver.candidates.funnel),
+                trials=self._rows(loop.records), notes=self.notes + loop.notes, model_is_moe=self.model.is_moe,
+                summary=ranked[0].layout.summary(self.workload.seq_len) if ranked else "",
+            )
+            outcome.gates = self.gates.run(self, ranked[:RECIPES_PER_STUDY])
+            outcome.reference = best_known_recipe(self.model, self.cluster, self.workload)
+            self._publish(outcome)
+            return outcome
+        finally:
+            self.sd.unlock()
+
+    # --- stages ----------------------------------------------------------------------------------------
+    def _rows(self, records: list[TrialRecord]) -> list[dict]:
+        """One JSON row per trial, with MFU, $ per 1M tokens and predicted peak from one evaluation."""
+        if not records:
+            return []
+        c = self.driver.candidates
+        ev = evaluate(self.model, self.workload, self.cluster, LayoutTable.from_layouts([r.layout for r in records]),
+                      c.calibration)
+        rows = []
+        for i, r in enumerate(records):
+            tps = r.value or float(ev.time.tokens_per_s_per_gpu[i])
+            p = prediction_of(ev, i, self.model, self.cluster, tokens_per_s_per_gpu=tps)
+            rows.append({
+                "number": r.number, "layout": r.layout.label(self.model.is_moe), "recompute": str(r.layout.recompute),
+                "dispatcher": r.layout.dispatcher, "optimizer_offload": r.layout.optimizer_offload,
+                "status": r.status,
+                "state": r.status if r.status != "ok" else ("measured" if r.source == "measured" else "predicted"),
+                "predicted": r.predicted, "measured": r.value if r.source == "measured" else None, "value": r.value,
+                "mfu": p.mfu, "usd_per_million_tokens": p.usd_per_million_tokens,
+                "peak_memory_bytes": int(p.peak_bytes),
+            })
+        return rows
+
+    def _publish(self, outcome: SearchOutcome) -> None:
+        """Recipes for the ranked trials and summary.json, written into a new set and swapped in."""
+        pub = Publication(self.sd.root)
+        try:
+            for rank, rec in enumerate(outcome.ranked[:RECIPES_PER_STUDY], 1):
+                path = self._write_recipe(pub, rank, rec, outcome.gates.get(rec.number))
+                outcome.recipes.append(str(self.sd.root / "recipes" / path.name))
+            pub.write_json("summary.json", outcome.to_json())
+            pub.commit()
+        except BaseException:
+            pub.abandon()
+            raise
+
+    def _write_recipe(self, pub: Publication, rank: int, rec: TrialRecord, gate: GateOutcome | None) -> Path:
+        from ..recipes.emit import recipe_from_candidate, recipe_name
+        from ..recipes.io import write_recipe
+
+        res_path = self.sd.trial_dir(rec.number) / "trial_result.json"
+        res = read_model(TrialResult, res_path) if res_path.exists() else None
+        wl = self.workload
+        measured = rec.source == "measured"
+        window, steps = tuple(wl.window), wl.steps
+        if res and measured and res.window and res.steps and res.window[1] < len(res.steps):
+            window, steps = tuple(res.window), len(res.steps)  # the window the trial actually scored
+        status = "verified" if gate is not None and gate.status == "verified" else (
+            "measured" if measured else "predicted")
+        recipe = recipe_from_candidate(
+            self.model, self.cluster, rec.layout, wl, status=status, tokens_per_s_per_gpu=rec.value,
+            step_time_cv_percent=res.step_time_cv_percent if res and measured else None,
+            gpu_hours=res.gpu_hours if res else None,
+            window=window, steps_per_run=steps,
+            stack=_stack(res, self.cluster), measured=dt.date.today().isoformat(),
+            gpu_hours_note="predicted: GPUs x (20 steps + 10 min startup)" if not measured else None,
+            gates=gate.section if gate is not None and gate.section else None,
+        )
+        name = recipe_name("autotune", rec.layout, wl, moe=self.model.is_moe)
+        return write_recipe(recipe, pub.path(f"recipes/rank-{rank:02d}-{name}.yaml"), name=name)
+
+
+def _stack(res: TrialResult | None, cluster: ClusterSpec) -> dict:
+    """The recipe's stack section from what the trial detected (or says plainly that nothing ran)."""
+    import platform
+
+    from .. import __version__
+
+    got = dict(res.stack) if res and res.source == "measured" else {}
+    missing = "not run: predicted by autotune's cost model"
+    out = {
+        "framework": got.get("framework") or (f"autotune {__version__} runner (megatron-core)" if got else missing),
+        "megatron_lm": got.get("megatron_core") or missing,
+        "pytorch": got.get("torch") or missing,
+        "python": got.get("python") or platform.python_version(),
+        "network": f"{cluster.gpus_per_node} GPUs per node, {cluster.network_gbps * 8 / 1000:g} Tb/s per node",
+    }
+    for key in ("transformer_engine", "cuda", "nccl", "deepep"):
+        if got.get(key):
+            out[key] = got[key]
+    out["source"] = "detected by the trial runner" if got else "nothing ran: no stack to detect"
+    return out
+
+
+def best_known_recipe(model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> dict | None:
+    """The best measured or verified recipe already known for this model, GPU kind, count and workload."""
+    from ..recipes.rank import leaderboard, load_all
+
+    items, _ = load_all()
+    same = [(p, r) for p, r in items if r.gpu.count == cluster.count and r.status != "predicted"
+            and r.workload.row_tokens == workload.seq_len and r.workload.global_batch == workload.global_batch]
+    board = leaderboard(same, model.name, cluster.gpu.name)
+    if not board:
+        return None
+    e = board[0]
+    return {"name": e.name, "layout": e.recipe.layout.label, "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
+            "status": e.recipe.status, "author": e.recipe.author.name, "path": str(e.path)}
