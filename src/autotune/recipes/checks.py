@@ -25,7 +25,7 @@ from ..catalog import get_gpu, param_counts
 from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import AutotuneError
 from ..layout import violations
-from .convert import layout_of, model_of, run_flags, run_layout, workload_of
+from .convert import PHRASE, layout_of, model_of, run_flags, run_layout, workload_of
 from .schema import Recipe
 
 __all__ = ["Problem", "check_recipe", "agrees", "printed_decimals"]
@@ -161,6 +161,14 @@ def _check_layout(r: Recipe, out: list[Problem]) -> None:
         out.extend(Problem("layout", f"illegal for {model.name}: {v.message}") for v in violations(model, work, lay))
 
 
+# layout options a recipe states twice: as a run-block flag (what runs) and in the summary's words
+_OPTION_FLAGS = {
+    "precision_aware_optimizer": "--use-precision-aware-optimizer",
+    "moe_shared_expert_overlap": "--moe-shared-expert-overlap",
+    "cross_entropy_fusion": "--cross-entropy-loss-fusion",
+}
+
+
 def _check_run(r: Recipe, out: list[Problem]) -> None:
     try:
         ran, lay = run_layout(r), layout_of(r)
@@ -168,6 +176,12 @@ def _check_run(r: Recipe, out: list[Problem]) -> None:
         out.append(Problem("run", str(exc)))
         return
     flags = run_flags(r.run)
+    summary = r.layout.summary
+    for field, flag in _OPTION_FLAGS.items():
+        said = PHRASE[field] in summary
+        if said != (flag in flags):
+            out.append(Problem("run", f"the layout summary {'names' if said else 'does not name'} {PHRASE[field]!r} "
+                               f"but the run block {'lacks' if said else 'sets'} {flag}"))
     if ran.world != r.gpu.count:
         out.append(Problem("run", f"launches {ran.world} GPUs (--actor-num-nodes x --actor-num-gpus-per-node) but gpu.count is {r.gpu.count}"))
     per_node = flags.get("--actor-num-gpus-per-node")

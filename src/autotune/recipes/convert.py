@@ -1,10 +1,11 @@
 """A recipe's layout, workload and cluster as autotune's own objects (Layout, Workload, ClusterSpec).
 
 Two readings of a recipe's layout exist and the checks compare them:
-- `layout_of(recipe)`: from the `layout:` section, plus the optimizer options that only the summary names
-  (precision-aware / distributed optimizer, shared-expert overlap, TE cross-entropy fusion), in the words
-  `emit.summarize` writes. Sequence parallelism: the section records the *effective* value (false at TP 1);
-  at TP 1 the requested flag is kept on, as the seed's `run:` blocks pass `--sequence-parallel` there.
+- `layout_of(recipe)`: the degrees, recompute, dispatcher, batching and offload from the `layout:` section's
+  fields; the options the section has no field for (precision-aware / distributed optimizer, shared-expert
+  overlap, TE cross-entropy fusion) from the `run:` block's flags, never from the summary's words.
+  Sequence parallelism: the section records the *effective* value (false at TP 1); at TP 1 the requested
+  flag is kept on, as the seed's `run:` blocks pass `--sequence-parallel` there.
 - `run_layout(recipe)`: parsed from the `run:` command line with `layout_from_args`.
 
 `workload_of` reads the section fields, and the optimizer hyperparameters from the run block (the only place
@@ -23,7 +24,8 @@ from .schema import Recipe
 
 __all__ = ["PHRASE", "layout_of", "run_layout", "workload_of", "cluster_of", "model_of", "run_flags", "is_moe"]
 
-# Summary phrases that carry layout options the `layout:` section has no field for (written by emit).
+# Summary phrases (written by recipes/summary.py); only the load-balancing one is read, and only when the
+# run block does not set the loss itself (see load_balancing_of).
 PHRASE = {
     "distributed_optimizer": "distributed optimizer",
     "precision_aware_optimizer": "precision-aware",
@@ -69,9 +71,10 @@ def is_moe(recipe: Recipe) -> bool:
 
 
 def layout_of(recipe: Recipe) -> Layout:
-    """The Layout the `layout:` section (and its summary) describes. Raises BadInput if it is not a layout."""
+    """The Layout the `layout:` section describes, with the optimizer flags of the run block. Raises
+    BadInput if it is not a layout."""
     s = recipe.layout
-    text = s.summary
+    flags = run_flags(recipe.run)
     rc = s.recompute
     return Layout(
         world=recipe.gpu.count,
@@ -81,12 +84,26 @@ def layout_of(recipe: Recipe) -> Layout:
         dispatcher=s.dispatcher,
         max_tokens_per_gpu=s.max_tokens_per_gpu,
         micro_batch_size=None if s.max_tokens_per_gpu is not None else s.rows_per_microbatch,
-        distributed_optimizer=PHRASE["distributed_optimizer"] in text,
-        precision_aware_optimizer=PHRASE["precision_aware_optimizer"] in text,
+        distributed_optimizer="--use-distributed-optimizer" in flags,
+        precision_aware_optimizer="--use-precision-aware-optimizer" in flags,
         optimizer_offload=s.offload.optimizer_fraction if s.offload else 0.0,
-        moe_shared_expert_overlap=PHRASE["moe_shared_expert_overlap"] in text,
-        cross_entropy_fusion=PHRASE["cross_entropy_fusion"] in text,
+        moe_shared_expert_overlap="--moe-shared-expert-overlap" in flags,
+        cross_entropy_fusion="--cross-entropy-loss-fusion" in flags,
     )
+
+
+def load_balancing_of(recipe: Recipe) -> bool:
+    """Whether the MoE load-balancing loss is on: the run's --moe-aux-loss-coeff / load-balancing type
+    when the run block sets them; the seed's run blocks take them from MODEL_ARGS, which the recipe does
+    not spell out, and state the choice in the layout summary instead, so that is read last."""
+    flags = run_flags(recipe.run)
+    coeff, kind = flags.get("--moe-aux-loss-coeff"), flags.get("--moe-router-load-balancing-type")
+    if kind == "none" or coeff is not None:
+        try:
+            return kind != "none" and float(coeff or 0) > 0
+        except ValueError:
+            raise BadInput(f"run: --moe-aux-loss-coeff {coeff!r} is not a number") from None
+    return PHRASE["load_balancing_on"] in recipe.layout.summary
 
 
 def run_layout(recipe: Recipe) -> Layout:
@@ -103,7 +120,7 @@ def workload_of(recipe: Recipe) -> Workload:
         precision=w.precision,
         steps=r.steps_per_run,
         window=(r.window[0], r.window[1]),
-        load_balancing_loss=PHRASE["load_balancing_on"] in recipe.layout.summary,
+        load_balancing_loss=load_balancing_of(recipe),
     )
     types = {f.name: f.type for f in fields(Workload)}
     flags = run_flags(recipe.run)

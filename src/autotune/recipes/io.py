@@ -39,7 +39,6 @@ __all__ = [
 
 # The column at which the seed's recipes fold long strings (found by reproducing them byte for byte).
 YAML_WIDTH = 116
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 class RecipeInvalid(ConfigError):
@@ -142,10 +141,18 @@ def write_recipe(recipe: Recipe, path: str | Path, name: str | None = None) -> P
     return write_text_atomic(path, dump_recipe(recipe, name))
 
 
+def shipped_recipes() -> Path:
+    """The recipes that ship with autotune (package data: src/autotune/data/recipes, linked from the
+    repository's top-level recipes/), found the same way from a checkout or a wheel."""
+    from importlib import resources
+
+    return Path(str(resources.files("autotune") / "data" / "recipes"))
+
+
 def recipe_dirs() -> list[Path]:
     """Directories searched for recipes, in order; only those that exist."""
     env = os.environ.get("AUTOTUNE_RECIPES")
-    candidates = [Path(p) for p in env.split(os.pathsep) if p] if env else [Path.cwd() / "recipes", REPO_ROOT / "recipes"]
+    candidates = [Path(p) for p in env.split(os.pathsep) if p] if env else [Path.cwd() / "recipes", shipped_recipes()]
     seen: list[Path] = []
     for d in candidates:
         if d.is_dir() and d.resolve() not in [s.resolve() for s in seen]:
