@@ -97,7 +97,7 @@ def predicted(model: ModelSpec) -> dict[str, float]:
 
 
 def _plan(model: ModelSpec, dispatcher: str, seq: int):
-    from autotune.runner.plan import TrialPlan
+    from autotune.trials.plan import TrialPlan
 
     class _Spec:
         steps = 2

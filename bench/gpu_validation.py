@@ -42,7 +42,7 @@ from autotune.catalog import ClusterSpec, ModelSpec, Workload, load_model  # noq
 from autotune.catalog.model import FULL, LINEAR  # noqa: E402
 from autotune.cost import evaluate  # noqa: E402
 from autotune.layout import Layout, LayoutTable, Recompute  # noqa: E402
-from autotune.runner.plan import gdn_blocker, has_module, plan_trial  # noqa: E402
+from autotune.trials.plan import gdn_blocker, has_module, plan_trial  # noqa: E402
 from autotune.trials.proxy import proxy_model  # noqa: E402
 from autotune.trials.spec import TrialSpec  # noqa: E402
 

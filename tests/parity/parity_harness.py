@@ -131,7 +131,7 @@ class _Spec:  # what runner.build reads of a TrialSpec
 
 def make_plan(model: ModelSpec, layout: Layout, workload: Workload = WORKLOAD):
     """A TrialPlan for the runner's builders, after autotune's own legality check of the layout."""
-    from autotune.runner.plan import TrialPlan
+    from autotune.trials.plan import TrialPlan
 
     validate(model, workload, layout)
     return TrialPlan(spec=_Spec(), model=model, layout=layout, workload=workload,  # type: ignore[arg-type]

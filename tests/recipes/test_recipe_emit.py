@@ -11,8 +11,8 @@ import pytest
 from autotune.catalog import ClusterSpec, Workload, load_model
 from autotune.errors import BadInput
 from autotune.layout import Layout, Recompute, layout_from_args
+from autotune.launch import build_run_block
 from autotune.recipes import (
-    build_run_block,
     check_recipe,
     cluster_of,
     dump_recipe,

@@ -14,7 +14,7 @@ from autotune.catalog.model import FULL
 from autotune.errors import BadInput, ConfigError, IllegalLayout
 from autotune.layout import Layout, Recompute, violations
 from autotune.runner.data import NpyRows, SyntheticRows
-from autotune.runner.plan import plan_trial
+from autotune.trials.plan import plan_trial
 from autotune.trials.failure import classify, classify_exception, marker
 from autotune.trials.proxy import make_proxy, proxy_model
 from autotune.trials.spec import TrialSpec

@@ -16,7 +16,7 @@ from rich.table import Table
 from ..catalog import load_model
 from ..errors import AutotuneError, ConfigError
 from ..layout import Layout
-from ..runner.plan import plan_trial
+from ..trials.plan import plan_trial
 from ..trials.spec import TrialResult, TrialSpec, read_model
 from .console import console, err_console, print_json
 

@@ -15,7 +15,7 @@ from typing import Any
 _EXPORTS = {
     "checks": ["Problem", "check_recipe"],
     "convert": ["cluster_of", "layout_of", "run_layout", "workload_of"],
-    "emit": ["SEED_ENV", "build_run_block", "recipe_from_candidate", "recipe_name"],
+    "emit": ["recipe_from_candidate", "recipe_name"],
     "export": ["FORMATS", "launch_script", "megatron_args", "resolve_source", "slime_command"],
     "io": ["RecipeInvalid", "dump_recipe", "find_recipes", "load_recipe", "parse_recipe", "recipe_dirs",
            "recipe_relpath", "write_recipe", "write_text_atomic"],

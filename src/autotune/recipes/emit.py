@@ -1,10 +1,6 @@
-"""Recipes from search candidates: the run block, the layout words, the name, the whole Recipe.
+"""Recipes from search candidates: the layout words, the name, the whole Recipe.
 
-`build_run_block` writes the slime launch command in the seed's exact format and flag order. The layout
-flags come from `layout_args` (Layout owns the mapping) and are woven between the fixed slime/SFT flags
-and the workload's optimizer flags where the seed places them: parallel degrees, recompute and batching
-after `--debug-train-only`; the distributed-optimizer flags after the optimizer; shared-expert overlap
-after `--attention-backend`; cross-entropy fusion, the timeout, then a non-default dispatcher last.
+The run block comes from `autotune.launch.build_run_block` (shared with the slime trial backend).
 
 `recipe_from_candidate` (called by the search driver) derives MFU and $ / 1M tokens from tokens/s, the
 catalog's active-parameter count and the GPU's peak and price, so the checks recompute to the same numbers.
@@ -16,7 +12,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-import shlex
 from dataclasses import replace
 
 from pydantic import ValidationError
@@ -24,22 +19,13 @@ from pydantic import ValidationError
 from ..catalog import ClusterSpec, ModelSpec, Workload, param_counts
 from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import BadInput, ConfigError
-from ..layout import Layout, format_args, layout_args
+from ..launch import SEED_ENV, build_run_block, loss_mask_for, num, workload_args
+from ..layout import Layout
 from .io import error_lines
 from .schema import Recipe
-from .summary import highlights, loss_mask_for, summarize
+from .summary import highlights, summarize
 
 __all__ = ["SEED_ENV", "NOT_RUN", "build_run_block", "workload_args", "recipe_name", "recipe_from_candidate", "num"]
-
-# The seed's environment: one CUDA connection keeps Megatron's communication/compute overlap ordered;
-# expandable segments curb fragmentation; one inductor thread avoids a fork storm per rank; NVLS only
-# where NVLink exists.
-SEED_ENV = {
-    "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-    "TORCHINDUCTOR_COMPILE_THREADS": "1",
-    "NCCL_NVLS_ENABLE": '$([ "$NVLINK_COUNT" -gt 0 ] && echo 1 || echo 0)',
-}
 
 NOT_RUN = {
     "result": "not run",
@@ -50,95 +36,6 @@ NOT_RUN = {
     "convergence": None,
     "rules": "none applied",
 }
-
-# Layout flags placed after the optimizer hyperparameters, in the seed's order.
-_OPTIMIZER = ("--use-distributed-optimizer", "--use-precision-aware-optimizer", "--optimizer-cpu-offload",
-              "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d")
-_AFTER_BACKEND = ("--moe-shared-expert-overlap",)
-_FUSION = ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
-_LAST = ("--moe-token-dispatcher-type",)
-_PLACED = _OPTIMIZER + _AFTER_BACKEND + _FUSION + _LAST
-
-
-def num(x: float) -> str:
-    """A number as the seed writes it: 1e-5, 0.1, 0.98 (no zero-padded exponent)."""
-    return re.sub(r"e([+-])0*(\d)", lambda m: "e" + m.group(1).replace("+", "") + m.group(2), f"{x:g}")
-
-
-def workload_args(workload: Workload) -> list[list[str]]:
-    """The optimizer hyperparameters as the seed's two lines of tokens."""
-    w = workload
-    return [
-        ["--optimizer", w.optimizer, "--lr", num(w.lr), "--lr-decay-style", "cosine", "--min-lr", num(w.min_lr)],
-        ["--lr-warmup-fraction", num(w.warmup_fraction), "--weight-decay", num(w.weight_decay),
-         "--adam-beta1", num(w.adam_beta1), "--adam-beta2", num(w.adam_beta2)],
-    ]
-
-
-def _lines(pairs: list[tuple[str, str | None]], together: bool = False) -> list[list[str]]:
-    toks = [format_args([p]) for p in pairs]
-    return ([[t for ts in toks for t in ts]] if toks else []) if together else toks
-
-
-def build_run_block(
-    layout: Layout,
-    workload: Workload,
-    cluster: ClusterSpec,
-    *,
-    loss_mask: str = "qwen3_5",
-    moe: bool = True,
-    env: dict[str, str] | None = None,
-) -> str:
-    """The recipe's `run:` block: env exports, then the slime command (SFT on pre-tokenized rows)."""
-    if workload.task != "sft":
-        raise BadInput(f"workload task {workload.task!r}: recipes emit slime SFT run blocks only; use task sft")
-    if layout.world != cluster.count:
-        raise BadInput(f"layout {layout.label()} is for {layout.world} GPUs but the cluster has {cluster.count}")
-    env = SEED_ENV if env is None else env
-    lay = layout_args(layout, "slime", workload.seq_len)
-    pick = lambda flags: [p for p in lay if p[0] in flags]  # noqa: E731 - keeps layout_args' order
-    gb = str(workload.global_batch)
-    body: list[list[str]] = [
-        ["--actor-num-nodes", str(cluster.nodes)],
-        ["--actor-num-gpus-per-node", str(cluster.node_size)],
-        ["${MODEL_ARGS[@]}"],
-        ["--hf-checkpoint", '"$HF_CKPT"'],
-        ["--ref-load", '"$TORCH_DIST"'],
-        ["--rollout-function-path", "pretokenized_sft_rollout.generate_rollout"],
-        ["--prompt-data", '"$SFT_DATA"'],
-        ["--input-key", "messages"],
-        ["--metadata-key", "metadata"],
-        ["--num-rollout", str(workload.steps)],
-        ["--rollout-batch-size", gb],
-        ["--global-batch-size", gb],
-        ["--loss-type", "sft_loss"],
-        ["--loss-mask-type", loss_mask],
-        ["--calculate-per-token-loss"],
-        ["--disable-compute-advantages-and-returns"],
-        ["--debug-train-only"],
-        *_lines([p for p in lay if p[0] not in _PLACED]),
-        *workload_args(workload),
-        *_lines(pick(_OPTIMIZER)),
-        ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"],
-        ["--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32"] if workload.grads_fp32
-        else ["--attention-softmax-in-fp32"],
-        ["--attention-backend", "flash"],
-        *_lines(pick(_AFTER_BACKEND)),
-        *_lines(pick(_FUSION), together=True),
-        ["--distributed-timeout-minutes", "30"],
-        *_lines(pick(_LAST)),
-    ]
-    text = "".join(f"export {k}={v}\n" for k, v in env.items())
-    note = ", with the load-balancing loss off" if moe and not workload.load_balancing_loss else ""
-    text += f"\n# MODEL_ARGS: the model script's{note}\n"
-    cmd = ["python3 -m <slime entry module> --async"] + ["  " + " ".join(_quote(t) for t in line) for line in body]
-    return text + " \\\n".join(cmd) + "\n"
-
-
-def _quote(tok: str) -> str:
-    # The seed's literal shell words ("$HF_CKPT", ${MODEL_ARGS[@]}) pass through; values from a layout are quoted.
-    return tok if tok.startswith(('"$', "${")) else shlex.quote(tok)
-
 
 def recipe_name(author: str, layout: Layout, workload: Workload | None = None, *, moe: bool = True) -> str:
     """The seed's names: author, the degrees of the label without DP, then what differs from the reference

@@ -18,15 +18,15 @@ import shlex
 from pathlib import Path
 
 from ..errors import BadInput
+from ..launch import ENTRY_PLACEHOLDER, num
 from ..layout import layout_args
 from .convert import is_moe, run_layout, workload_of
-from .emit import num
 from .schema import Recipe
 
 __all__ = ["FORMATS", "SLIME_PLACEHOLDER", "resolve_source", "slime_command", "megatron_args", "launch_script"]
 
 FORMATS = ("recipe", "slime", "megatron", "script")
-SLIME_PLACEHOLDER = "<slime entry module>"
+SLIME_PLACEHOLDER = ENTRY_PLACEHOLDER
 _PRECISION_FLAG = {"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16", "fp32": None}
 
 

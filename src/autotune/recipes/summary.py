@@ -16,7 +16,7 @@ from ..catalog import Workload
 from ..layout import Layout
 from .convert import PHRASE
 
-__all__ = ["summarize", "highlights", "loss_mask_for"]
+__all__ = ["summarize", "highlights"]
 
 
 def _rows_phrase(layout: Layout, seq_len: int) -> str:
@@ -73,13 +73,3 @@ def highlights(layout: Layout, workload: Workload, moe: bool = True) -> str:
     if moe and not workload.load_balancing_loss:
         bits.append("load-balancing loss off")
     return ", ".join(bits)
-
-
-def loss_mask_for(model_name: str) -> str:
-    """slime's --loss-mask-type for a model family (chat template of the tokenizer)."""
-    name = model_name.lower()
-    if name.startswith("qwen3.5"):
-        return "qwen3_5"
-    if name.startswith("qwen3"):
-        return "qwen3"
-    return "qwen"

@@ -9,6 +9,6 @@ Modules: plan (the resolved, checked trial; no torch), env (ranks, process group
 failure handling), cpu_patches (megatron-core on CPU over gloo).
 """
 
-from .plan import TrialPlan, plan_trial
+from ..trials.plan import TrialPlan, plan_trial
 
 __all__ = ["TrialPlan", "plan_trial"]

@@ -13,7 +13,7 @@ import torch
 
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import padded_vocab
-from .plan import TrialPlan, gdn_blocker, has_module
+from ..trials.plan import TrialPlan, gdn_blocker, has_module
 
 __all__ = ["Built", "build", "gdn_blocker"]  # gdn_blocker lives in plan.py (no torch)
 

@@ -20,7 +20,7 @@ import torch
 from ..trials.failure import NonFiniteLoss
 from ..trials.spec import StepRecord, TrialResult
 from .build import Built
-from .plan import TrialPlan
+from ..trials.plan import TrialPlan
 
 __all__ = ["train", "summarize", "peak_memory_bytes"]
 

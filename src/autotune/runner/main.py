@@ -20,7 +20,7 @@ from ..errors import BadInput, MissingExtra, require
 from ..trials.failure import classify_exception, marker
 from ..trials.spec import TrialResult, TrialSpec, read_model, write_json_atomic
 from .env import RankEnv, rank_env
-from .plan import TrialPlan, plan_trial
+from ..trials.plan import TrialPlan, plan_trial
 
 __all__ = ["main", "run_rank"]
 

@@ -2,7 +2,7 @@
 
 The job's entrypoint is a bash script: `MODEL_ARGS=( ... )` from `slime_model_args(model)` (slime's
 model-script arguments, generalised from ModelSpec), then the recipe's `run:` block from
-`autotune.recipes.emit.build_run_block` with `python3 -m <slime entry module>` replaced by the
+`autotune.launch.build_run_block` with `python3 -m <slime entry module>` replaced by the
 configured entry (default `python3 train_async.py`, run from `slime_dir`). It is submitted through
 `ray.job_submission.JobSubmissionClient` to the Ray dashboard at `address` (the CLI's `--ray-address`;
 a dashboard URL, "auto", or a cluster address Ray maps to its dashboard);
@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from ...errors import AutotuneError, require
+from ...launch import ENTRY_PLACEHOLDER
 from ..spec import TrialResult, TrialSpec, write_json_atomic
 from ._megatron_log import parse_training_log, window_metrics
 from ._slime_args import slime_model_args
@@ -29,7 +30,7 @@ from .base import Backend, Handle
 
 __all__ = ["SlimeBackend", "slime_model_args", "launch_script", "parse_training_log", "window_metrics"]
 
-_ENTRY_PLACEHOLDER = "python3 -m <slime entry module>"
+_ENTRY_PLACEHOLDER = f"python3 -m {ENTRY_PLACEHOLDER}"
 _TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 _FORWARDED = ("HF_CKPT", "TORCH_DIST", "SFT_DATA", "NVLINK_COUNT")
 
@@ -40,8 +41,7 @@ def launch_script(spec: TrialSpec, *, entry: str = "train_async.py", python: str
     """The bash script a Ray Job runs for this trial (the seed's run block plus MODEL_ARGS)."""
     from ...catalog import ClusterSpec, Workload, load_model
     from ...layout import Layout
-    from ...recipes.emit import build_run_block
-    from ...recipes.summary import loss_mask_for
+    from ...launch import build_run_block, loss_mask_for
 
     model = load_model(spec.model)
     layout = Layout.from_dict(spec.layout)
@@ -51,7 +51,7 @@ def launch_script(spec: TrialSpec, *, entry: str = "train_async.py", python: str
     cluster = ClusterSpec.of(spec.gpu, spec.count, spec.gpus_per_node)
     run = build_run_block(layout, workload, cluster, loss_mask=loss_mask_for(model.name), moe=model.is_moe)
     if _ENTRY_PLACEHOLDER not in run:
-        raise AutotuneError(f"the run block has no {_ENTRY_PLACEHOLDER!r} to replace; recipes.emit changed its format")
+        raise AutotuneError(f"the run block has no {_ENTRY_PLACEHOLDER!r} to replace; launch/run_block.py changed its format")
     # A script path runs as `python3 path`; a dotted name as `python3 -m name`.
     launcher = f"{python} {shlex.quote(entry)}" if entry.endswith(".py") or "/" in entry else f"{python} -m {entry}"
     # set -f: the seed expands ${MODEL_ARGS[@]} unquoted, so '[1]*48' must not be globbed.

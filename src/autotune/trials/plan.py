@@ -1,4 +1,5 @@
-"""What one trial will run, resolved and checked before any process group starts. No torch here.
+"""What one trial will run, resolved and checked before any process group starts. No torch here: the CLI
+checks a spec with it before starting ranks, and the runner (src/autotune/runner) plans with it on every rank.
 
 `plan_trial(spec)` turns a TrialSpec into the model (proxied if the spec says so), the Layout, the
 Workload and the batching (rows per micro-batch, micro-batches per step), and raises a one-line
@@ -16,8 +17,8 @@ from pathlib import Path
 from ..catalog import ModelSpec, Workload, load_model
 from ..errors import BadInput, ConfigError
 from ..layout import Layout, validate
-from ..trials.proxy import proxy_model
-from ..trials.spec import TrialSpec
+from .proxy import proxy_model
+from .spec import TrialSpec
 
 __all__ = ["TrialPlan", "plan_trial", "has_module"]
 
