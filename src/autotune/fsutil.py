@@ -27,3 +27,13 @@ def write_text_atomic(path: str | Path, text: str, mode: int | None = None) -> P
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def published_dir(study_root: Path) -> Path | None:
+    """The folder of a study's current output set (search/outputs.py), resolved once so that a reader
+    stays on one set while a newer one is swapped in; None when nothing was published yet."""
+    link = Path(study_root) / "published"
+    if link.is_symlink() and link.resolve().is_dir():
+        return link.resolve()
+    legacy = Path(study_root)  # studies from before publications kept recipes/ and summary.json here
+    return legacy if (legacy / "summary.json").is_file() and not link.exists() else None

@@ -18,6 +18,7 @@ import shlex
 from pathlib import Path
 
 from ..errors import BadInput
+from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
 from ..layout import layout_args
 from .convert import is_moe, run_layout, workload_of
@@ -44,12 +45,13 @@ def resolve_source(run_dir: str | Path | None, rank: int = 1, runs_root: Path = 
         return src
     if not src.is_dir():
         raise BadInput(f"{src}: no such run directory or recipe file")
-    found = sorted((src / "recipes").glob(f"rank-{rank:02d}-*.yaml"))
+    pub = published_dir(src) or src  # one output set, even while a search publishes a newer one
+    found = sorted((pub / "recipes").glob(f"rank-{rank:02d}-*.yaml"))
     if len(found) == 1:
         return found[0]
     if len(found) > 1:
         raise BadInput(f"{src}/recipes has {len(found)} rank-{rank:02d} recipes; export one by its file path")
-    have = sorted({p.name[:7] for p in (src / "recipes").glob("rank-*.yaml")})
+    have = sorted({p.name[:7] for p in (pub / "recipes").glob("rank-*.yaml")})
     if not have:
         raise BadInput(f"{src} has no recipes/rank-NN-*.yaml yet: the search writes them when it finishes")
     raise BadInput(f"{src}/recipes has no rank-{rank:02d} recipe; available: {', '.join(have)}")

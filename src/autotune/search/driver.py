@@ -21,6 +21,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..errors import BadInput
+from ..killpoints import kill_point
 from ..layout import Layout
 from ..layout.dimensions import layout_key
 from ..space import SearchSpace
@@ -206,8 +207,10 @@ class SearchDriver:
             for number, (h, lay, pred) in list(running.items()):
                 res = self.backend.poll(h)
                 if res is not None:
+                    kill_point("result_on_disk")
                     del running[number]
                     self._tell(number, lay, res, pred)
+                    kill_point("told")
                     finished = True
             if not finished:
                 time.sleep(self.cfg.poll_s)
@@ -265,8 +268,10 @@ class SearchDriver:
             self.study.update(number, {"proxy": spec.proxy})
         d = self.sd.trial_dir(number)
         write_json_atomic(d / "trial_spec.json", spec)
+        kill_point("spec_written")
         handle = self.backend.submit(spec, d)
         running[number] = (handle, lay, pred)
+        kill_point("submitted")
         self.emit("dispatched", {"number": number, "layout": attrs.label, "predicted": pred, "why": attrs.why,
                                  "peak_memory_bytes": prediction.peak_bytes})
 

@@ -16,19 +16,10 @@ import re
 import shutil
 from pathlib import Path
 
-__all__ = ["Publication", "published_dir"]
+__all__ = ["Publication"]
 
 _GEN = re.compile(r"\.outputs-(\d+)")
 LINKS = {"recipes": "published/recipes", "summary.json": "published/summary.json"}
-
-
-def published_dir(study_root: Path) -> Path | None:
-    """The folder of the current set (resolved once, so a reader stays on one set), or None."""
-    link = Path(study_root) / "published"
-    if link.is_symlink() and link.resolve().is_dir():
-        return link.resolve()
-    legacy = Path(study_root)  # studies from before publications kept recipes/ and summary.json here
-    return legacy if (legacy / "summary.json").is_file() and not link.exists() else None
 
 
 class Publication:

@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..cost import evaluate
+from ..killpoints import kill_point
 from ..layout import LayoutTable
 from ..space import SearchSpace
 from ..trials.backends import Backend
@@ -149,7 +150,9 @@ class SearchSession:
                 path = self._write_recipe(pub, rank, rec, outcome.gates.get(rec.number))
                 outcome.recipes.append(str(self.sd.root / "recipes" / path.name))
             pub.write_json("summary.json", outcome.to_json())
+            kill_point("outputs_staged")
             pub.commit()
+            kill_point("outputs_swapped")
         except BaseException:
             pub.abandon()
             raise

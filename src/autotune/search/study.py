@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import BadInput, ConfigError, StudyLocked
+from ..killpoints import kill_point
 from ..layout import Layout
 from ..layout.dimensions import PARAM_NAMES, layout_key, layout_params
 
@@ -234,12 +235,14 @@ class Study:
 
         params = layout_params(lay)
         self._s.enqueue_trial(params, user_attrs={**attrs.as_user_attrs(), "layout": lay.to_dict()})
+        kill_point("enqueued")
         # every distribution holds the layout's own value, so the enqueued params are the trial's params
         dists = {k: optuna.distributions.CategoricalDistribution(
             tuple(choices.get(k, [])) + (() if params[k] in choices.get(k, []) else (params[k],)))
             for k in PARAM_NAMES}
         trial = self._s.ask(dists)
         self._live[trial.number] = trial
+        kill_point("asked")
         return trial.number
 
     def update(self, number: int, attrs: dict) -> None:

@@ -5,7 +5,9 @@ The sampler runs on a private in-memory study that mirrors what the search learn
 is added to it with its value (an OOM as a positive constraint, so the sampler learns the memory wall; a
 layout the model screened out as PRUNED). Only the driver asks and tells the persistent study in
 runs/<study>/study.db. A sample that names a layout already tried is answered from the mirror at once
-(its known value) and the sampler is asked again, so no trial is spent on a layout twice.
+(its known value) and the sampler is asked again, so no trial is spent on a layout twice; a sample that
+breaks Megatron's rules is told PRUNED in the mirror and asked again (the driver still screens the rest:
+predicted OOM, unsupported, cannot win).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import importlib.util
 import optuna
 
 from ...errors import BadInput
+from ...layout import violations
 from ...layout.dimensions import PARAM_NAMES, layout_from_params, layout_key, layout_params, table_params
 from ..study import CONSTRAINT_ATTR, constraints_func, set_constraint
 from .base import PlanContext, Planner, PlannerOptions, Proposal, TrialRecord
@@ -97,12 +100,17 @@ class OptunaPlanner(Planner):
         if self.dists is None:
             self._start(ctx)
         known = {layout_key(r.layout): r for r in ctx.history}
+        ctx_index = set(ctx.keys)
         out: list[Proposal] = []
         for _ in range(k):
             for _attempt in range(MAX_DUPLICATE_ASKS):
                 trial = self.mirror.ask(self.dists)
                 lay = layout_from_params(ctx.cluster.count, trial.params)
                 key = layout_key(lay)
+                if key not in ctx_index and violations(ctx.model, ctx.workload, lay):
+                    # Megatron would refuse it: the sampler learns that here, no trial is spent on it
+                    self.mirror.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    continue
                 if key in known or key in self.pending or any(layout_key(p.layout) == key for p in out):
                     # already tried (or proposed): answer from what is known, ask again
                     rec = known.get(key)

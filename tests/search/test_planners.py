@@ -1,0 +1,84 @@
+"""One suite for every registered planner: it proposes only untried candidates that are legal, at most k
+of them, copes with an empty or exhausted context, and learns through observe() without repeating."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.catalog import ClusterSpec, Workload, load_model
+from autotune.layout import violations
+from autotune.layout.dimensions import layout_key
+from autotune.search.candidates import Candidates
+from autotune.search.planners import PLANNERS, PlannerOptions, TrialRecord, get_planner
+from autotune.space import load_space
+
+# planners that need an endpoint are exercised by their own tests
+OFFLINE = [name for name in PLANNERS if name != "llm"]
+
+
+@pytest.fixture(scope="module")
+def cands():
+    model = load_model("Qwen3.5-122B-A10B")
+    cluster = ClusterSpec.of("H200", 32)
+    return Candidates(model, cluster, Workload(), load_space(None, model))
+
+
+@pytest.fixture(params=OFFLINE)
+def planner(request, tmp_path):
+    return get_planner(request.param, PlannerOptions(seed=3, sampler="tpe", out_dir=tmp_path / "planner"))
+
+
+def _finish(cands, lay, number: int) -> TrialRecord:
+    i = cands.index.get(layout_key(lay))
+    value = float(cands.pred[i]) if i is not None else None
+    return TrialRecord(number, lay, "ok" if value else "screened", "predicted", value, value)
+
+
+def test_proposes_at_most_k_legal_untried_candidates(planner, cands):
+    history: list[TrialRecord] = []
+    seen: set[str] = set()
+    for round_ in range(6):
+        props = planner.propose(cands.context(history, 0), 2)
+        assert len(props) <= 2 and props, f"round {round_}: nothing proposed with {len(cands):,} open candidates"
+        keys = [layout_key(p.layout) for p in props]
+        assert len(set(keys)) == len(keys), "the same layout twice in one batch"
+        for p, key in zip(props, keys):
+            assert key not in seen, f"{p.layout.label()} proposed again after it was tried"
+            assert violations(cands.model, cands.workload, p.layout) == []
+            assert p.why and "\n" not in p.why
+            seen.add(key)
+            rec = _finish(cands, p.layout, len(history))
+            history.append(rec)
+            planner.observe(rec)
+    # the model-guided and random planners only ever name candidates
+    if planner.name in ("model", "random"):
+        assert all(k in cands.index for k in seen)
+
+
+def test_exhausted_context_gives_nothing(planner, cands):
+    ctx = cands.context([], 0)
+    ctx.tried = set(ctx.keys)  # every candidate tried
+    history = [_finish(cands, cands.table.row(i), i) for i in range(3)]
+    ctx.history = history
+    for rec in history:
+        planner.observe(rec)
+    props = planner.propose(ctx, 3)
+    assert all(layout_key(p.layout) not in ctx.keys for p in props)
+
+
+def test_k_zero_is_empty(planner, cands):
+    assert planner.propose(cands.context([], 0), 0) == []
+
+
+def test_model_planner_spends_the_first_trial_on_the_best_optimistic_candidate(cands):
+    p = get_planner("model").propose(cands.context([], 0), 1)[0]
+    score = cands.pred * (1 + cands.pred_std)
+    assert layout_key(p.layout) == cands.keys[int(np.argmax(score))]
+
+
+def test_unknown_planner_is_a_one_line_bad_input():
+    from autotune.errors import BadInput
+
+    with pytest.raises(BadInput, match="choose one of"):
+        get_planner("abacus")
