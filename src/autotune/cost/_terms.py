@@ -16,15 +16,53 @@ No torch, no ray.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from .flops import stage_flops
-from .layers import PART_CLASS, PARTS, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
-from .memory import MemoryCoefficients
+from .layers import fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
+from .memory import MemoryCoefficients, owned_params, stage_params
 
-__all__ = ["microbatch_terms", "step_raw", "gemm_efficiency"]
+__all__ = ["microbatch_terms", "step_raw", "gemm_efficiency", "RawTime", "raw_time", "MB_TERMS", "STEP_TERMS",
+           "DERIVED", "DEPS"]
+
+MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
+            "recompute", "memory_bound", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead", "imbalance")
+STEP_TERMS = MB_TERMS + ("bubble", "dp_comm", "optimizer", "step_overhead", "offload")
+DERIVED = ("recompute", "imbalance")  # linear in other MB terms: they follow those terms' factors
+DEPS = tuple(("recompute", k) for k in ("compute_dense", "compute_attention", "compute_linear_attention",
+                                        "compute_experts", "memory_bound")) \
+    + (("imbalance", "compute_experts"), ("imbalance", "ep_comm"))  # (derived, primary) pairs with a coefficient
+
+
+@dataclass
+class RawTime:
+    """Unscaled terms of n layouts: what `compose` turns into step times under any factors."""
+
+    mb: np.ndarray  # (n, len(MB_TERMS), S) seconds per micro-batch per stage, zero beyond PP
+    dep: np.ndarray  # (n, len(DEPS), S): derived term = sum of coefficient x its (scaled) primary term
+    valid: np.ndarray  # (n, S)
+    microbatches: np.ndarray  # (n,)
+    bubble_coef: np.ndarray  # (n,) (PP - 1) / VPP
+    dp_comm: np.ndarray  # (n,) DP traffic time before overlap
+    dp_overlap: np.ndarray  # (n,) micro-batch stage times it can hide behind (0: not overlapped)
+    optimizer: np.ndarray  # (n,)
+    step_overhead: np.ndarray  # (n,)
+    offload: np.ndarray  # (n,) host optimizer step and PCIe copies
+    tokens_per_step: float
+    world: int
+
+    def pad(self, S: int) -> "RawTime":
+        extra = S - self.mb.shape[2]
+        if extra <= 0:
+            return self
+        return RawTime(np.pad(self.mb, ((0, 0), (0, 0), (0, extra))),
+                       np.pad(self.dep, ((0, 0), (0, 0), (0, extra))), np.pad(self.valid, ((0, 0), (0, extra))),
+                       self.microbatches, self.bubble_coef, self.dp_comm, self.dp_overlap, self.optimizer,
+                       self.step_overhead, self.offload, self.tokens_per_step, self.world)
 
 
 def gemm_efficiency(c, width, rows):
@@ -32,11 +70,17 @@ def gemm_efficiency(c, width, rows):
     return c.gemm * width / (width + c.gemm_width) * rows / (rows + c.gemm_rows)
 
 
+def link_bandwidths(cluster: ClusterSpec, c) -> tuple[float, float]:
+    """Achieved per-GPU bytes/s over (NVLink, the network): the network is the node's NICs shared by its GPUs."""
+    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
+    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
+    return nvl, net
+
+
 def _bw(cluster: ClusterSpec, span, c):
     """Per-GPU bandwidth (bytes/s) of a ring over `span` consecutive ranks: NVLink inside a node,
     otherwise the node's network share per GPU (the slowest link sets a ring's pace)."""
-    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
-    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
+    nvl, net = link_bandwidths(cluster, c)
     return np.where(span <= cluster.node_size, nvl, net)
 
 
@@ -44,8 +88,7 @@ def _a2a_time(volume, span, cluster: ClusterSpec, c, dispatcher):
     """All-to-all of `volume` bytes per GPU over `span` consecutive ranks: the off-node share goes over
     the network, the rest over NVLink. DeepEP (flex) moves intra-node bytes a little slower than NCCL
     but forwards inter-node bytes over NVLink so each NIC sends once per node (faster)."""
-    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
-    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
+    nvl, net = link_bandwidths(cluster, c)
     off = np.clip(1.0 - cluster.node_size / np.maximum(span, 1), 0.0, 1.0)
     flex = dispatcher == 2
     nvl = np.where(flex, nvl * c.flex_nvl, nvl)
@@ -98,11 +141,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # --- memory-bound traffic: norms, activations, rope, permutes, router softmax ---------------------
     div = {"seq": tok_share, "tp": 1.0 / (cp * tp), "rep": tok_share, "exph": tok_share * etp, "expf": tok_share}
     per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S)  # per (PP, VPP) pair: no (n, S, P) table
-    act_bytes = np.zeros((n, S))
-    for cls in dict.fromkeys(PART_CLASS.values()):
-        cols = [j for j, part in enumerate(PARTS) if PART_CLASS[part] == cls]
-        act_bytes += per_pair[:, :, cols].sum(axis=2)[pair_of] * div[cls]
-    act_bytes *= tokens
+    act_bytes = (np.zeros((n, S)) + fold_activations(per_pair, pair_of, div)) * tokens
     mb["memory_bound"] = 3 * c.mem_touch * act_bytes / (g.hbm_gbps * 1e9)
 
     # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
@@ -165,9 +204,6 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     """Per-step pieces: DP traffic of the most loaded stage (dense over DP, experts over expert-DP;
     a stage's ranks are consecutive in Megatron's tp-cp-ep-dp-pp order), optimizer on the GPU and its
     offloaded share on the host, fixed overhead."""
-    from .time import RawTime
-
-    from .memory import owned_params, stage_params
 
     dense, expert = stage_params(model, t, mb.shape[2])
     dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
@@ -193,3 +229,17 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
         tokens_per_step=float(workload.tokens_per_step),
         world=t.world,
     )
+
+
+def raw_time(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable,
+             coef, mcoef: MemoryCoefficients = MemoryCoefficients()) -> RawTime:
+    """Unscaled terms; `mcoef` supplies the routing imbalance shared with the memory model."""
+    mb, deps = microbatch_terms(model, workload, cluster, t, coef, mcoef)
+    n, S = mb["compute_dense"].shape
+    valid = np.arange(S)[None, :] < t.pp[:, None]
+    arr = np.stack([np.where(valid, mb[k], 0.0) for k in MB_TERMS], axis=1)
+    dep = np.zeros((n, len(DEPS), S))
+    for i, (d, k) in enumerate(DEPS):
+        if k in deps[d]:
+            dep[:, i, :] = np.where(valid, deps[d][k], 0.0)
+    return step_raw(model, workload, cluster, t, coef, arr, dep, valid)

@@ -30,7 +30,8 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
-from .layers import PART_CLASS, PARTS, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
+from .layers import (PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
+                     vocab_per_row)
 
 __all__ = ["MemoryResult", "estimate_memory", "TERMS", "MemoryCoefficients"]
 
@@ -195,10 +196,7 @@ def estimate_memory(
         on = sel & ((mods >> b) & 1).astype(bool)
         for part in SELECTIVE_DROPS[mod]:
             keep_part[on, PARTS.index(part)] = False
-    full_layer = np.zeros((n, S))  # bytes per token of the stage's layers, everything saved
-    for cls in dict.fromkeys(PART_CLASS.values()):
-        cols = [j for j, part in enumerate(PARTS) if PART_CLASS[part] == cls]
-        full_layer += per_pair[:, :, cols].sum(axis=2)[pair_of] * div[cls]
+    full_layer = np.zeros((n, S)) + fold_activations(per_pair, pair_of, div)  # per token, everything saved
     kept_layer = full_layer.copy()
     if sel.any():  # only selective rows drop parts
         rs = np.flatnonzero(sel)
