@@ -23,20 +23,27 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from .flops import stage_flops
-from .layers import fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
+from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients, owned_params, stage_params
 
 __all__ = ["microbatch_terms", "step_raw", "gemm_efficiency", "RawTime", "raw_time", "MB_TERMS", "STEP_TERMS",
            "DERIVED", "DEPS"]
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
-            "recompute", "memory_bound", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead", "imbalance")
+            "recompute", "memory_bound", "quantize", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead",
+            "imbalance")
 STEP_TERMS = MB_TERMS + ("bubble", "dp_comm", "optimizer", "step_overhead", "offload")
 DERIVED = ("recompute", "imbalance")  # linear in other MB terms: they follow those terms' factors
 DEPS = tuple(("recompute", k) for k in ("compute_dense", "compute_attention", "compute_linear_attention",
-                                        "compute_experts", "memory_bound")) \
+                                        "compute_experts", "memory_bound", "quantize")) \
     + (("imbalance", "compute_experts"), ("imbalance", "ep_comm"))  # (derived, primary) pairs with a coefficient
 
+# share of each activation part that is a TE linear's input (quantised under FP8): the QKV / MLP / expert
+# inputs whole; the activation output inside the MLP and shared-expert parts (half of those parts); the
+# attention output (o_proj input) ~ a quarter of the q, k, v, o part
+_QUANT_SHARE = {"attn_in": 1.0, "mlp_in": 1.0, "moe_perm": 1.0, "moe_act": 1.0, "mlp": 0.5, "shared": 0.5,
+                "attn_core": 0.25}
+QUANT_PARTS = np.array([_QUANT_SHARE.get(p, 0.0) for p in PARTS])
 
 @dataclass
 class RawTime:
@@ -81,7 +88,7 @@ def _bw(cluster: ClusterSpec, span, c):
     """Per-GPU bandwidth (bytes/s) of a ring over `span` consecutive ranks: NVLink inside a node,
     otherwise the node's network share per GPU (the slowest link sets a ring's pace)."""
     nvl, net = link_bandwidths(cluster, c)
-    return np.where(span <= cluster.node_size, nvl, net)
+    return np.where(span <= cluster.nvlink_size, nvl, net)
 
 
 def _a2a_time(volume, span, cluster: ClusterSpec, c, dispatcher):
@@ -89,7 +96,7 @@ def _a2a_time(volume, span, cluster: ClusterSpec, c, dispatcher):
     the network, the rest over NVLink. DeepEP (flex) moves intra-node bytes a little slower than NCCL
     but forwards inter-node bytes over NVLink so each NIC sends once per node (faster)."""
     nvl, net = link_bandwidths(cluster, c)
-    off = np.clip(1.0 - cluster.node_size / np.maximum(span, 1), 0.0, 1.0)
+    off = np.clip(1.0 - cluster.nvlink_size / np.maximum(span, 1), 0.0, 1.0)
     flex = dispatcher == 2
     nvl = np.where(flex, nvl * c.flex_nvl, nvl)
     net = np.where(flex, net * c.flex_net, net)
@@ -102,6 +109,11 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     {derived term: {primary term: coefficient (n, S)}} (recompute, imbalance)."""
     g = cluster.gpu
     peak = g.bf16_tflops * 1e12
+    # TE linears (projections, MLPs, experts) run FP8 GEMMs under an FP8 recipe; attention's core and the
+    # output layer stay BF16. `fp8_gemm` is the FP8 GEMM's achieved share of its peak relative to BF16's.
+    fp8 = workload.fp8
+    lin_peak = g.fp8_tflops * 1e12 * c.fp8_gemm * (c.fp8_blockwise if workload.precision == "fp8-blockwise"
+                                                    else 1.0) if fp8 else peak
     lt = layer_tables(model)
     n, S = len(t), int(t.pp.max())
     h = model.hidden_size
@@ -119,7 +131,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # --- compute: forward x 3 (forward + 2x backward) -------------------------------------------------
     rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
     dense_eff = gemm_efficiency(c, h / tp, rows)
-    mb["compute_dense"] = 3 * fl.dense / (peak * dense_eff)
+    mb["compute_dense"] = 3 * fl.dense / (lin_peak * dense_eff)
     mb["compute_attention"] = 3.5 * fl.attention / (peak * c.attention)
     mb["compute_linear_attention"] = 3 * fl.linear_attention / (peak * c.linear_attention)
     if model.is_moe:
@@ -127,7 +139,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         copies = tokens * tok_share * e.top_k * etp  # routed token copies per GPU (ETP ranks share tokens)
         per_expert = copies / np.maximum(1.0, e.num_experts / ep)
         exp_eff = c.grouped * gemm_efficiency(c, np.minimum(h, e.ffn_hidden_size / etp), per_expert)
-        mb["compute_experts"] = 3 * fl.experts / (peak * exp_eff)
+        mb["compute_experts"] = 3 * fl.experts / (lin_peak * exp_eff)
     else:
         mb["compute_experts"] = np.zeros((n, S))
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
@@ -143,6 +155,16 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S)  # per (PP, VPP) pair: no (n, S, P) table
     act_bytes = (np.zeros((n, S)) + fold_activations(per_pair, pair_of, div)) * tokens
     mb["memory_bound"] = 3 * c.mem_touch * act_bytes / (g.hbm_gbps * 1e9)
+    # FP8 casts: every TE linear's input (forward) and output gradient (backward) read in BF16 and written
+    # in FP8 row- and column-wise (`quant_bytes` per element); per-tensor current scaling reads it once more
+    # for the amax. Elements per token ~ the saved linear inputs' BF16 bytes / 2, twice (two passes).
+    if fp8:
+        q_pair, q_of = stage_sums_by_pair(lt.act * QUANT_PARTS[None, :], t.pp, t.vpp, S)
+        q_elems = (np.zeros((n, S)) + fold_activations(q_pair, q_of, div)) * tokens
+        q_bytes = c.quant_bytes + (c.amax_bytes if workload.precision == "fp8-tensorwise" else 0.0)
+        mb["quantize"] = q_elems * q_bytes / (g.hbm_gbps * 1e9)
+    else:
+        mb["quantize"] = np.zeros((n, S))
 
     # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
     full = (t.rc_gran == 2)[:, None]
@@ -157,6 +179,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
             "imbalance": {}}
     deps["recompute"]["compute_attention"] = np.where(sel, 1.0, frac) / 3.5  # selective: core attention
     deps["recompute"]["memory_bound"] = np.where(sel, 0.1 / 3, frac / 3)
+    deps["recompute"]["quantize"] = frac / 2  # the re-run forward quantises its inputs again
 
     # --- communication -----------------------------------------------------------------------------------
     seq_bytes = tokens / cp * h * 2.0
@@ -186,8 +209,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         deps["imbalance"] = {"compute_experts": extra, "ep_comm": extra}
     else:
         mb["ep_comm"] = np.zeros((n, S))
-    stages_per_node = np.maximum(1.0, cluster.node_size / (t.world / t.pp))[:, None]
-    pp_span = np.where(stages_per_node > 1, 1.0, 2 * cluster.node_size)
+    stages_per_node = np.maximum(1.0, cluster.nvlink_size / (t.world / t.pp))[:, None]
+    pp_span = np.where(stages_per_node > 1, 1.0, 2 * cluster.nvlink_size)
     p2p = 2 * seq_bytes * tok_share * cp * t.vpp[:, None] / _bw(cluster, pp_span, c)
     p2p = p2p * np.where((t.vpp > 1)[:, None], 1.0 - c.p2p_hidden_vpp, 1.0)
     mb["pp_p2p"] = np.where((t.pp > 1)[:, None], p2p, 0.0)
@@ -208,7 +231,8 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     dense, expert = stage_params(model, t, mb.shape[2])
     dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
     g = 4.0 if workload.grads_fp32 else 2.0  # gradient bytes on the wire
-    per_param = np.where(t.dist_opt, g + 2.0, 2 * g)[:, None]  # grad RS + bf16 param AG, or grad all-reduce
+    ag = 1.0 if workload.fp8_param_gather else 2.0  # --fp8-param-gather all-gathers FP8 parameters
+    per_param = np.where(t.dist_opt, g + ag, 2 * g)[:, None]  # grad RS + param AG, or grad all-reduce
     bw = _bw(cluster, (t.world // t.pp)[:, None], c)
     comm = per_param * (dense * (dp - 1) / dp + expert * (edp - 1) / edp) / bw
     comm = np.where(valid, comm, 0.0).max(axis=1)

@@ -79,6 +79,15 @@ class TimeCoefficients:
     host_mem_eff: float = 0.6  # achieved share of the node's DRAM bandwidth with every rank stepping at once
     host_link_eff: float = 0.8  # achieved share of PCIe bandwidth for pinned copies
     shared_overlap_gain: float = 0.8  # share of shared-expert compute hidden by --moe-shared-expert-overlap
+    # FP8: an FP8 GEMM's achieved share of the FP8 peak relative to a BF16 GEMM's share of the BF16 peak.
+    # cuBLAS on H100 SXM at 8k^3: ~1,300-1,450 TF/s FP8 (66-73% of 1,979) against ~740 BF16 (75% of 989)
+    # (NVIDIA's "H100 Tensor Core GPU" whitepaper plots; TE's own GEMM benchmarks): ~0.9
+    fp8_gemm: float = 0.9
+    # blockwise scaling (1x128 / 128x128 scales) rescales partial sums inside the GEMM: ~80% of per-tensor
+    # FP8 speed (DeepGEMM's reported 1,350-1,550 TF/s on H800 vs per-tensor cuBLAS; TE blockwise GEMMs)
+    fp8_blockwise: float = 0.8
+    quant_bytes: float = 4.0  # per quantised element: read BF16 (2 B), write FP8 row-wise and column-wise (2 x 1 B)
+    amax_bytes: float = 2.0  # per-tensor current scaling: an extra BF16 read for the amax before the cast
     scale: dict = field(default_factory=dict)  # term -> calibrated factor (missing = 1)
 
     def physics_key(self) -> tuple:

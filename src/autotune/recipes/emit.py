@@ -25,6 +25,7 @@ from ..catalog import ClusterSpec, ModelSpec, Workload, param_counts
 from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import BadInput, ConfigError
 from ..layout import Layout, format_args, layout_args
+from ..layout.args import precision_args
 from .io import error_lines
 from .schema import Recipe
 from .summary import highlights, loss_mask_for, summarize
@@ -123,6 +124,7 @@ def build_run_block(
         ["--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32"] if workload.grads_fp32
         else ["--attention-softmax-in-fp32"],
         ["--attention-backend", "flash"],
+        *_lines(precision_args(workload.precision, workload.fp8_param_gather), together=True),
         *_lines(pick(_AFTER_BACKEND)),
         *_lines(pick(_FUSION), together=True),
         ["--distributed-timeout-minutes", "30"],
