@@ -10,6 +10,7 @@ import pytest
 from autotune.cli.main import main
 from autotune.cost.calibrate import (SHIPPED, Calibration, Measurement, fit, fit_kinds, load_calibration, predict,
                                      published_measurements, read_calibrations, save_calibrations, seed_measurements)
+from autotune.catalog import GPUS
 from autotune.cost._published import catalog_name, gpu_kind
 from autotune.cost.time import TimeCoefficients
 from autotune.errors import ConfigError
@@ -95,15 +96,16 @@ def test_source_names_and_gpus_map_onto_the_catalog():
     assert "not in the catalog" in catalog_name("Nemotron_3_Nano")[1]
     assert gpu_kind("H100 (Grand Teton, 96GB HBM2e, 500W power limit)") == ("H100", None)
     assert gpu_kind("H200 (4 per node)") == ("H200", 4)
-    assert gpu_kind("GB200") == (None, None)
+    assert gpu_kind("GB200") == ("GB200", None)
+    assert gpu_kind("MI300X") == (None, None)
 
 
 def test_published_rows_kept_and_skipped_with_reasons():
     kept, skipped = published_measurements()
-    assert len(kept) >= 10 and all(m.gpu in ("H100", "H200", "B200") for m in kept)
+    assert len(kept) >= 10 and all(m.gpu in GPUS for m in kept)
     reasons = " | ".join(why for _, why in skipped)
-    for text in ("FSDP-only", "illegal for Megatron-core's rules", "only BF16", "not in the catalog",
-                 "not a catalog kind", "missing field"):
+    for text in ("FSDP-only", "illegal for Megatron-core's rules", "NVFP4 is not modelled", "not in the catalog",
+                 "missing field"):
         assert text in reasons
     gpt = [m for m in kept if m.model == "gpt-oss-120b" and m.gpu == "H100"]
     assert gpt and gpt[0].layout.pp == 4 and gpt[0].layout.ep == 8 and gpt[0].count == 64
@@ -126,7 +128,7 @@ def test_a_user_csv_maps_each_row_or_says_why(tmp_path):
                  + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,5,1,,8,,BF16,,9000,,,bad PP\n"
                  + "me,Llama3 70B,H100,64,8192,128,1,1,1,2,,,,BF16,,866,,,FSDP=32\n"
                  + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,1,1,,,,BF16,,9000,,,no EP\n"
-                 + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,1,1,,8,,FP8,,9000,,,fp8\n"
+                 + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,1,1,,8,,NVFP4,,9000,,,fp4\n"
                  + "me,GPT OSS 120B,H100,64,4096,1280,1,1,4,1,,8,,BF16,,5800,,,not a Megatron-Bridge row\n")
     kept, skipped = published_measurements(p)
     assert len(kept) == 2 and kept[0].layout == Layout(world=16, pp=2, ep=8, sequence_parallel=False,
@@ -134,7 +136,7 @@ def test_a_user_csv_maps_each_row_or_says_why(tmp_path):
     assert kept[1].layout.recompute.granularity == "none" and kept[1].grads_fp32  # presets: their own source only
     why = [w for _, w in skipped]
     assert "layers do not split evenly" in why[0] and "FSDP-only" in why[1]
-    assert why[2] == "missing field(s): ep" and "only BF16" in why[3]
+    assert why[2] == "missing field(s): ep" and "NVFP4 is not modelled" in why[3]
 
 
 def test_files_round_trip_and_the_env_file_wins(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ from .hardware import GPUS, ClusterSpec, GpuSpec, get_gpu
 from .model import LinearAttentionSpec, MlaSpec, ModelSpec, MoeSpec, from_hf_config
 from .params import ParamCounts, ParamItem, layer_items, padded_vocab, param_counts
 from .registry import load_model, model_names
-from .workload import Workload
+from .workload import FP8_RECIPES, PRECISIONS, Workload
 
 __all__ = [
     "GPUS",
@@ -27,4 +27,6 @@ __all__ = [
     "load_model",
     "model_names",
     "Workload",
+    "FP8_RECIPES",
+    "PRECISIONS",
 ]

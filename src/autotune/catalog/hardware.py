@@ -7,16 +7,22 @@ bandwidth is what the CPU Adam step is bound by, and each GPU's PCIe link carrie
 the updated parameters back. They are the instances' nominal figures (channels x DDR rate x sockets; PCIe
 generation x16); the time model applies achieved-fraction coefficients.
 The `cpu` kind describes this machine, for local proxy trials and CI.
+FP8 peaks are dense (no sparsity) and serve every FP8 recipe; `mxfp8` marks tensor cores with block-scaled
+FP8 (Blackwell). `nvlink_domain` is how many GPUs share one NVLink fabric: the node on HGX boards, the
+whole rack on NVL72 (GB200/GB300: 72 GPUs, 4 per compute tray, each tray one network node).
+Sources of each number are in the comments; the NVIDIA datasheets print sparse peaks, halved here.
+A user's own GPU comes from a YAML or JSON file (`load_gpu_file`, `--gpu path.yaml`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 
-from ..errors import BadInput, UnknownName
+from ..errors import BadInput, ConfigError, UnknownName
 from .registry import suggest
 
-__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "get_gpu"]
+__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "get_gpu", "load_gpu_file"]
 
 GB = 1e9
 GiB = 1024**3
@@ -38,20 +44,52 @@ class GpuSpec:
     host_mem_gbps: float = 400.0  # host DRAM bandwidth per node, GB/s (all sockets)
     host_link_gbps: float = 32.0  # PCIe bandwidth between one GPU and the host, GB/s per direction
     host_mem_gib: float = 2048.0  # host memory per node, GiB
+    fp8_tflops: float = 0.0  # dense FP8 peak (0: no FP8 tensor cores)
+    mxfp8: bool = False  # block-scaled FP8 (MXFP8) tensor cores
+    nvlink_domain: int = 0  # GPUs on one NVLink fabric (0: the node)
+
+    def __post_init__(self):
+        if self.nvlink_domain == 0:
+            object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
 
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
-        # p5: 2 x AMD EPYC 7R13 (8 x DDR4-3200 each), PCIe Gen4 to the host, 2 TiB
+        # H100 SXM datasheet (nvidia.com/en-us/data-center/h100): BF16 1,979 / FP8 3,958 TF with sparsity, HBM3
+        # 3.35 TB/s, NVLink 900 GB/s bidirectional. p5: 2 x AMD EPYC 7R13 (8 x DDR4-3200 each), PCIe Gen4, 2 TiB
         GpuSpec("H100", int(79.6 * GiB), 80, 989.4, 3350, 450, 6.9, 8, 400.0, "AWS p5.48xlarge",
-                host_mem_gbps=409.6, host_link_gbps=32.0, host_mem_gib=2048.0),
+                host_mem_gbps=409.6, host_link_gbps=32.0, host_mem_gib=2048.0, fp8_tflops=1978.9),
+        # H200 datasheet (nvidia.com/en-us/data-center/h200): H100's compute, 141 GB HBM3e at 4.8 TB/s.
         # p5en: 2 x Xeon 8488C (8 x DDR5-4800 each), PCIe Gen5 to the host, 2 TiB
         GpuSpec("H200", int(139.8 * GiB), 141, 989.4, 4800, 450, 7.9, 8, 400.0, "AWS p5en.48xlarge",
-                host_mem_gbps=614.4, host_link_gbps=64.0, host_mem_gib=2048.0),
-        # p6-b200: 2 x Xeon 8570 (8 x DDR5-5600 each), PCIe Gen5 to the host, 2 TiB
+                host_mem_gbps=614.4, host_link_gbps=64.0, host_mem_gib=2048.0, fp8_tflops=1978.9),
+        # H800 SXM: H100's compute and HBM3 with NVLink cut to 400 GB/s bidirectional (the export part; DeepSeek-V3
+        # report arXiv:2412.19437 sec. 3.1: 8 GPUs per node on NVLink/NVSwitch, 8 x 400 Gb/s InfiniBand per node).
+        # No public price: H100's p5 rate is assumed.
+        GpuSpec("H800", int(79.6 * GiB), 80, 989.4, 3350, 200, 6.9, 8, 400.0, "DGX/HGX H800 (DeepSeek-V3 cluster)",
+                host_mem_gbps=409.6, host_link_gbps=64.0, host_mem_gib=2048.0, fp8_tflops=1978.9),
+        # HGX B200 datasheet (nvidia.com/en-us/data-center/hgx): 8 GPUs 36 PF BF16 / 72 PF FP8 with sparsity,
+        # 1.44 TB HBM3e at 8 TB/s per GPU, NVLink 5 1.8 TB/s bidirectional. p6-b200: 2 x Xeon 8570, PCIe Gen5
         GpuSpec("B200", int(178.4 * GiB), 180, 2250.0, 8000, 900, 14.2, 8, 400.0, "AWS p6-b200.48xlarge",
-                host_mem_gbps=716.8, host_link_gbps=64.0, host_mem_gib=2048.0),
+                host_mem_gbps=716.8, host_link_gbps=64.0, host_mem_gib=2048.0, fp8_tflops=4500.0, mxfp8=True),
+        # HGX B300 datasheet (nvidia.com/en-us/data-center/hgx): same BF16/FP8 peaks as B200 (72 PF FP8 sparse per
+        # 8 GPUs), 2.3 TB HBM3e (288 GB per GPU) at 8 TB/s, NVLink 5; 800 Gb/s ConnectX-8 per GPU. No public
+        # on-demand price: B200's p6-b200 rate is assumed. Allocatable: ~277 GiB (288 GB less ECC/reserved, assumed).
+        GpuSpec("B300", int(277.0 * GiB), 288, 2250.0, 8000, 900, 14.2, 8, 800.0, "HGX B300",
+                host_mem_gbps=716.8, host_link_gbps=64.0, host_mem_gib=4096.0, fp8_tflops=4500.0, mxfp8=True),
+        # GB200 NVL72 datasheet (nvidia.com/en-us/data-center/gb200-nvl72): 72 GPUs 360 PF BF16 / 720 PF FP8 with
+        # sparsity, 13.4 TB HBM3e (186 GB per GPU) at 8 TB/s, NVLink 5 1.8 TB/s per GPU across all 72; 4 GPUs per
+        # compute tray with 4 x 400 Gb/s ConnectX-7 (200 GB/s per tray). Grace host: 480 GB LPDDR5X per 2 GPUs at
+        # 512 GB/s, NVLink-C2C 900 GB/s (450 per direction, shared by 2 GPUs). Price: B200's rate assumed.
+        GpuSpec("GB200", int(184.0 * GiB), 186, 2500.0, 8000, 900, 14.2, 4, 200.0, "GB200 NVL72 (4 GPUs per tray)",
+                host_mem_gbps=1024.0, host_link_gbps=225.0, host_mem_gib=894.0, fp8_tflops=5000.0, mxfp8=True,
+                nvlink_domain=72),
+        # GB300 NVL72 datasheet (nvidia.com/en-us/data-center/gb300-nvl72): 360 PF BF16 / 720 PF FP8 sparse per 72
+        # GPUs (as GB200), 288 GB HBM3e per GPU at 8 TB/s, 800 Gb/s ConnectX-8 per GPU (400 GB/s per tray).
+        GpuSpec("GB300", int(277.0 * GiB), 288, 2500.0, 8000, 900, 14.2, 4, 400.0, "GB300 NVL72 (4 GPUs per tray)",
+                host_mem_gbps=1024.0, host_link_gbps=225.0, host_mem_gib=894.0, fp8_tflops=5000.0, mxfp8=True,
+                nvlink_domain=72),
         GpuSpec("cpu", int(24 * GiB), 24, 0.2, 20, 5, 0.0, 8, 1.0, "this machine (CPU, gloo)", False,
                 host_mem_gbps=40.0, host_link_gbps=40.0, host_mem_gib=24.0),
     )
@@ -59,6 +97,9 @@ GPUS: dict[str, GpuSpec] = {
 
 
 def get_gpu(name: str) -> GpuSpec:
+    """A catalog GPU by name (any case), or a user's GPU from a .yaml/.yml/.json file."""
+    if name.lower().endswith((".yaml", ".yml", ".json")):
+        return load_gpu_file(name)
     for key, spec in GPUS.items():
         if key.lower() == name.lower():
             return spec
@@ -96,6 +137,11 @@ class ClusterSpec:
     def node_size(self) -> int:
         return min(self.count, self.gpus_per_node)
 
+    @property
+    def nvlink_size(self) -> int:
+        """GPUs that reach each other over NVLink: the node, or the NVL72 rack its trays share."""
+        return min(self.count, max(self.node_size, self.gpu.nvlink_domain))
+
     @classmethod
     def of(cls, gpu: str | GpuSpec, count: int, gpus_per_node: int | None = None, **kw) -> "ClusterSpec":
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
@@ -103,3 +149,17 @@ class ClusterSpec:
             kw.setdefault("has_deepep", False)
             kw.setdefault("has_te", False)
         return cls(g, count, gpus_per_node or g.gpus_per_node, kw.pop("network_gbps", g.network_gbps), **kw)
+
+
+def load_gpu_file(path: str | Path) -> GpuSpec:
+    """A user's GPU from YAML or JSON, with GpuSpec's fields (name, memory_gb_nominal, bf16_tflops, hbm_gbps,
+    nvlink_gbps required; memory_bytes defaults to 0.97 x memory_gb_nominal GiB)."""
+    from ._gpu_file import parse_gpu_file
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"--gpu {str(p)!r}: cannot read ({exc.strerror}); give a GPU name or a readable file") from None
+    kw = parse_gpu_file(text, str(p), {f.name for f in fields(GpuSpec)})
+    return GpuSpec(**kw)

@@ -1,8 +1,8 @@
 """Workload: what is trained, independent of how it is laid out.
 
-Defaults are the seed page's SFT setting: 8,192-token rows, global batch 128 rows, BF16, Adam
-(lr 1e-5 cosine to 1e-6, warmup 0.1, wd 0.1, betas 0.9/0.98), 20 steps scored over steps 5..19, the
-MoE load-balancing loss off.
+Defaults are the seed page's SFT setting: 8,192-token rows, global batch 128 rows, BF16, Adam (lr 1e-5
+cosine to 1e-6, warmup 0.1, wd 0.1, betas 0.9/0.98), 20 steps scored over steps 5..19, the MoE
+load-balancing loss off. `precision` picks BF16 or one of Transformer Engine's FP8 recipes (`FP8_RECIPES`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,20 @@ from dataclasses import dataclass
 
 from ..errors import BadInput
 
-__all__ = ["Workload"]
+__all__ = ["Workload", "PRECISIONS", "FP8_RECIPES"]
+
+# precision -> (Megatron --fp8-format, --fp8-recipe); None: BF16 everywhere. Transformer Engine quantises the
+# inputs of every TE linear (QKV, projections, MLP, grouped experts); attention's core and the output layer
+# (a plain ColumnParallelLinear) stay BF16. Formats: hybrid (E4M3 forward, E5M2 gradients) for the per-tensor
+# recipes, as Megatron-Bridge's bf16_with_fp8_*_mixed presets; E4M3 with block scales for blockwise and MXFP8.
+FP8_RECIPES: dict[str, tuple[str, str] | None] = {
+    "bf16": None,
+    "fp8-delayed": ("hybrid", "delayed"),  # amax history, scales from past iterations
+    "fp8-tensorwise": ("hybrid", "tensorwise"),  # per-tensor current scaling (an amax pass per tensor)
+    "fp8-blockwise": ("e4m3", "blockwise"),  # 128x128 weight / 1x128 activation blocks (DeepSeek-V3 style)
+    "mxfp8": ("e4m3", "mxfp8"),  # 32-element blocks with E8M0 scales, Blackwell tensor cores only
+}
+PRECISIONS = tuple(FP8_RECIPES)
 
 
 @dataclass(frozen=True)
@@ -34,19 +47,36 @@ class Workload:
     # gradient buffers and their DP reduction in fp32 (--accumulate-allreduce-grads-in-fp32, as the seed);
     # False: bf16, Megatron-core's default and what Megatron-Bridge's performance recipes use
     grads_fp32: bool = True
+    # FP8 recipes only: parameters kept and all-gathered in FP8 (--fp8-param-gather): half the bytes of the
+    # distributed optimizer's parameter all-gather and no BF16 weight copy
+    fp8_param_gather: bool = False
 
     def __post_init__(self):
         if self.seq_len <= 0 or self.seq_len % 128:
             raise BadInput(f"--seq-len {self.seq_len}: must be a positive multiple of 128 (e.g. 4096, 8192)")
         if self.global_batch <= 0:
             raise BadInput(f"--global-batch {self.global_batch}: must be a positive number of rows")
-        if self.precision != "bf16":
-            raise BadInput(f"precision {self.precision!r}: only bf16 is modelled; use bf16")
+        if self.precision not in FP8_RECIPES:
+            raise BadInput(f"--precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
+        if self.fp8_param_gather and not self.fp8:
+            raise BadInput("--fp8-param-gather needs an FP8 precision (e.g. --precision fp8-tensorwise); drop it for bf16")
         if self.optimizer != "adam":
             raise BadInput(f"optimizer {self.optimizer!r}: only adam is modelled; use adam")
         lo, hi = self.window
         if not 0 <= lo <= hi < self.steps:
             raise BadInput(f"window {self.window}: must satisfy 0 <= first <= last < steps ({self.steps})")
+
+    def check_gpu(self, gpu) -> None:
+        """BadInput when the GPU cannot run this precision (no FP8 tensor cores; MXFP8 before Blackwell)."""
+        if self.fp8 and not gpu.fp8_tflops:
+            raise BadInput(f"--precision {self.precision}: {gpu.name} has no FP8 tensor cores; use bf16")
+        if self.precision == "mxfp8" and not gpu.mxfp8:
+            raise BadInput(f"--precision mxfp8: {gpu.name} has no MXFP8 tensor cores (Blackwell only); "
+                           "use fp8-tensorwise or fp8-blockwise")
+
+    @property
+    def fp8(self) -> bool:
+        return FP8_RECIPES[self.precision] is not None
 
     @property
     def tokens_per_step(self) -> int:

@@ -8,11 +8,13 @@ from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
 from ..errors import BadInput
 from ..layout import Layout, Recompute
 
-__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "JsonOpt", "resolve",
+__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt", "JsonOpt",
+           "resolve",
            "recipe_inputs"]
 
 ModelOpt = typer.Option(..., "--model", "-m", help="Catalog name (see `autotune models`) or a path to a config.json.")
-GpuOpt = typer.Option(..., "--gpu", "-g", help="GPU kind: H100, H200, B200 or cpu (see `autotune gpus`).")
+GpuOpt = typer.Option(..., "--gpu", "-g", help="GPU kind (H100, H200, H800, B200, B300, GB200, GB300, cpu; see "
+                      "`autotune gpus`) or a GPU file path.yaml/.json.")
 CountOpt = typer.Option(..., "--count", "-n", help="Number of GPUs (the world size).")
 PerNodeOpt = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU kind's, 8 for H100/H200/B200).")
 SeqOpt = typer.Option(8192, "--seq-len", help="Tokens per training row (the seed: 8192).")
@@ -20,16 +22,20 @@ BatchOpt = typer.Option(128, "--global-batch", help="Rows per optimizer step (th
 GradsOpt = typer.Option("fp32", "--grads", help="Gradient buffers and their DP reduction: fp32 "
                         "(--accumulate-allreduce-grads-in-fp32, the seed) or bf16 (Megatron's default: half the "
                         "gradient memory and DP traffic).")
+PrecisionOpt = typer.Option("bf16", "--precision", help="bf16, or a Transformer Engine FP8 recipe: fp8-delayed, "
+                            "fp8-tensorwise (per-tensor current scaling), fp8-blockwise, mxfp8 (Blackwell).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
 
 
 def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len: int, global_batch: int,
-            grads: str = "fp32", **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
+            grads: str = "fp32", precision: str = "bf16", **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
     if grads not in ("fp32", "bf16"):
         raise BadInput(f"--grads {grads!r}: choose fp32 (the seed) or bf16")
     m = load_model(model)
     cluster = ClusterSpec.of(gpu, count, gpus_per_node, **cluster_kw)
-    return m, cluster, Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32")
+    workload = Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32", precision=precision)
+    workload.check_gpu(cluster.gpu)
+    return m, cluster, workload
 
 
 def recipe_inputs(path: str) -> tuple[dict, ModelSpec, ClusterSpec, Workload, Layout]:

@@ -8,7 +8,9 @@ from rich.table import Table
 from ..catalog import param_counts
 from ..cost import MEMORY_TERMS, evaluate
 from ..layout import LayoutTable, format_args, layout_args, validate
-from .common import BatchOpt, GradsOpt, JsonOpt, PerNodeOpt, SeqOpt, layout_options, recipe_inputs, resolve
+from ..layout.args import precision_args
+from .common import (BatchOpt, GradsOpt, JsonOpt, PerNodeOpt, PrecisionOpt, SeqOpt, layout_options, recipe_inputs,
+                     resolve)
 from .console import console, print_json
 
 GiB = 1024**3
@@ -16,7 +18,7 @@ GiB = 1024**3
 
 def estimate(
     model: str = typer.Option(None, "--model", "-m", help="Catalog name or config.json path."),
-    gpu: str = typer.Option(None, "--gpu", "-g", help="GPU kind (H100, H200, B200, cpu)."),
+    gpu: str = typer.Option(None, "--gpu", "-g", help="GPU kind (see `autotune gpus`) or a GPU file path.yaml."),
     count: int = typer.Option(None, "--count", "-n", help="Number of GPUs."),
     layout: str = typer.Option(None, "--layout", "-l", help='Degrees, e.g. "TP1 PP4 EP8 DP8" (add VPP2, CP2, ETP2).'),
     recompute: str = typer.Option("none", "--recompute", help="none | selective[:modules] | full:uniform|block:N"),
@@ -31,6 +33,7 @@ def estimate(
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
     grads: str = GradsOpt,
+    precision: str = PrecisionOpt,
     recipe: str = typer.Option(None, "--recipe", help="Take model, GPUs, workload and layout from a recipe file."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -50,7 +53,8 @@ def estimate(
             from ..errors import BadInput
 
             raise BadInput(f"missing {', '.join(missing)}: give them, or --recipe PATH (see `autotune estimate --help`)")
-        m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads)
+        m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
+                                       precision)
         lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, seq_len,
                              precision_aware_optimizer=precision_aware, distributed_optimizer=dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload)
@@ -80,7 +84,9 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         "layout": lay.label(m.is_moe),
         "layout_detail": lay.to_dict(),
         "summary": lay.summary(workload.seq_len),
-        "args": format_args(layout_args(lay, "slime", workload.seq_len)),
+        "precision": workload.precision,
+        "args": format_args(layout_args(lay, "slime", workload.seq_len)
+                            + precision_args(workload.precision, workload.fp8_param_gather)),
         "memory": {
             "peak_bytes": int(mem.peak[i]),
             "capacity_bytes": int(mem.capacity_bytes),

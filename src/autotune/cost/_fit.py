@@ -39,7 +39,8 @@ class FitResult:
 
 
 def _group_key(m):
-    return (m.model, m.gpu, m.count, m.gpus_per_node, m.seq_len, m.global_batch, m.load_balancing_loss)
+    return (m.model, m.gpu, m.count, m.gpus_per_node, m.seq_len, m.global_batch, m.load_balancing_loss, m.grads_fp32,
+            m.precision, m.fp8_param_gather)
 
 
 def stack_raw(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients) -> RawTime:

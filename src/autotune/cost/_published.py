@@ -6,7 +6,14 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
     anything not in the catalog is skipped, as are variants we do not model (token dropping, MTP
     training, LoRA).
   - GPU: the kind before any parenthesis ('H100 (Grand Teton, ...)' -> H100); '(4 per node)' sets the
-    node size. Only kinds in the catalog (H100, H200, B200); BF16 only (FP8 changes every GEMM term).
+    node size; NVL72 kinds (GB200, GB300) are 4-GPU trays on one 72-GPU NVLink domain (the catalog's).
+  - precision (`precision_of`): BF16; FP8 by its scaling recipe as the row names it. Ambiguous names are
+    read as their source's default recipe and the reading is named in the provenance: Megatron-Bridge's
+    plain "FP8" is its default current-scaling recipe (the 25.09 page says so, later pages call it FP8-CS);
+    NeMo 24.07's and Megatron-LM examples/llama's plain "FP8" is delayed scaling (TE's default then, the
+    scripts' --fp8-amax-history-len); torchtitan's Float8 tensorwise is per-tensor current scaling.
+    "FP8 32x32 granularity (MX-style)" and FP8-MX are MXFP8. NVFP4, FP8 rowwise (no TE recipe) and rows
+    that name only "alternate granularity" are skipped with the reason.
   - layout: empty VP/CP/ETP mean 1 (Megatron's defaults); an empty EP on an MoE model, or an empty
     TP/PP/global batch/throughput, is a missing field. FSDP-only rows (FSDP sharding and no TP/PP/EP)
     have no Megatron layout; FSDP with TP/PP/EP is modelled as the distributed optimizer over DP.
@@ -30,7 +37,7 @@ from ..catalog import ModelSpec, padded_vocab
 from ..layout import Recompute
 from .layers import layer_tables
 
-__all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "train_flops_per_token"]
+__all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "precision_of", "train_flops_per_token"]
 
 REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "global_batch", "micro_batch", "tp", "pp", "cp",
                     "vp", "ep", "etp", "precision", "recompute", "tokens_per_s_per_gpu", "tflops_per_gpu")
@@ -55,7 +62,21 @@ _VARIANTS = [  # qualifiers that change the training step beyond what the model 
 ]
 _MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "Mixtral-8x7B-v0.1",
         "Mixtral-8x22B-v0.1", "Qwen3-Next-80B-A3B-Instruct", "Qwen3.5-122B-A10B"}
-_GPUS = ("H100", "H200", "B200")
+_GPUS = ("H100", "H200", "H800", "B200", "B300", "GB200", "GB300")
+# (pattern on the lower-cased precision text, pattern on the source or None, precision, how it was read)
+_PRECISIONS = [
+    (r"nvfp4|fp4", None, None, "NVFP4 is not modelled"),
+    (r"rowwise", None, None, "FP8 rowwise scaling (torchao) has no Transformer Engine recipe"),
+    (r"alternate granularity", None, None, "the row does not say which FP8 granularity it is"),
+    (r"^bf16$|implies bf16", None, "bf16", ""),
+    (r"mxfp8|fp8.mx|mx.style", None, "mxfp8", ""),
+    (r"blockwise|tile/block", None, "fp8-blockwise", ""),
+    (r"fp8.cs|current scaling|tensorwise|float8", None, "fp8-tensorwise", ""),
+    (r"^fp8$", r"^(megatron-bridge|nemo framework)", "fp8-tensorwise",
+     "plain FP8 read as the source's default current scaling"),
+    (r"^fp8$", r"^(nemo 24|megatron-lm examples/llama)", "fp8-delayed", "plain FP8 read as delayed scaling"),
+    (r"^fp8$", None, "fp8-tensorwise", "plain FP8 read as per-tensor current scaling"),
+]
 _RECOMPUTE = {"": "none", "none": "none", "selective ac": "selective", "per-op sac": "selective",
               "selective": "selective", "full ac": "full", "full": "full"}
 # (source prefix, catalog model, GPU kinds) -> recompute the source's recipe sets where the row is blank.
@@ -91,6 +112,15 @@ def gpu_kind(text: str) -> tuple[str | None, int | None]:
     return (kind if kind in _GPUS else None), (int(per.group(1)) if per else None)
 
 
+def precision_of(text: str, source: str) -> tuple[str | None, str]:
+    """(Workload precision, how an ambiguous name was read), or (None, the reason it is skipped)."""
+    p, src = text.strip().lower(), source.strip().lower()
+    for pat, src_pat, prec, how in _PRECISIONS:
+        if re.search(pat, p) and (src_pat is None or re.search(src_pat, src)):
+            return prec, how
+    return None, f"precision {text!r} is not a recipe autotune models"
+
+
 def _int(row: dict, key: str, default: int | None = None) -> int | None:
     v = (row.get(key) or "").strip()
     if not v:
@@ -115,10 +145,10 @@ def map_row(row: dict) -> dict | str:
     kind, per_node = gpu_kind(row.get("gpu", ""))
     if kind is None:
         return f"GPU {row.get('gpu')!r} is not a catalog kind ({', '.join(_GPUS)})"
-    prec = (row.get("precision") or "").strip()
-    if not (prec.upper() == "BF16" or "implies BF16" in prec):
-        return f"precision {prec!r}: only BF16 is modelled"
     notes, source = row.get("notes") or "", row.get("source") or ""
+    precision, prec_how = precision_of(row.get("precision") or "", source)
+    if precision is None:
+        return prec_how
     fsdp = re.search(r"FSDP=(\d+)", notes)
     fsdp_on = bool(fsdp and int(fsdp.group(1)) > 0) or "FSDP-style" in notes or "FSDP2" in source
     count, seq, gb = _int(row, "num_gpus"), _int(row, "seq_len"), _int(row, "global_batch")
@@ -172,15 +202,22 @@ def map_row(row: dict) -> dict | str:
         distributed_optimizer=True,
     )
     grads_fp32 = not source.startswith("Megatron-Bridge perf")
+    # FP8 parameters all-gathered in FP8: torchtitan says so in the row; Megatron-Bridge's FP8 perf recipes set
+    # fp8_param_gather with current scaling and MXFP8 (scripts/performance/utils: fp8_param_gather=True)
+    fp8_pg = precision != "bf16" and bool(re.search(r"fp8 fsdp all-gather", (row.get("precision") or "").lower())
+                                          or (source.startswith("Megatron-Bridge perf")
+                                              and precision in ("fp8-tensorwise", "mxfp8")))
     assumed += [s for s, cond in (("recompute none", not row.get("recompute") and not preset),
                                   ("bf16 gradient reduction (Megatron-Bridge perf recipes)", not grads_fp32),
-                                  ("FSDP as distributed optimizer", fsdp_on)) if cond]
+                                  ("FSDP as distributed optimizer", fsdp_on), (prec_how, bool(prec_how)),
+                                  ("FP8 parameter all-gather", fp8_pg)) if cond]
     src = f"{source}; {how}" + (f"; assumed {', '.join(assumed)}" if assumed else "")
     return {
         "model": name,
         "layout": layout,
         "measurement": dict(model=name, gpu=kind, count=count, gpus_per_node=per_node or 8, seq_len=seq,
                             global_batch=gb, load_balancing_loss=True, grads_fp32=grads_fp32,
+                            precision=precision, fp8_param_gather=fp8_pg,
                             tokens_per_s_per_gpu=tps or 1.0),
         "tflops": tflops if tps is None else None,
         "source": src,

@@ -16,15 +16,60 @@ No torch, no ray.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from .flops import stage_flops
-from .layers import PART_CLASS, PARTS, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
-from .memory import MemoryCoefficients
+from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
+from .memory import MemoryCoefficients, owned_params, stage_params
 
-__all__ = ["microbatch_terms", "step_raw", "gemm_efficiency"]
+__all__ = ["microbatch_terms", "step_raw", "gemm_efficiency", "RawTime", "raw_time", "MB_TERMS", "STEP_TERMS",
+           "DERIVED", "DEPS"]
+
+MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
+            "recompute", "memory_bound", "quantize", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead",
+            "imbalance")
+STEP_TERMS = MB_TERMS + ("bubble", "dp_comm", "optimizer", "step_overhead", "offload")
+DERIVED = ("recompute", "imbalance")  # linear in other MB terms: they follow those terms' factors
+DEPS = tuple(("recompute", k) for k in ("compute_dense", "compute_attention", "compute_linear_attention",
+                                        "compute_experts", "memory_bound", "quantize")) \
+    + (("imbalance", "compute_experts"), ("imbalance", "ep_comm"))  # (derived, primary) pairs with a coefficient
+
+# share of each activation part that is a TE linear's input (quantised under FP8): the QKV / MLP / expert
+# inputs whole; the activation output inside the MLP and shared-expert parts (half of those parts); the
+# attention output (o_proj input) ~ a quarter of the q, k, v, o part
+_QUANT_SHARE = {"attn_in": 1.0, "mlp_in": 1.0, "moe_perm": 1.0, "moe_act": 1.0, "mlp": 0.5, "shared": 0.5,
+                "attn_core": 0.25}
+QUANT_PARTS = np.array([_QUANT_SHARE.get(p, 0.0) for p in PARTS])
+
+@dataclass
+class RawTime:
+    """Unscaled terms of n layouts: what `compose` turns into step times under any factors."""
+
+    mb: np.ndarray  # (n, len(MB_TERMS), S) seconds per micro-batch per stage, zero beyond PP
+    dep: np.ndarray  # (n, len(DEPS), S): derived term = sum of coefficient x its (scaled) primary term
+    valid: np.ndarray  # (n, S)
+    microbatches: np.ndarray  # (n,)
+    bubble_coef: np.ndarray  # (n,) (PP - 1) / VPP
+    dp_comm: np.ndarray  # (n,) DP traffic time before overlap
+    dp_overlap: np.ndarray  # (n,) micro-batch stage times it can hide behind (0: not overlapped)
+    optimizer: np.ndarray  # (n,)
+    step_overhead: np.ndarray  # (n,)
+    offload: np.ndarray  # (n,) host optimizer step and PCIe copies
+    tokens_per_step: float
+    world: int
+
+    def pad(self, S: int) -> "RawTime":
+        extra = S - self.mb.shape[2]
+        if extra <= 0:
+            return self
+        return RawTime(np.pad(self.mb, ((0, 0), (0, 0), (0, extra))),
+                       np.pad(self.dep, ((0, 0), (0, 0), (0, extra))), np.pad(self.valid, ((0, 0), (0, extra))),
+                       self.microbatches, self.bubble_coef, self.dp_comm, self.dp_overlap, self.optimizer,
+                       self.step_overhead, self.offload, self.tokens_per_step, self.world)
 
 
 def gemm_efficiency(c, width, rows):
@@ -32,21 +77,26 @@ def gemm_efficiency(c, width, rows):
     return c.gemm * width / (width + c.gemm_width) * rows / (rows + c.gemm_rows)
 
 
+def link_bandwidths(cluster: ClusterSpec, c) -> tuple[float, float]:
+    """Achieved per-GPU bytes/s over (NVLink, the network): the network is the node's NICs shared by its GPUs."""
+    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
+    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
+    return nvl, net
+
+
 def _bw(cluster: ClusterSpec, span, c):
     """Per-GPU bandwidth (bytes/s) of a ring over `span` consecutive ranks: NVLink inside a node,
     otherwise the node's network share per GPU (the slowest link sets a ring's pace)."""
-    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
-    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
-    return np.where(span <= cluster.node_size, nvl, net)
+    nvl, net = link_bandwidths(cluster, c)
+    return np.where(span <= cluster.nvlink_size, nvl, net)
 
 
 def _a2a_time(volume, span, cluster: ClusterSpec, c, dispatcher):
     """All-to-all of `volume` bytes per GPU over `span` consecutive ranks: the off-node share goes over
     the network, the rest over NVLink. DeepEP (flex) moves intra-node bytes a little slower than NCCL
     but forwards inter-node bytes over NVLink so each NIC sends once per node (faster)."""
-    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
-    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
-    off = np.clip(1.0 - cluster.node_size / np.maximum(span, 1), 0.0, 1.0)
+    nvl, net = link_bandwidths(cluster, c)
+    off = np.clip(1.0 - cluster.nvlink_size / np.maximum(span, 1), 0.0, 1.0)
     flex = dispatcher == 2
     nvl = np.where(flex, nvl * c.flex_nvl, nvl)
     net = np.where(flex, net * c.flex_net, net)
@@ -59,6 +109,11 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     {derived term: {primary term: coefficient (n, S)}} (recompute, imbalance)."""
     g = cluster.gpu
     peak = g.bf16_tflops * 1e12
+    # TE linears (projections, MLPs, experts) run FP8 GEMMs under an FP8 recipe; attention's core and the
+    # output layer stay BF16. `fp8_gemm` is the FP8 GEMM's achieved share of its peak relative to BF16's.
+    fp8 = workload.fp8
+    lin_peak = g.fp8_tflops * 1e12 * c.fp8_gemm * (c.fp8_blockwise if workload.precision == "fp8-blockwise"
+                                                    else 1.0) if fp8 else peak
     lt = layer_tables(model)
     n, S = len(t), int(t.pp.max())
     h = model.hidden_size
@@ -76,7 +131,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # --- compute: forward x 3 (forward + 2x backward) -------------------------------------------------
     rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
     dense_eff = gemm_efficiency(c, h / tp, rows)
-    mb["compute_dense"] = 3 * fl.dense / (peak * dense_eff)
+    mb["compute_dense"] = 3 * fl.dense / (lin_peak * dense_eff)
     mb["compute_attention"] = 3.5 * fl.attention / (peak * c.attention)
     mb["compute_linear_attention"] = 3 * fl.linear_attention / (peak * c.linear_attention)
     if model.is_moe:
@@ -84,7 +139,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         copies = tokens * tok_share * e.top_k * etp  # routed token copies per GPU (ETP ranks share tokens)
         per_expert = copies / np.maximum(1.0, e.num_experts / ep)
         exp_eff = c.grouped * gemm_efficiency(c, np.minimum(h, e.ffn_hidden_size / etp), per_expert)
-        mb["compute_experts"] = 3 * fl.experts / (peak * exp_eff)
+        mb["compute_experts"] = 3 * fl.experts / (lin_peak * exp_eff)
     else:
         mb["compute_experts"] = np.zeros((n, S))
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
@@ -98,12 +153,18 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # --- memory-bound traffic: norms, activations, rope, permutes, router softmax ---------------------
     div = {"seq": tok_share, "tp": 1.0 / (cp * tp), "rep": tok_share, "exph": tok_share * etp, "expf": tok_share}
     per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S)  # per (PP, VPP) pair: no (n, S, P) table
-    act_bytes = np.zeros((n, S))
-    for cls in dict.fromkeys(PART_CLASS.values()):
-        cols = [j for j, part in enumerate(PARTS) if PART_CLASS[part] == cls]
-        act_bytes += per_pair[:, :, cols].sum(axis=2)[pair_of] * div[cls]
-    act_bytes *= tokens
+    act_bytes = (np.zeros((n, S)) + fold_activations(per_pair, pair_of, div)) * tokens
     mb["memory_bound"] = 3 * c.mem_touch * act_bytes / (g.hbm_gbps * 1e9)
+    # FP8 casts: every TE linear's input (forward) and output gradient (backward) read in BF16 and written
+    # in FP8 row- and column-wise (`quant_bytes` per element); per-tensor current scaling reads it once more
+    # for the amax. Elements per token ~ the saved linear inputs' BF16 bytes / 2, twice (two passes).
+    if fp8:
+        q_pair, q_of = stage_sums_by_pair(lt.act * QUANT_PARTS[None, :], t.pp, t.vpp, S)
+        q_elems = (np.zeros((n, S)) + fold_activations(q_pair, q_of, div)) * tokens
+        q_bytes = c.quant_bytes + (c.amax_bytes if workload.precision == "fp8-tensorwise" else 0.0)
+        mb["quantize"] = q_elems * q_bytes / (g.hbm_gbps * 1e9)
+    else:
+        mb["quantize"] = np.zeros((n, S))
 
     # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
     full = (t.rc_gran == 2)[:, None]
@@ -118,6 +179,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
             "imbalance": {}}
     deps["recompute"]["compute_attention"] = np.where(sel, 1.0, frac) / 3.5  # selective: core attention
     deps["recompute"]["memory_bound"] = np.where(sel, 0.1 / 3, frac / 3)
+    deps["recompute"]["quantize"] = frac / 2  # the re-run forward quantises its inputs again
 
     # --- communication -----------------------------------------------------------------------------------
     seq_bytes = tokens / cp * h * 2.0
@@ -147,8 +209,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         deps["imbalance"] = {"compute_experts": extra, "ep_comm": extra}
     else:
         mb["ep_comm"] = np.zeros((n, S))
-    stages_per_node = np.maximum(1.0, cluster.node_size / (t.world / t.pp))[:, None]
-    pp_span = np.where(stages_per_node > 1, 1.0, 2 * cluster.node_size)
+    stages_per_node = np.maximum(1.0, cluster.nvlink_size / (t.world / t.pp))[:, None]
+    pp_span = np.where(stages_per_node > 1, 1.0, 2 * cluster.nvlink_size)
     p2p = 2 * seq_bytes * tok_share * cp * t.vpp[:, None] / _bw(cluster, pp_span, c)
     p2p = p2p * np.where((t.vpp > 1)[:, None], 1.0 - c.p2p_hidden_vpp, 1.0)
     mb["pp_p2p"] = np.where((t.pp > 1)[:, None], p2p, 0.0)
@@ -165,14 +227,12 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     """Per-step pieces: DP traffic of the most loaded stage (dense over DP, experts over expert-DP;
     a stage's ranks are consecutive in Megatron's tp-cp-ep-dp-pp order), optimizer on the GPU and its
     offloaded share on the host, fixed overhead."""
-    from .time import RawTime
-
-    from .memory import owned_params, stage_params
 
     dense, expert = stage_params(model, t, mb.shape[2])
     dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
     g = 4.0 if workload.grads_fp32 else 2.0  # gradient bytes on the wire
-    per_param = np.where(t.dist_opt, g + 2.0, 2 * g)[:, None]  # grad RS + bf16 param AG, or grad all-reduce
+    ag = 1.0 if workload.fp8_param_gather else 2.0  # --fp8-param-gather all-gathers FP8 parameters
+    per_param = np.where(t.dist_opt, g + ag, 2 * g)[:, None]  # grad RS + param AG, or grad all-reduce
     bw = _bw(cluster, (t.world // t.pp)[:, None], c)
     comm = per_param * (dense * (dp - 1) / dp + expert * (edp - 1) / edp) / bw
     comm = np.where(valid, comm, 0.0).max(axis=1)
@@ -193,3 +253,17 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
         tokens_per_step=float(workload.tokens_per_step),
         world=t.world,
     )
+
+
+def raw_time(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable,
+             coef, mcoef: MemoryCoefficients = MemoryCoefficients()) -> RawTime:
+    """Unscaled terms; `mcoef` supplies the routing imbalance shared with the memory model."""
+    mb, deps = microbatch_terms(model, workload, cluster, t, coef, mcoef)
+    n, S = mb["compute_dense"].shape
+    valid = np.arange(S)[None, :] < t.pp[:, None]
+    arr = np.stack([np.where(valid, mb[k], 0.0) for k in MB_TERMS], axis=1)
+    dep = np.zeros((n, len(DEPS), S))
+    for i, (d, k) in enumerate(DEPS):
+        if k in deps[d]:
+            dep[:, i, :] = np.where(valid, deps[d][k], 0.0)
+    return step_raw(model, workload, cluster, t, coef, arr, dep, valid)

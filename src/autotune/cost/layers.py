@@ -25,7 +25,8 @@ from ..catalog import ModelSpec, padded_vocab
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import layer_items
 
-__all__ = ["LayerTables", "layer_tables", "PARTS", "PART_CLASS", "stage_sums", "stage_sums_by_pair", "vocab_per_row"]
+__all__ = ["LayerTables", "layer_tables", "PARTS", "PART_CLASS", "stage_sums", "stage_sums_by_pair", "fold_activations",
+           "vocab_per_row"]
 
 BF16 = 2
 FP32 = 4
@@ -202,6 +203,16 @@ def _pairs(pp: np.ndarray, vpp: np.ndarray) -> tuple[list[tuple[int, int]], np.n
         return [(int(pp[0]), int(vpp[0]))], np.zeros(len(key), dtype=np.intp)
     uniq, inverse = np.unique(key, return_inverse=True)
     return [(int(u >> 20), int(u & ((1 << 20) - 1))) for u in uniq], inverse.reshape(-1)
+
+
+def fold_activations(per_pair: np.ndarray, pair_of: np.ndarray, div: dict) -> np.ndarray:
+    """Activation bytes per token per stage (n, S): each divisor class's parts summed per (PP, VPP) pair,
+    gathered to rows and divided by that class's per-GPU share `div[class]` (scalar or (n, 1))."""
+    out = 0.0
+    for cls in dict.fromkeys(PART_CLASS.values()):
+        cols = [j for j, part in enumerate(PARTS) if PART_CLASS[part] == cls]
+        out = out + per_pair[:, :, cols].sum(axis=2)[pair_of] * div[cls]
+    return out
 
 
 def vocab_per_row(model: ModelSpec, tp: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ class Measurement:
     """One measured training run, in the cost model's vocabulary."""
 
     model: str  # catalog name (or config.json path)
-    gpu: str  # GPU kind of the catalog (H100, H200, B200)
+    gpu: str  # GPU kind of the catalog (H100, H200, H800, B200, B300, GB200, GB300)
     count: int  # world size
     layout: Layout
     tokens_per_s_per_gpu: float
@@ -47,6 +47,8 @@ class Measurement:
     source: str = ""  # where the number comes from (and what was assumed or derived)
     weight: float = 1.0  # relative trust in the fit (derived numbers count less)
     grads_fp32: bool = True  # gradients reduced in fp32 (--accumulate-allreduce-grads-in-fp32)
+    precision: str = "bf16"  # a Workload precision (bf16, fp8-tensorwise, mxfp8, ...)
+    fp8_param_gather: bool = False
 
     def __post_init__(self):
         if not self.tokens_per_s_per_gpu > 0:
@@ -55,11 +57,13 @@ class Measurement:
         if self.layout.world != self.count:
             raise BadInput(f"measurement {self.label()}: layout is for {self.layout.world} GPUs, count is {self.count}")
         ClusterSpec.of(self.gpu, self.count, self.gpus_per_node)  # a known GPU kind, whole nodes
+        self.workload  # a known precision
 
     @property
     def workload(self) -> Workload:
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch,
-                        load_balancing_loss=self.load_balancing_loss, grads_fp32=self.grads_fp32)
+                        load_balancing_loss=self.load_balancing_loss, grads_fp32=self.grads_fp32,
+                        precision=self.precision, fp8_param_gather=self.fp8_param_gather)
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -116,6 +120,10 @@ def _represent(row: dict, line: int) -> Measurement | str:
         model = load_model(got["model"])
         lay = Layout(**got["layout"])
         m = Measurement(layout=lay, source=f"{got['source']} (csv line {line})", **got["measurement"])
+    except BadInput as exc:
+        return f"not representable: {exc}"
+    try:
+        m.workload.check_gpu(m.cluster.gpu)
     except BadInput as exc:
         return f"not representable: {exc}"
     bad = violations(model, m.workload, lay)

@@ -30,7 +30,8 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
-from .layers import PART_CLASS, PARTS, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
+from .layers import (PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
+                     vocab_per_row)
 
 __all__ = ["MemoryResult", "estimate_memory", "TERMS", "MemoryCoefficients"]
 
@@ -50,6 +51,13 @@ SELECTIVE_DROPS = {
     "shared_experts": ("shared",),
     "mla_up_proj": ("attn_other",),
 }
+
+
+# FP8: share of each activation part's BF16 bytes still saved. TE saves a linear's quantised input (1 B
+# per element, +1/32 scales for MXFP8) for the weight gradient: the linear inputs halve, the MLP parts
+# (fc1 output kept in BF16 for the activation's backward, activation output saved in FP8) drop a quarter
+_FP8_SAVED = {"attn_in": 0.5, "mlp_in": 0.5, "moe_perm": 0.5, "moe_act": 0.5, "mlp": 0.75, "shared": 0.75}
+FP8_SAVED = np.array([_FP8_SAVED.get(p, 1.0) for p in PARTS])
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,19 @@ def stage_params(model: ModelSpec, t: LayoutTable, S: int) -> tuple[np.ndarray, 
     return dense, expert
 
 
+def embedding_params(model: ModelSpec, t: LayoutTable, S: int) -> np.ndarray:
+    """Embedding and output-layer parameters per GPU on each stage (n, S), as `stage_params` counts them."""
+    tp = t.tp[:, None].astype(float)
+    last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
+    first = np.zeros((len(t), S), dtype=bool)
+    first[:, 0] = True
+    vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * model.hidden_size / tp
+    out = np.where(first, vocab, 0.0)
+    if not model.tie_embeddings:
+        return out + np.where(last, vocab, 0.0)
+    return out + np.where(last & ~first, vocab, 0.0) if S > 1 else out
+
+
 def owned_params(t: LayoutTable, dense: np.ndarray, expert: np.ndarray) -> np.ndarray:
     """Parameters whose optimizer state a rank holds (n, S): the distributed optimizer shards dense
     parameters over DP and expert parameters over expert-DP; without it every rank holds all of its own."""
@@ -173,8 +194,13 @@ def estimate_memory(
     params = p_dense + p_exp
     owned = owned_params(t, p_dense, p_exp)
     keep = (1.0 - t.offload)[:, None]
+    # FP8: TE keeps an FP8 copy of each linear weight next to the BF16 one for the step's micro-batches; with
+    # --fp8-param-gather the parameter itself is FP8 (1 B) plus that copy (its transpose / column-wise form).
+    # Embedding, output layer and norms stay BF16.
+    linear = params - embedding_params(model, t, S)
+    w_bytes = 2.0 * params + (linear if workload.fp8 and not workload.fp8_param_gather else 0.0)
     terms = {
-        "weights": 2.0 * params,
+        "weights": w_bytes,
         "grads": (coef.grad_bytes if workload.grads_fp32 else 2.0) * params,
         "optimizer": coef.optim_bytes * owned * keep,
     }
@@ -187,7 +213,8 @@ def estimate_memory(
     imb = np.where(ep > 1, coef.imbalance_on if workload.load_balancing_loss else coef.imbalance_off, 1.0)
     div = {"seq": tok, "tp": 1.0 / (cp * tp), "rep": tok, "exph": tok * etp * imb, "expf": tok * imb}
     # per (PP, VPP) pair, never per row x part: the (n, S, P) table is the slow part at 10^5 rows
-    per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S)  # (pairs, S, P)
+    act = lt.act * FP8_SAVED[None, :] if workload.fp8 else lt.act
+    per_pair, pair_of = stage_sums_by_pair(act, t.pp, t.vpp, S)  # (pairs, S, P)
     keep_part = np.ones((n, len(PARTS)), dtype=bool)
     sel = t.rc_gran == 1
     mods = np.where(sel & (t.rc_modules == 0), 1, t.rc_modules)  # Megatron's default: core_attn
@@ -195,10 +222,7 @@ def estimate_memory(
         on = sel & ((mods >> b) & 1).astype(bool)
         for part in SELECTIVE_DROPS[mod]:
             keep_part[on, PARTS.index(part)] = False
-    full_layer = np.zeros((n, S))  # bytes per token of the stage's layers, everything saved
-    for cls in dict.fromkeys(PART_CLASS.values()):
-        cols = [j for j, part in enumerate(PARTS) if PART_CLASS[part] == cls]
-        full_layer += per_pair[:, :, cols].sum(axis=2)[pair_of] * div[cls]
+    full_layer = np.zeros((n, S)) + fold_activations(per_pair, pair_of, div)  # per token, everything saved
     kept_layer = full_layer.copy()
     if sel.any():  # only selective rows drop parts
         rs = np.flatnonzero(sel)
@@ -235,7 +259,7 @@ def estimate_memory(
         k = model.moe.top_k
         a2a = tokens * tok * k * 2.0 * h * 2 * imb  # send + receive copies of the routed tokens
         ag = tokens / cp * ep * 2.0 * h  # all-gather of the TP x EP group's tokens (bf16)
-        inter_node = (t.ep * t.etp * t.tp > cluster.node_size)[:, None]
+        inter_node = (t.ep * t.etp * t.tp > cluster.nvlink_size)[:, None]
         deepep = np.broadcast_to(coef.deepep_buffer * np.where(inter_node, 1.5, 1.0), a2a.shape)
         buf = np.select([t.dispatcher[:, None] == 0, t.dispatcher[:, None] == 1], [a2a, ag], deepep)
         terms["dispatcher"] = np.where((ep * etp * tp) > 1, buf, 0.0) * bool(lt.is_moe.any())

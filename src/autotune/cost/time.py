@@ -32,22 +32,15 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from .flops import mfu, usd_per_million_tokens
+from ._terms import DEPS, DERIVED, MB_TERMS, STEP_TERMS, RawTime, raw_time
 from .memory import MemoryCoefficients, MemoryResult
 
-__all__ = ["TimeCoefficients", "TimeResult", "RawTime", "estimate_time", "raw_time", "compose", "step_breakdown",
-           "MB_TERMS", "STEP_TERMS", "DERIVED"]
-
-MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
-            "recompute", "memory_bound", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead", "imbalance")
-STEP_TERMS = MB_TERMS + ("bubble", "dp_comm", "optimizer", "step_overhead", "offload")
-DERIVED = ("recompute", "imbalance")  # linear in other MB terms: they follow those terms' factors
-DEPS = tuple(("recompute", k) for k in ("compute_dense", "compute_attention", "compute_linear_attention",
-                                        "compute_experts", "memory_bound")) \
-    + (("imbalance", "compute_experts"), ("imbalance", "ep_comm"))  # (derived, primary) pairs with a coefficient
 _DERIVED_IDX = [MB_TERMS.index(d) for d in DERIVED]
 _DEP_SRC = [MB_TERMS.index(k) for _, k in DEPS]
 _DEP_SUM = np.array([[1.0 if d == dd else 0.0 for dd, _ in DEPS] for d in DERIVED])  # (derived, deps)
 
+__all__ = ["TimeCoefficients", "TimeResult", "RawTime", "estimate_time", "raw_time", "compose", "step_breakdown",
+           "MB_TERMS", "STEP_TERMS", "DERIVED"]
 
 @dataclass(frozen=True)
 class TimeCoefficients:
@@ -86,38 +79,20 @@ class TimeCoefficients:
     host_mem_eff: float = 0.6  # achieved share of the node's DRAM bandwidth with every rank stepping at once
     host_link_eff: float = 0.8  # achieved share of PCIe bandwidth for pinned copies
     shared_overlap_gain: float = 0.8  # share of shared-expert compute hidden by --moe-shared-expert-overlap
+    # FP8: an FP8 GEMM's achieved share of the FP8 peak relative to a BF16 GEMM's share of the BF16 peak.
+    # cuBLAS on H100 SXM at 8k^3: ~1,300-1,450 TF/s FP8 (66-73% of 1,979) against ~740 BF16 (75% of 989)
+    # (NVIDIA's "H100 Tensor Core GPU" whitepaper plots; TE's own GEMM benchmarks): ~0.9
+    fp8_gemm: float = 0.9
+    # blockwise scaling (1x128 / 128x128 scales) rescales partial sums inside the GEMM: ~80% of per-tensor
+    # FP8 speed (DeepGEMM's reported 1,350-1,550 TF/s on H800 vs per-tensor cuBLAS; TE blockwise GEMMs)
+    fp8_blockwise: float = 0.8
+    quant_bytes: float = 4.0  # per quantised element: read BF16 (2 B), write FP8 row-wise and column-wise (2 x 1 B)
+    amax_bytes: float = 2.0  # per-tensor current scaling: an extra BF16 read for the amax before the cast
     scale: dict = field(default_factory=dict)  # term -> calibrated factor (missing = 1)
 
     def physics_key(self) -> tuple:
         """Everything but the factors: the cache key of unscaled terms."""
         return tuple(getattr(self, f) for f in self.__dataclass_fields__ if f != "scale")
-
-
-@dataclass
-class RawTime:
-    """Unscaled terms of n layouts: what `compose` turns into step times under any factors."""
-
-    mb: np.ndarray  # (n, len(MB_TERMS), S) seconds per micro-batch per stage, zero beyond PP
-    dep: np.ndarray  # (n, len(DEPS), S): derived term = sum of coefficient x its (scaled) primary term
-    valid: np.ndarray  # (n, S)
-    microbatches: np.ndarray  # (n,)
-    bubble_coef: np.ndarray  # (n,) (PP - 1) / VPP
-    dp_comm: np.ndarray  # (n,) DP traffic time before overlap
-    dp_overlap: np.ndarray  # (n,) micro-batch stage times it can hide behind (0: not overlapped)
-    optimizer: np.ndarray  # (n,)
-    step_overhead: np.ndarray  # (n,)
-    offload: np.ndarray  # (n,) host optimizer step and PCIe copies
-    tokens_per_step: float
-    world: int
-
-    def pad(self, S: int) -> "RawTime":
-        extra = S - self.mb.shape[2]
-        if extra <= 0:
-            return self
-        return RawTime(np.pad(self.mb, ((0, 0), (0, 0), (0, extra))),
-                       np.pad(self.dep, ((0, 0), (0, 0), (0, extra))), np.pad(self.valid, ((0, 0), (0, extra))),
-                       self.microbatches, self.bubble_coef, self.dp_comm, self.dp_overlap, self.optimizer,
-                       self.step_overhead, self.offload, self.tokens_per_step, self.world)
 
 
 @dataclass
@@ -204,22 +179,6 @@ def compose(raw: RawTime, scale: dict, model: ModelSpec, gpu) -> TimeResult:
         mfu=mfu(model, tps, gpu.bf16_tflops),
         usd_per_million_tokens=usd_per_million_tokens(gpu.usd_per_hour, tps),
     )
-
-
-def raw_time(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable,
-             coef: TimeCoefficients = TimeCoefficients(), mcoef: MemoryCoefficients = MemoryCoefficients()) -> RawTime:
-    """Unscaled terms; `mcoef` supplies the routing imbalance shared with the memory model."""
-    from ._terms import microbatch_terms, step_raw
-
-    mb, deps = microbatch_terms(model, workload, cluster, t, coef, mcoef)
-    n, S = mb["compute_dense"].shape
-    valid = np.arange(S)[None, :] < t.pp[:, None]
-    arr = np.stack([np.where(valid, mb[k], 0.0) for k in MB_TERMS], axis=1)
-    dep = np.zeros((n, len(DEPS), S))
-    for i, (d, k) in enumerate(DEPS):
-        if k in deps[d]:
-            dep[:, i, :] = np.where(valid, deps[d][k], 0.0)
-    return step_raw(model, workload, cluster, t, coef, arr, dep, valid)
 
 
 def estimate_time(

@@ -17,6 +17,7 @@ import shlex
 from ..catalog import ClusterSpec, Workload
 from ..errors import BadInput
 from ..layout import Layout, format_args, layout_args
+from ..layout.args import precision_args
 
 __all__ = ["SEED_ENV", "ENTRY_PLACEHOLDER", "build_run_block", "workload_args", "num", "loss_mask_for"]
 
@@ -104,6 +105,7 @@ def build_run_block(
         ["--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32"] if workload.grads_fp32
         else ["--attention-softmax-in-fp32"],
         ["--attention-backend", "flash"],
+        *_lines(precision_args(workload.precision, workload.fp8_param_gather), together=True),
         *_lines(pick(_AFTER_BACKEND)),
         *_lines(pick(_FUSION), together=True),
         ["--distributed-timeout-minutes", "30"],

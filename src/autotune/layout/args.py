@@ -10,10 +10,11 @@ from __future__ import annotations
 import shlex
 from typing import Iterable, Literal
 
+from ..catalog.workload import FP8_RECIPES
 from ..errors import BadInput
 from .core import Layout, Recompute
 
-__all__ = ["layout_args", "layout_from_args", "format_args"]
+__all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_from_args"]
 
 Style = Literal["slime", "megatron"]
 
@@ -66,6 +67,31 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192) -> 
     if style == "megatron" or layout.dispatcher != "alltoall":
         a.append(("--moe-token-dispatcher-type", layout.dispatcher))
     return a
+
+
+def precision_args(precision: str, fp8_param_gather: bool = False) -> list[tuple[str, str | None]]:
+    """Megatron's FP8 flags for a workload precision (none for bf16; --bf16 is in MODEL_ARGS)."""
+    recipe = FP8_RECIPES.get(precision, "unknown")
+    if recipe == "unknown":
+        raise BadInput(f"precision {precision!r}: choose one of {', '.join(FP8_RECIPES)}")
+    if recipe is None:
+        return []
+    fmt, kind = recipe
+    a: list[tuple[str, str | None]] = [("--fp8-format", fmt), ("--fp8-recipe", kind)]
+    if fp8_param_gather:
+        a.append(("--fp8-param-gather", None))
+    return a
+
+
+def precision_from_args(flags: dict) -> tuple[str, bool]:
+    """(precision, fp8_param_gather) from parsed flags {flag: value or None}; bf16 without --fp8-format."""
+    if "--fp8-format" not in flags:
+        return "bf16", False
+    kind = flags.get("--fp8-recipe") or "delayed"  # Megatron's default recipe
+    for name, recipe in FP8_RECIPES.items():
+        if recipe is not None and recipe[1] == kind:
+            return name, "--fp8-param-gather" in flags
+    raise BadInput(f"--fp8-recipe {kind!r}: not one autotune models; use delayed, tensorwise, blockwise or mxfp8")
 
 
 def format_args(pairs: Iterable[tuple[str, str | None]]) -> list[str]:

@@ -20,6 +20,7 @@ from dataclasses import fields
 from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
 from ..errors import AutotuneError, BadInput
 from ..layout import Layout, Recompute, layout_from_args
+from ..layout.args import precision_from_args
 from .schema import Recipe
 
 __all__ = ["PHRASE", "layout_of", "run_layout", "workload_of", "cluster_of", "model_of", "run_flags", "is_moe"]
@@ -125,6 +126,8 @@ def workload_of(recipe: Recipe) -> Workload:
     types = {f.name: f.type for f in fields(Workload)}
     flags = run_flags(recipe.run)
     kw["grads_fp32"] = "--accumulate-allreduce-grads-in-fp32" in flags
+    if "--fp8-format" in flags:  # the run block's FP8 flags are what Megatron runs; the section agrees or is stale
+        kw["precision"], kw["fp8_param_gather"] = precision_from_args(flags)
     for flag, value in flags.items():
         name = _WORKLOAD_FLAGS.get(flag)
         if name and value is not None:

@@ -1,0 +1,63 @@
+"""A user's GPU description (YAML or JSON) validated into GpuSpec keyword arguments.
+
+The schema mirrors GpuSpec: peaks in TFLOP/s (dense), bandwidths in GB/s, memory in GB as vendors print it.
+Every error is one line naming the field and the way out. Pure: pydantic and yaml only.
+"""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ConfigError
+
+__all__ = ["GpuFile", "parse_gpu_file"]
+
+GiB = 1024**3
+
+
+class GpuFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    memory_gb_nominal: int = Field(gt=0)
+    memory_gib: float | None = Field(default=None, gt=0)  # allocatable; default 0.97 x nominal
+    bf16_tflops: float = Field(gt=0)
+    fp8_tflops: float = Field(default=0.0, ge=0)
+    mxfp8: bool = False
+    hbm_gbps: float = Field(gt=0)
+    nvlink_gbps: float = Field(gt=0)  # unidirectional per GPU
+    nvlink_domain: int = Field(default=0, ge=0)
+    usd_per_hour: float = Field(default=0.0, ge=0)
+    gpus_per_node: int = Field(default=8, gt=0)
+    network_gbps: float = Field(default=400.0, gt=0)  # per node
+    instance: str = ""
+    host_mem_gbps: float = Field(default=400.0, gt=0)
+    host_link_gbps: float = Field(default=32.0, gt=0)
+    host_mem_gib: float = Field(default=2048.0, gt=0)
+
+
+def parse_gpu_file(text: str, where: str, spec_fields: set[str]) -> dict:
+    """GpuSpec keyword arguments from the file's text; ConfigError (one line) when it is not a valid GPU."""
+    try:
+        data = json.loads(text) if where.lower().endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"--gpu {where}: not valid {'JSON' if where.endswith('.json') else 'YAML'} ({first}); "
+                          "fix the file") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--gpu {where}: expected a mapping of GPU fields (name, bf16_tflops, ...)")
+    try:
+        g = GpuFile(**data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"]) or "file"
+        raise ConfigError(f"--gpu {where}: field {loc}: {e['msg']} (got {e.get('input')!r}); "
+                          f"fields: {', '.join(GpuFile.model_fields)}") from None
+    kw = g.model_dump()
+    gib = kw.pop("memory_gib")
+    kw["memory_bytes"] = int((gib if gib is not None else 0.97 * g.memory_gb_nominal) * GiB)
+    assert set(kw) <= spec_fields
+    return kw

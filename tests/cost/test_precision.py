@@ -1,0 +1,116 @@
+"""Precision as a workload setting and the GPUs it runs on: FP8 recipes in time, memory and arguments;
+NVL72 racks; a user's GPU file."""
+
+import pytest
+
+from autotune.catalog import GPUS, ClusterSpec, Workload, get_gpu, load_model
+from autotune.cli.main import main
+from autotune.cost import evaluate
+from autotune.cost._published import precision_of
+from autotune.cost.calibrate import Calibration
+from autotune.errors import BadInput, ConfigError
+from autotune.layout import Layout, LayoutTable, Recompute, format_args
+from autotune.layout.args import precision_args, precision_from_args
+from autotune.recipes.convert import run_flags
+
+QWEN = "Qwen3.5-122B-A10B"
+SEED = Layout(world=32, tp=1, pp=4, ep=8, recompute=Recompute("full", "uniform", 2), max_tokens_per_gpu=8192)
+
+
+def ev(precision="bf16", gpu="H200", lay=SEED, pg=False, model=QWEN, count=32):
+    c = ClusterSpec.of(gpu, count)
+    w = Workload(precision=precision, fp8_param_gather=pg)
+    return evaluate(load_model(model), w, c, LayoutTable.from_layouts([lay]), Calibration(c.gpu.name))
+
+
+def test_precision_is_validated_against_the_workload_and_the_gpu():
+    with pytest.raises(BadInput, match="choose one of bf16, fp8-delayed"):
+        Workload(precision="fp16")
+    with pytest.raises(BadInput, match="needs an FP8 precision"):
+        Workload(fp8_param_gather=True)
+    with pytest.raises(BadInput, match="Blackwell only"):
+        Workload(precision="mxfp8").check_gpu(get_gpu("H100"))
+    Workload(precision="mxfp8").check_gpu(get_gpu("GB200"))
+    with pytest.raises(BadInput, match="no FP8"):
+        Workload(precision="fp8-tensorwise").check_gpu(get_gpu("cpu"))
+
+
+def test_fp8_runs_linears_at_the_fp8_peak_and_pays_for_the_casts():
+    b, f, d = ev(), ev("fp8-tensorwise"), ev("fp8-delayed")
+    bt, ft, dt = b.time.step_terms, f.time.step_terms, d.time.step_terms
+    assert ft["compute_dense"][0] < 0.6 * bt["compute_dense"][0]  # 2x peak at 0.9 of BF16's efficiency
+    assert ft["compute_output"][0] == pytest.approx(bt["compute_output"][0])  # the output layer stays BF16
+    assert ft["compute_attention"][0] == pytest.approx(bt["compute_attention"][0])
+    assert bt["quantize"][0] == 0 and ft["quantize"][0] > dt["quantize"][0] > 0  # current scaling's amax pass
+    assert b.time.tokens_per_s_per_gpu[0] < f.time.tokens_per_s_per_gpu[0] < 2 * b.time.tokens_per_s_per_gpu[0]
+    blk = ev("fp8-blockwise").time.step_terms
+    assert ft["compute_dense"][0] < blk["compute_dense"][0] < bt["compute_dense"][0]
+
+
+def test_fp8_memory_saves_activations_and_the_param_gather_saves_weights():
+    none = Layout(world=32, tp=1, pp=4, ep=8, max_tokens_per_gpu=8192)
+    b, f, g = ev(lay=none), ev("fp8-tensorwise", lay=none), ev("fp8-tensorwise", lay=none, pg=True)
+    bm, fm, gm = b.memory.terms, f.memory.terms, g.memory.terms
+    assert fm["activations"][0, 0] < 0.9 * bm["activations"][0, 0]  # linear inputs halve, the rest stays
+    assert fm["weights"][0, 1] == pytest.approx(1.5 * bm["weights"][0, 1], rel=0.01)  # BF16 + FP8 copy
+    assert gm["weights"][0, 1] == pytest.approx(bm["weights"][0, 1], rel=0.01)  # FP8 param + its transpose
+    assert g.time.step_terms["dp_comm"][0] <= f.time.step_terms["dp_comm"][0]
+
+
+def test_precision_flags_round_trip_through_a_run_block():
+    assert precision_args("bf16") == []
+    for prec in ("fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8"):
+        for pg in (False, True):
+            line = " ".join(["train.py"] + format_args(precision_args(prec, pg)))
+            assert precision_from_args(run_flags(line)) == (prec, pg)
+    assert precision_args("mxfp8")[:2] == [("--fp8-format", "e4m3"), ("--fp8-recipe", "mxfp8")]
+
+
+def test_nvl72_keeps_a_64_way_all_to_all_on_nvlink():
+    lay = Layout(world=64, tp=1, pp=1, ep=64, max_tokens_per_gpu=4096)
+    rack = ClusterSpec.of("GB200", 64)
+    assert rack.node_size == 4 and rack.nvlink_size == 64 and rack.nodes == 16
+    gb = ev(gpu="GB200", lay=lay, model="Qwen3-30B-A3B", count=64).time.step_terms["ep_comm"][0]
+    b2 = ev(gpu="B200", lay=lay, model="Qwen3-30B-A3B", count=64).time.step_terms["ep_comm"][0]
+    assert gb < 0.5 * b2  # 8 HGX nodes send 7/8 of the tokens over the network; the rack does not
+
+
+def test_catalog_gpus_have_fp8_peaks_and_h800_its_cut_nvlink():
+    for name in ("H100", "H200", "H800", "B200", "B300", "GB200", "GB300"):
+        g = GPUS[name]
+        assert g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=0.01)
+    assert GPUS["H800"].nvlink_gbps < GPUS["H100"].nvlink_gbps and GPUS["GB300"].nvlink_domain == 72
+
+
+def test_published_precision_names_are_read_or_skipped_with_a_reason():
+    assert precision_of("BF16", "x") == ("bf16", "")
+    assert precision_of("FP8-MX", "Megatron-Bridge perf archive:25.11")[0] == "mxfp8"
+    assert precision_of("FP8 32x32 granularity (MX-style, per page footnote)", "")[0] == "mxfp8"
+    assert precision_of("FP8-CS", "")[0] == "fp8-tensorwise"
+    assert precision_of("FP8", "Megatron-Bridge perf archive:26.06")[0] == "fp8-tensorwise"
+    assert precision_of("FP8", "NeMo 24.07 performance summary")[0] == "fp8-delayed"
+    assert precision_of("FP8 blockwise", "")[0] == "fp8-blockwise"
+    assert precision_of("NVFP4", "") == (None, "NVFP4 is not modelled")
+    assert precision_of("FP8 rowwise", "")[0] is None
+
+
+def test_a_user_gpu_file_is_validated_in_one_line(tmp_path, capsys):
+    good = tmp_path / "mi.yaml"
+    good.write_text("name: MyGPU\nmemory_gb_nominal: 192\nbf16_tflops: 1300\nfp8_tflops: 2600\n"
+                    "hbm_gbps: 5300\nnvlink_gbps: 448\nusd_per_hour: 5\n")
+    g = get_gpu(str(good))
+    assert g.name == "MyGPU" and g.fp8_tflops == 2600 and g.nvlink_domain == 8
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: X\nmemory_gb_nominal: 80\nbf16_tflops: -1\nhbm_gbps: 1\nnvlink_gbps: 1\n")
+    with pytest.raises(ConfigError, match="field bf16_tflops"):
+        get_gpu(str(bad))
+    capsys.readouterr()
+    args = ["estimate", "-m", QWEN, "-n", "32", "-l", "TP1 PP4 EP8 DP8", "--recompute", "full:uniform:2", "--json"]
+    assert main(args + ["-g", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bf16_tflops" in err and len(err.splitlines()) == 1
+    assert main(args + ["-g", str(good), "--precision", "fp8-tensorwise"]) == 0
+    out = capsys.readouterr().out
+    assert '"precision": "fp8-tensorwise"' in out and "--fp8-recipe" in out
+    assert main(args + ["-g", "H200", "--precision", "mxfp8"]) == 2
+    assert "Blackwell only" in capsys.readouterr().err
