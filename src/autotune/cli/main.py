@@ -108,6 +108,11 @@ def _run(argv: list[str] | None, debug: bool) -> int:
             raise
         print_error(_os_error(exc))
         return 2
+    except UnicodeDecodeError:  # a binary file where text was expected; callers that know the path say so
+        if debug:
+            raise
+        print_error("an input file is not UTF-8 text (a binary file?); pass the text file the option asks for")
+        return 2
     except RecursionError:
         if debug:
             raise
