@@ -14,18 +14,20 @@ from rich.text import Text
 
 __all__ = ["console", "err_console", "print_json", "print_error", "one_line", "MAX_LINE"]
 
-MAX_LINE = 500  # characters of one error line; the rest is cut with a count of what was left out
+MAX_LINE = 800  # characters of one error line; the middle of a longer one is cut (the way out is at the end)
 
 console = Console(highlight=False, soft_wrap=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # errors stay on one line
 
 
 def one_line(text: object, limit: int = MAX_LINE) -> str:
-    """`text` with every run of whitespace (newlines included) as one space, cut to `limit` characters."""
+    """`text` with every run of whitespace (newlines included) as one space, at most about `limit`
+    characters: a longer one keeps its head and tail (which says what to do) and names what was cut."""
     line = " ".join(str(text).split())
     if len(line) <= limit:
         return line
-    return f"{line[: limit - 40]}... ({len(line) - limit + 40:,} more characters)"
+    head, tail = int(limit * 0.6), int(limit * 0.3)
+    return f"{line[:head]} ... ({len(line) - head - tail:,} characters cut) ... {line[-tail:]}"
 
 
 def print_error(text: object, prefix: str = "error: ") -> None:
