@@ -1,6 +1,7 @@
 """Catalog: exact parameter counts, HF config parsing, name lookup, hardware."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,45 @@ def test_workload_defaults_are_the_seed():
     assert w.window_tokens == 15_728_640
     with pytest.raises(BadInput):
         Workload(seq_len=1000)
+
+
+# --- typed validation of config.json: one line naming the file, the field and the value --------------------
+@pytest.mark.parametrize("field, value, words", [
+    ("num_experts", "eight", "'num_experts' = 'eight'"),
+    ("rope_parameters", "yarn", "'rope_parameters' = 'yarn'"),
+    ("mlp_only_layers", 5, "'mlp_only_layers' = 5"),
+    ("hidden_size", 1e30, "'hidden_size' = 1e+30"),
+    ("hidden_size", 2**70, "less than or equal"),
+    ("partial_rotary_factor", float("nan"), "finite"),
+    ("num_attention_heads", True, "'num_attention_heads' = True"),
+    ("layer_types", "full_attention", "'layer_types'"),
+])
+def test_wrong_types_in_config_json_are_one_line_config_errors(tmp_path, field, value, words):
+    import json
+
+    from autotune.catalog import load_model
+    from autotune.errors import ConfigError
+
+    cfg = json.loads((Path(__file__).parents[1] / "src/autotune/catalog/data/models/tiny-moe.json").read_text())
+    cfg[field] = value
+    path = tmp_path / "bad" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as err:
+        load_model(str(path))
+    msg = str(err.value)
+    assert words in msg and str(path) in msg and "\n" not in msg and len(msg) < 400
+
+
+def test_deeply_nested_or_binary_config_json_is_a_config_error(tmp_path):
+    from autotune.catalog import load_model
+    from autotune.errors import ConfigError
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_model(str(deep))
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_model(str(binary))

@@ -85,14 +85,80 @@ def _packaged(name: str):
     return resources.files("autotune") / "search_spaces" / f"{name}.yaml"
 
 
+MAX_YAML_BYTES = 1 << 20  # a search space is a page of YAML
+MAX_ALIASES = 50  # anchors are for sharing a list or two, not for building structures
+MAX_NODES = 100_000  # YAML nodes after aliases are expanded
+MAX_ENUMERATED = 5_000_000  # combinations (product of the dimensions' value counts) enumerated at once
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that counts aliases as it composes: an alias bomb stops at MAX_ALIASES."""
+
+    aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases")
+        return super().compose_node(parent, index)
+
+
+def _expanded_nodes(root, limit: int) -> int:
+    """Nodes of the document with every alias expanded (shared nodes counted each time), up to `limit`."""
+    memo: dict[int, int] = {}
+
+    def size(node) -> int:
+        if id(node) in memo:
+            return memo[id(node)]
+        memo[id(node)] = limit + 1  # a cycle (a recursive anchor) counts as too big
+        kids = node.value if isinstance(node, yaml.SequenceNode) else (
+            [n for kv in node.value for n in kv] if isinstance(node, yaml.MappingNode) else [])
+        total = 1
+        for k in kids:
+            total += size(k)
+            if total > limit:
+                break
+        memo[id(node)] = min(total, limit + 1)
+        return memo[id(node)]
+
+    return size(root) if root is not None else 0
+
+
 def _read_yaml(text: str, label: str) -> dict:
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"search space {label}: {len(text):,} characters, more than {MAX_YAML_BYTES:,}; "
+                          f"a search space lists a few values per dimension")
+    loader = _SafeLoader(text)
     try:
-        data = yaml.safe_load(text) or {}
+        root = loader.get_single_node()
+        if _expanded_nodes(root, MAX_NODES) > MAX_NODES:
+            raise ConfigError(f"search space {label}: more than {MAX_NODES:,} values once its aliases are "
+                              f"expanded; list the values without nested anchors")
+        data = (loader.construct_document(root) if root is not None else None) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"search space {label}: not valid YAML ({exc}); fix the file") from None
+        raise ConfigError(f"search space {label}: not valid YAML ({' '.join(str(exc).split())[:200]}); "
+                          f"fix the file") from None
+    except RecursionError:
+        raise ConfigError(f"search space {label}: nested too deeply; fix the file") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise ConfigError(f"search space {label}: expected a mapping with 'dimensions'")
     return data
+
+
+def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec) -> list[list]:
+    """The enumeration axes, refused when their product exceeds MAX_ENUMERATED (before numpy allocates)."""
+    axes = grid_axes(space.dimensions.model_dump(), model, cluster)
+    size = 1
+    for a in axes:
+        size *= max(len(a), 1)
+    if size > MAX_ENUMERATED:
+        counts = " x ".join(str(len(a)) for a in axes)
+        raise ConfigError(f"search space {space.source}: {size:,} combinations ({counts}) exceed the cap of "
+                          f"{MAX_ENUMERATED:,}; list fewer values per dimension")
+    return axes
 
 
 def _parse(data: dict, label: str) -> SearchSpace:
@@ -144,7 +210,7 @@ def load_space(path: str | None = None, model: ModelSpec | None = None) -> Searc
 
 def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec) -> LayoutTable:
     """Every combination of the space's values for this model and cluster, as a LayoutTable."""
-    axes = grid_axes(space.dimensions.model_dump(), model, cluster)
+    axes = _sized_axes(space, model, cluster)
     n, cols = grid_columns(axes, workload)
     return LayoutTable.from_columns(cluster.count, n, sp=True, **cols)
 

@@ -5,6 +5,7 @@ cause wins over its peer's communication error), and bad input refused with exit
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -15,7 +16,7 @@ from autotune.cli.main import main as cli
 from autotune.layout import Layout
 from autotune.trials.backends import get_backend
 from autotune.trials.backends.local import LocalBackend
-from autotune.trials.spec import TrialSpec, read_model, write_json_atomic
+from autotune.trials.spec import TrialResult, TrialSpec, read_model, write_json_atomic
 
 pytest.importorskip("megatron.core")
 
@@ -119,3 +120,120 @@ def test_cli_runs_a_one_rank_spec_on_two_ranks_and_prints_json(tmp_path, make_sp
     assert res["status"] == "ok" and res["backend"] == "local" and len(res["steps"]) == 6
     ran = read_model(TrialSpec, tmp_path / "trial_spec.json")
     assert ran.count == 2 and Layout.from_dict(ran.layout).dp == 2
+
+
+# --- ranks die with their driver; a CPU trial that cannot fit in host memory is refused ---------------------
+
+_DRIVER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {src!r})
+sys.path.insert(0, {tests!r})
+from conftest import tiny_spec
+from autotune.cli.main import main
+from autotune.trials.backends.local import LocalBackend
+
+trial_dir = Path(sys.argv[1])
+if sys.argv[2] == "cli":  # through the CLI's signal handling: SIGTERM stops the trial like Ctrl-C
+    from autotune.trials.spec import write_json_atomic
+    write_json_atomic(trial_dir / "trial_spec.json", tiny_spec(7, steps=10_000))
+    sys.exit(main(["trial", "run", str(trial_dir / "trial_spec.json")]))
+backend = LocalBackend()
+backend.submit(tiny_spec(7, steps=10_000), trial_dir)
+time.sleep(600)
+"""
+
+
+def _start_driver(tmp_path, tmp_trial, mode: str):
+    import subprocess
+    from pathlib import Path
+
+    import autotune
+
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER.format(src=str(Path(autotune.__file__).parents[1]), tests=str(Path(__file__).parent)))
+    return subprocess.Popen([sys.executable, str(script), str(tmp_trial), mode], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _ranks_gone(proc_scan, marker, limit: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + limit
+    while (left := proc_scan(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def _wait_ranks(proc_scan, marker, driver, n: int = 2, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
+    while len(proc_scan(marker)) < n:
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline, "the ranks did not start"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_ranks_die_with_their_driver(tmp_path, tmp_trial, proc_scan, sig):
+    import signal
+
+    driver = _start_driver(tmp_path, tmp_trial, "plain")
+    marker = tmp_trial.resolve() / "trial_spec.json"
+    try:
+        _wait_ranks(proc_scan, marker, driver)
+        driver.send_signal(getattr(signal, sig))
+        driver.wait(timeout=30)
+        assert _ranks_gone(proc_scan, marker) == [], "rank processes outlived their driver"
+    finally:
+        driver.kill()
+        for pid in proc_scan(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_sigterm_of_the_cli_cancels_the_trial_cleanly(tmp_path, tmp_trial, proc_scan):
+    import signal
+
+    driver = _start_driver(tmp_path, tmp_trial, "cli")
+    marker = tmp_trial.resolve() / "trial_spec.json"
+    try:
+        _wait_ranks(proc_scan, marker, driver)
+        driver.send_signal(signal.SIGTERM)
+        _, err = driver.communicate(timeout=60)
+        assert driver.returncode == 143, err
+        assert "terminated" in err and "Traceback" not in err
+        assert _ranks_gone(proc_scan, marker) == []
+        res = read_model(TrialResult, tmp_trial / "trial_result.json")
+        assert res.status == "crash" and res.reason == "cancelled"
+    finally:
+        driver.kill()
+        for pid in proc_scan(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_cpu_trial_beyond_host_memory_is_refused_before_any_process(make_spec, tmp_trial, monkeypatch):
+    import autotune.trials.backends.local as local
+
+    monkeypatch.setattr(local, "mem_available_bytes", lambda: 0.75 * 2**30)
+    backend = LocalBackend()
+    handle = backend.submit(make_spec(8), tmp_trial)
+    res = backend.poll(handle)
+    assert res is not None and res.status == "infra"
+    assert "host memory: 2 rank(s)" in res.reason and "MemAvailable is 0.75 GiB" in res.reason
+    assert read_model(TrialResult, tmp_trial / "trial_result.json") == res
+    assert not (tmp_trial / "logs").exists() or not any((tmp_trial / "logs").iterdir())
+    backend.close()  # nothing live: a no-op
+
+
+def test_host_memory_check_uses_the_prediction_and_passes_when_it_fits(make_spec):
+    from autotune.trials.backends.local import RUNTIME_BYTES_PER_RANK, host_memory_refusal
+    from autotune.trials.spec import Prediction
+
+    spec = make_spec(9, predicted=Prediction(tokens_per_s_per_gpu=1.0, peak_bytes=3 * 2**30))
+    need = 2 * (3 * 2**30 + RUNTIME_BYTES_PER_RANK)
+    assert host_memory_refusal(spec, available=need + 1) is None
+    msg = host_memory_refusal(spec, available=need - 1)
+    assert "3.00 GiB predicted" in msg and f"= {need / 2**30:.2f} GiB" in msg
+    gpu = make_spec(9, gpu="H200", predicted=Prediction(tokens_per_s_per_gpu=1.0, peak_bytes=3 * 2**40))
+    assert host_memory_refusal(gpu, available=1.0) is None  # HBM is the memory model's business
+    # without a prediction the memory model is evaluated for the spec's one layout: tiny-moe fits easily
+    assert host_memory_refusal(make_spec(9), available=64 * 2**30) is None

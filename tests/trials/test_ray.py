@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import textwrap
 import time
@@ -185,6 +186,115 @@ def test_dead_actor_leaves_no_orphans(backend, make_spec, tmp_path, tmp_trial, p
     assert not proc_scan(tag, environ=True), "a process of the trial survived"
     assert "CREATED" not in _groups_state()
 
+
+
+# --- a trial the cluster can never hold; an unreachable address -----------------------------------------
+@pytest.mark.slow
+def test_a_trial_bigger_than_the_cluster_fails_at_once_naming_demand_and_resources(backend, make_spec, tmp_trial):
+    from autotune.layout import Layout
+
+    spec = make_spec(30, count=4, gpus_per_node=4, layout=Layout(world=4, ep=2, micro_batch_size=1,
+                                                                 distributed_optimizer=False).to_dict())
+    t0 = time.monotonic()
+    res = wait_result(backend, backend.submit(spec, tmp_trial), limit=60)
+    assert time.monotonic() - t0 < 60
+    assert res.status == "infra" and res.attempts == 1
+    assert "needs 4 bundle(s) = 4 CPU" in res.reason and "has 2 CPU in total" in res.reason
+    assert "CREATED" not in _groups_state() and "PENDING" not in _groups_state()
+
+
+@pytest.mark.slow
+def test_with_an_autoscaler_it_waits_and_says_so(backend, make_spec, tmp_trial):
+    from autotune.layout import Layout
+
+    spec = make_spec(31, count=4, gpus_per_node=4, layout=Layout(world=4, ep=2, micro_batch_size=1).to_dict())
+    said = []
+    backend.autoscale, backend.progress = True, said.append
+    try:
+        handle = backend.submit(spec, tmp_trial)
+        assert backend.poll(handle) is None  # waiting for nodes that may come
+        assert said and "waiting for the autoscaler" in said[0] and "4 CPU" in said[0]
+        backend.cancel(handle)
+        assert backend.poll(handle).reason == "cancelled by the search driver"
+    finally:
+        backend.autoscale, backend.progress = False, print
+
+
+def test_demand_against_cluster_totals_and_nodes():
+    from autotune.trials.backends._ray_checks import demand_shortfall
+
+    assert demand_shortfall([{"CPU": 1.0}] * 2, {"CPU": 2.0}) is None
+    msg = demand_shortfall([{"CPU": 1.0}] * 4, {"CPU": 2.0, "memory": 1e9})
+    assert "4 bundle(s) = 4 CPU" in msg and "has 2 CPU in total" in msg
+    msg = demand_shortfall([{"GPU": 8.0, "CPU": 8.0}] * 2, {"CPU": 64.0, "GPU": 16.0}, [{"CPU": 16.0, "GPU": 4.0}] * 4)
+    assert "fits on no node" in msg and "4 GPU" in msg
+    assert "0 GPU in total" in demand_shortfall([{"GPU": 8.0, "CPU": 8.0}], {"CPU": 8.0})
+
+
+def test_an_unreachable_address_fails_fast_with_one_line():
+    from autotune.errors import BadInput
+    from autotune.trials.backends._ray_checks import probe_address
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(BadInput, match=rf"--ray-address '127.0.0.1:{port}': nothing answers"):
+        probe_address(f"127.0.0.1:{port}", timeout_s=5)
+    assert time.monotonic() - t0 < 10
+    probe_address("auto")  # Ray's to resolve
+
+
+@pytest.mark.slow
+def test_cli_with_an_unreachable_ray_address_exits_2_within_30_s(tmp_path):
+    import subprocess
+
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli.main", "search", "--model", "tiny-moe", "--gpu", "cpu",
+                           "--count", "2", "--backend", "ray", "--ray-address", "127.0.0.1:1", "--runs-dir",
+                           str(tmp_path / "runs")], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert any("127.0.0.1:1" in ln and "nothing answers" in ln for ln in lines), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+_SIGTERM_DRIVER = """
+import sys, time
+from autotune.trials.backends.ray import RayBackend
+b = RayBackend(num_cpus=1, runs_dir=sys.argv[1])
+print("ready", flush=True)
+try:
+    time.sleep(120)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+finally:
+    b.close()
+    print("closed", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_after_ray_init_stops_through_finally_without_a_stack_dump(tmp_path):
+    import subprocess
+
+    script = tmp_path / "driver.py"
+    script.write_text(_SIGTERM_DRIVER)
+    env = {**os.environ, "RAY_TMPDIR": f"/tmp/at-sig-{os.getpid()}"}
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        import shutil
+
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert out.split() == ["interrupted", "closed"], (out, err)
+    assert "Stack trace" not in err and "SIGTERM received" not in err and "Traceback" not in err
 
 
 # --- placement and rank environment on GPUs (plain bookkeeping: no Ray, no GPU needed) -----------

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from .hf_schema import check_hf_config
 
 __all__ = ["ModelSpec", "LinearAttentionSpec", "MlaSpec", "MoeSpec", "from_hf_config"]
 
@@ -171,12 +172,15 @@ def _layer_types(cfg: dict, n_layers: int, model_type: str, where: str) -> tuple
 
 def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     """Translate an HF config dict (top level or with a nested text_config) into a ModelSpec."""
-    where = f"config.json of {name}"
+    where = f"config.json of {name}" + (f" ({source})" if source and not source.startswith("catalog:") else "")
     if not isinstance(cfg, dict):
         raise ConfigError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
     top_type = cfg.get("model_type", "")
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", top_type)}
+    if not isinstance(top_type, str):
+        raise ConfigError(f"{where}: field 'model_type' must be a string, got {type(top_type).__name__}")
+    check_hf_config(cfg, where)
     model_type = str(cfg.get("model_type") or top_type or "unknown")
 
     hidden = _get(cfg, "hidden_size", where)

@@ -18,6 +18,8 @@ from .model import ModelSpec, from_hf_config
 
 __all__ = ["load_model", "model_names"]
 
+MAX_CONFIG_BYTES = 16 * 2**20  # the largest HF config.json is a few hundred KiB
+
 
 def _data_dir():
     return resources.files("autotune.catalog") / "data" / "models"
@@ -30,9 +32,16 @@ def model_names() -> tuple[str, ...]:
 
 def _read_json(path: Path, label: str) -> dict:
     try:
-        return json.loads(path.read_text())
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{label}: {path.stat().st_size:,} bytes, more than a config.json's "
+                              f"{MAX_CONFIG_BYTES:,}; pass the model's config.json")
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: not UTF-8 text (a binary file?); pass the model's config.json") from None
+    except RecursionError:
+        raise ConfigError(f"{label}: nested too deeply to read; fix the file") from None
     except OSError as exc:
         raise ConfigError(f"{label}: cannot read ({exc.strerror}); check the path") from None
 

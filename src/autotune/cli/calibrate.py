@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import get_gpu
@@ -21,6 +22,7 @@ from ..cost.calibrate import (ENV_VAR, FAMILIES, fit_kinds, load_calibration, pr
                               read_measurements, row_report, save_calibrations, seed_measurements)
 from ..cost.time import STEP_TERMS
 from ..errors import BadInput
+from .common import input_file, output_file
 from .console import console, print_json
 
 
@@ -44,6 +46,9 @@ def calibrate(
 
     Example: autotune calibrate --gpu H200 --measurements my_runs.csv --out calib.json
     """
+    if measurements and Path(measurements).suffix.lower() in (".csv", ".json"):  # else read_measurements says which
+        input_file("--measurements", measurements)
+    output_file("--out", Path(out) if out else default_out())  # before the fit: nothing half-done
     kind = get_gpu(gpu).name if gpu else None
     if kind is not None and kind not in FAMILIES:
         raise BadInput(f"--gpu {kind}: no throughput model to calibrate for it; choose one of {', '.join(FAMILIES)}")
@@ -96,19 +101,20 @@ def _render(result: dict) -> None:
                           for v, f in zip(vals, fitted)])
     console.print(t)
     for k in kinds:
-        r = Table(title=f"{k}: {result['gpus'][k]['provenance']}")
+        r = Table(title=escape(f"{k}: {result['gpus'][k]['provenance']}"))
         for col in ("row", "measured", "before", "err", "after", "err "):
             r.add_column(col, justify="left" if col == "row" else "right")
         for row in result["gpus"][k]["rows"]:
-            r.add_row(row["row"], f"{row['measured']:,.0f}", f"{row['predicted_before']:,.0f}",
+            r.add_row(escape(row["row"]), f"{row['measured']:,.0f}", f"{row['predicted_before']:,.0f}",
                       f"{row['error_before_pct']:+.1f}%", f"{row['predicted_after']:,.0f}",
                       f"{row['error_after_pct']:+.1f}%")
         console.print(r)
     sk = result["skipped"]
     if sk["count"]:
         top = "; ".join(f"{n} x {why}" for why, n in list(sk["reasons"].items())[:4])
-        console.print(f"skipped {sk['count']} rows the model cannot represent ({top}; --json lists all reasons)")
-    console.print(f"wrote {result['written']}; to use it: [bold]{result['use']}[/]")
+        console.print(f"skipped {sk['count']} rows the model cannot represent ({top}; --json lists all reasons)",
+                      markup=False)
+    console.print(f"wrote {escape(result['written'])}; to use it: [bold]{escape(result['use'])}[/]")
 
 
 def register(app: typer.Typer) -> None:

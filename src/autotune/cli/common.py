@@ -1,6 +1,12 @@
-"""Options and lookups shared by estimate, space and search: one place that turns flags into specs."""
+"""Options and lookups shared by estimate, space and search: one place that turns flags into specs, and
+the reusable range checks every command applies to its numbers, names and paths (one-line BadInput)."""
 
 from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
 
 import typer
 
@@ -8,9 +14,121 @@ from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
 from ..errors import BadInput
 from ..layout import Layout, Recompute
 
+<<<<<<< HEAD
 __all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt", "JsonOpt",
            "resolve",
            "recipe_inputs"]
+=======
+__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "JsonOpt", "resolve",
+           "recipe_inputs", "positive_int", "non_negative_int", "finite_positive", "finite_non_negative", "fraction",
+           "study_name", "input_file", "output_dir", "output_file", "MAX_COUNT"]
+
+MAX_COUNT = 1_000_000  # GPUs: far above any cluster, low enough that products of degrees stay exact
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _num(name: str, value, kind: str):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(f"{name} {value!r}: must be {kind}")
+    return value
+
+
+def positive_int(name: str, value, upper: int | None = None):
+    """`value` unchanged if it is an integer >= 1 (and <= upper); None passes (an unset option)."""
+    if value is None:
+        return None
+    if not isinstance(_num(name, value, "a positive integer"), int) or value < 1:
+        raise BadInput(f"{name} {value!r}: must be a positive integer (1 or more)")
+    if upper is not None and value > upper:
+        raise BadInput(f"{name} {value:,}: more than the largest accepted, {upper:,}")
+    return value
+
+
+def non_negative_int(name: str, value, upper: int | None = 2**32 - 1):
+    """An integer >= 0 (seeds, counts that may be zero); None passes."""
+    if value is None:
+        return None
+    if not isinstance(_num(name, value, "a non-negative integer"), int) or value < 0:
+        raise BadInput(f"{name} {value!r}: must be a non-negative integer (0 or more)")
+    if upper is not None and value > upper:
+        raise BadInput(f"{name} {value:,}: more than the largest accepted, {upper:,}")
+    return value
+
+
+def finite_positive(name: str, value):
+    """A finite number > 0; None passes."""
+    if value is None:
+        return None
+    if not math.isfinite(_num(name, value, "a finite positive number")) or value <= 0:
+        raise BadInput(f"{name} {value!r}: must be a finite number above 0")
+    return value
+
+
+def finite_non_negative(name: str, value):
+    """A finite number >= 0; None passes."""
+    if value is None:
+        return None
+    if not math.isfinite(_num(name, value, "a finite number")) or value < 0:
+        raise BadInput(f"{name} {value!r}: must be a finite number, 0 or more")
+    return value
+
+
+def fraction(name: str, value, lo: float = 0.0, hi: float = 1.0):
+    """A finite number in [lo, hi]; None passes."""
+    if value is None:
+        return None
+    if not math.isfinite(_num(name, value, "a number")) or not lo <= value <= hi:
+        raise BadInput(f"{name} {value!r}: must be between {lo:g} and {hi:g}")
+    return value
+
+
+def study_name(value: str, option: str = "--study") -> str:
+    """A name that is one plain path component: letters, digits, '.', '_', '-', at most 100 characters,
+    not starting with '.' or '-' (so never '.', '..' or a hidden or option-like name)."""
+    if not isinstance(value, str) or not _NAME.match(value) or ".." in value:
+        shown = value if isinstance(value, str) and len(value) <= 60 else f"{str(value)[:40]}... ({len(str(value))} characters)"
+        raise BadInput(f"{option} {shown!r}: use 1-100 letters, digits, '.', '_' or '-', starting with a letter or "
+                       f"digit and without '..'")
+    return value
+
+
+def input_file(name: str, path) -> Path:
+    """An existing, readable regular file."""
+    p = Path(path)
+    if p.is_dir():
+        raise BadInput(f"{name} {str(p)!r} is a directory; give a file")
+    if not p.is_file():
+        raise BadInput(f"{name} {str(p)!r} does not exist; check the path")
+    if not os.access(p, os.R_OK):
+        raise BadInput(f"{name} {str(p)!r} is not readable; check its permissions")
+    return p
+
+
+def output_dir(name: str, path) -> Path:
+    """A directory that exists or can be created, and is writable: the nearest existing ancestor decides."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise BadInput(f"{name} {str(p)!r} is a file, not a directory; choose another path")
+    probe = p
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise BadInput(f"{name} {str(p)!r}: {str(probe)!r} is a file, so the directory cannot be made; choose another path")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise BadInput(f"{name} {str(p)!r}: {str(probe)!r} is not writable; choose a writable location")
+    return p
+
+
+def output_file(name: str, path) -> Path:
+    """A file path whose directory exists or can be created and is writable; not an existing directory."""
+    p = Path(path)
+    if p.is_dir():
+        raise BadInput(f"{name} {str(p)!r} is a directory; give a file name")
+    output_dir(name, p.parent if str(p.parent) else ".")
+    return p
+>>>>>>> safety
 
 ModelOpt = typer.Option(..., "--model", "-m", help="Catalog name (see `autotune models`) or a path to a config.json.")
 GpuOpt = typer.Option(..., "--gpu", "-g", help="GPU kind (H100, H200, H800, B200, B300, GB200, GB300, cpu; see "
@@ -31,6 +149,10 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
             grads: str = "fp32", precision: str = "bf16", **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
     if grads not in ("fp32", "bf16"):
         raise BadInput(f"--grads {grads!r}: choose fp32 (the seed) or bf16")
+    positive_int("--count", count, MAX_COUNT)
+    positive_int("--gpus-per-node", gpus_per_node, 1024)  # 0 must not mean "the GPU kind's default"
+    positive_int("--seq-len", seq_len, 2**24)
+    positive_int("--global-batch", global_batch, 2**24)
     m = load_model(model)
     cluster = ClusterSpec.of(gpu, count, gpus_per_node, **cluster_kw)
     workload = Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32", precision=precision)
@@ -44,6 +166,7 @@ def recipe_inputs(path: str) -> tuple[dict, ModelSpec, ClusterSpec, Workload, La
     from ..recipes.convert import cluster_of, model_of, run_layout, workload_of
     from ..recipes.io import load_recipe
 
+    input_file("--recipe", path)
     recipe = load_recipe(path)
     model = model_of(recipe)
     if model is None:
@@ -54,6 +177,12 @@ def recipe_inputs(path: str) -> tuple[dict, ModelSpec, ClusterSpec, Workload, La
 
 def layout_options(layout: str, count: int, recompute: str | None, dispatcher: str, max_tokens: int | None,
                    micro_batch: int | None, seq_len: int, **flags) -> Layout:
+    if not layout or not layout.strip():  # an empty label must not read as TP1 PP1 ... DP<count>
+        raise BadInput(f"--layout {layout!r}: give degrees like 'TP1 PP4 EP8 DP8'")
+    positive_int("--max-tokens-per-gpu", max_tokens, 2**26)
+    positive_int("--micro-batch-size", micro_batch, 2**20)
+    if "optimizer_offload" in flags:
+        fraction("--optimizer-offload", flags["optimizer_offload"])
     if max_tokens is None and micro_batch is None:
         max_tokens = seq_len  # the seed's dynamic batching: one row per micro-batch
     return Layout.parse(layout, world=count, recompute=Recompute.parse(recompute), dispatcher=dispatcher,

@@ -1,4 +1,8 @@
-"""The single output sink: a rich console for humans (stderr for progress), plain JSON for scripts."""
+"""The single output sink: a rich console for humans (stderr for progress), plain JSON for scripts.
+
+Error and warning text is the user's own input as often as not (a model name, a path, a YAML value), so
+`print_error` never interprets it as rich markup and cuts it to one line of sane length.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,31 @@ import json
 import sys
 
 from rich.console import Console
+from rich.text import Text
 
-__all__ = ["console", "err_console", "print_json"]
+__all__ = ["console", "err_console", "print_json", "print_error", "one_line", "MAX_LINE"]
+
+MAX_LINE = 800  # characters of one error line; the middle of a longer one is cut (the way out is at the end)
 
 console = Console(highlight=False, soft_wrap=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # errors stay on one line
+
+
+def one_line(text: object, limit: int = MAX_LINE) -> str:
+    """`text` with every run of whitespace (newlines included) as one space, at most about `limit`
+    characters: a longer one keeps its head and tail (which says what to do) and names what was cut."""
+    line = " ".join(str(text).split())
+    if len(line) <= limit:
+        return line
+    head, tail = int(limit * 0.6), int(limit * 0.3)
+    return f"{line[:head]} ... ({len(line) - head - tail:,} characters cut) ... {line[-tail:]}"
+
+
+def print_error(text: object, prefix: str = "error: ") -> None:
+    """One plain line on stderr: the prefix in red, the message exactly as given (no markup)."""
+    line = Text(prefix, style="bold red")
+    line.append(one_line(text))
+    err_console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def print_json(obj) -> None:

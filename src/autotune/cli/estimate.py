@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import param_counts
@@ -111,7 +112,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
 
 def render(out: dict) -> None:
     mem, thr = out["memory"], out["throughput"]
-    console.print(f"[bold]{out['model']}[/] on {out['count']} x {out['gpu']}: [bold]{out['layout']}[/]  ({out['summary']})")
+    console.print(f"[bold]{escape(out['model'])}[/] on {out['count']} x {out['gpu']}: [bold]{out['layout']}[/]  ({out['summary']})")
     t = Table(title="memory per GPU by pipeline stage (GiB)")
     t.add_column("term")
     for s in mem["stages"]:

@@ -16,8 +16,9 @@ import typer
 
 from ..errors import BadInput, ConfigError
 from ..recipes import check_recipe, load_recipe, recipe_relpath, recipe_stem, write_recipe
-from ..recipes.export import FORMATS, launch_script, megatron_args, resolve_source, slime_command
+from ..recipes.export import FORMATS, contained_path, launch_script, megatron_args, resolve_source, slime_command
 from ..recipes.io import write_text_atomic
+from .common import output_file
 from .console import err_console
 
 
@@ -32,6 +33,8 @@ def export(
     """Export the best (or --rank N) recipe of a search as a recipe, a command line or a launch script."""
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if out is not None:
+        output_file("--out", out)
     src = resolve_source(run_dir, rank)
     recipe = load_recipe(src)
     errors = [str(p) for p in check_recipe(recipe) if p.level == "error"]
@@ -39,12 +42,12 @@ def export(
         raise ConfigError(f"{src}: not exported, the recipe is inconsistent: " + "; ".join(errors))
     name = recipe_stem(src)
     if fmt == "recipe":
-        dest = out or Path(recipe_relpath(recipe, name))
+        dest = out or contained_path(recipe_relpath(recipe, name))
         write_recipe(recipe, dest, name)
         err_console.print(f"wrote {dest} (from {src}); check it with `autotune recipes validate {dest}`", markup=False)
         return
     if fmt == "script":
-        dest = out or Path(f"{name}.sh")
+        dest = out or contained_path(f"{name}.sh")
         write_text_atomic(dest, launch_script(recipe, name), mode=0o755)
         err_console.print(f"wrote {dest} (from {src}); set the variables it names, then run it", markup=False)
         return

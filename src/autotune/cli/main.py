@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 
 import typer
 
 from ..errors import AutotuneError, BadInput
-from .console import err_console
+from .console import err_console, print_error
 
 app = typer.Typer(
     name="autotune",
@@ -42,26 +44,80 @@ def _register() -> None:
 _register()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is so that it stops like Ctrl-C: trials cancelled, files closed."""
+
+
+_signalled: list[int] = []  # SIGTERM seen during this main() (typer turns the interrupt into exit 130)
+
+
+def _on_sigterm(signum, frame):
+    _signalled.append(signum)
+    raise Terminated()
+
+
+def _os_error(exc: OSError) -> str:
+    path = exc.filename if exc.filename is not None else ""
+    what = exc.strerror or type(exc).__name__
+    hint = {IsADirectoryError: "give a file, not a directory", NotADirectoryError: "a part of the path is a file",
+            PermissionError: "choose a writable location (e.g. --runs-dir or --out)",
+            FileNotFoundError: "check the path"}.get(type(exc), "check the path and its permissions")
+    return f"{path}: {what}; {hint}" if path else f"{what}; {hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("AUTOTUNE_DEBUG"))
+    previous = None
+    _signalled.clear()
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _run(argv, debug)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: list[str] | None, debug: bool) -> int:
     try:
         rc = app(args=argv, standalone_mode=False)  # non-standalone click returns typer.Exit's code
-        return rc if isinstance(rc, int) else 0
+        rc = rc if isinstance(rc, int) else 0
+        if rc == 130:  # typer's answer to an interrupt inside a command
+            raise Terminated() if _signalled else KeyboardInterrupt()
+        return rc
     except SystemExit as exc:  # typer/click exits (e.g. --help)
         return int(exc.code or 0)
     except BadInput as exc:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        print_error(exc)
         return 2
     except AutotuneError as exc:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        print_error(exc)
         return 1
+    except Terminated:
+        print_error("terminated (SIGTERM); running trials were stopped", prefix="")
+        return 143
     except KeyboardInterrupt:
-        err_console.print("interrupted")
+        print_error("interrupted", prefix="")
         return 130
+    except OSError as exc:  # a path the user gave: a directory for a file, read-only, missing
+        if debug:
+            raise
+        print_error(_os_error(exc))
+        return 2
+    except UnicodeDecodeError:  # a binary file where text was expected; callers that know the path say so
+        if debug:
+            raise
+        print_error("an input file is not UTF-8 text (a binary file?); pass the text file the option asks for")
+        return 2
+    except RecursionError:
+        if debug:
+            raise
+        print_error("an input file is nested too deeply to read; check its structure")
+        return 2
     except Exception as exc:  # click's (typer vendors its own copy) usage errors and the like
         name = type(exc).__name__
         if name == "NoArgsIsHelpError" and getattr(exc, "ctx", None) is not None:
@@ -74,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             if debug:
                 raise
-            err_console.print(f"[bold red]error:[/] {exc.format_message()} (see --help)")
+            print_error(f"{exc.format_message()} (see --help)")
             return 2 if "Usage" in name or "Parameter" in name or "Option" in name or exc.exit_code == 2 else exc.exit_code
         raise
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import BadInput
@@ -53,7 +54,7 @@ def space(
             "reasons": res.reasons, "notes": res.notes, "top": best,
         })
         return
-    console.print(f"search space [bold]{sp.source}[/] for {m.name} on {cluster.count} x {cluster.gpu.name}")
+    console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on {cluster.count} x {cluster.gpu.name}")
     f = Table(title="pruning funnel")
     f.add_column("stage")
     f.add_column("layouts", justify="right")
@@ -64,10 +65,10 @@ def space(
     r.add_column("reason")
     r.add_column("layouts", justify="right")
     for k, v in sorted(res.reasons.items(), key=lambda kv: -kv[1]):
-        r.add_row(k, f"{v:,}")
+        r.add_row(escape(k), f"{v:,}")
     console.print(r)
     for note in res.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
     if not best:
         why = ", ".join(f"{k} ({v:,})" for k, v in res.last_reasons.items())
         raise BadInput(f"no layout survives pruning; the last candidates were removed by: {why}. "

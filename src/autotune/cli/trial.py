@@ -11,13 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from ..catalog import load_model
-from ..errors import AutotuneError, ConfigError
+from ..catalog import get_gpu, load_model
+from ..errors import AutotuneError, BadInput, ConfigError
 from ..layout import Layout
 from ..trials.plan import plan_trial
 from ..trials.spec import TrialResult, TrialSpec, read_model
+from .common import input_file, output_dir
 from .console import console, err_console, print_json
 
 
@@ -40,6 +42,10 @@ def _with_world(spec: TrialSpec, nproc: int) -> TrialSpec:
 def _with_proxy(spec: TrialSpec, target: str) -> TrialSpec:
     from ..trials.proxy import make_proxy
 
+    try:
+        get_gpu(target)  # cpu or a GPU kind of the catalog
+    except BadInput as exc:
+        raise BadInput(f"--proxy {target!r}: {exc}") from None
     model = load_model(spec.model)
     try:
         layout = Layout.from_dict(spec.layout)
@@ -50,7 +56,7 @@ def _with_proxy(spec: TrialSpec, target: str) -> TrialSpec:
 
 
 def _summary(res: TrialResult, spec: TrialSpec, layout_label: str, model_name: str, trial_dir: Path) -> None:
-    t = Table(title=f"trial {spec.study}/{spec.number}: {model_name}, {layout_label} on {spec.count} x {spec.gpu}",
+    t = Table(title=escape(f"trial {spec.study}/{spec.number}: {model_name}, {layout_label} on {spec.count} x {spec.gpu}"),
               show_header=False)
     t.add_column("what")
     t.add_column("value")
@@ -65,10 +71,10 @@ def _summary(res: TrialResult, spec: TrialSpec, layout_label: str, model_name: s
     if losses:
         t.add_row("lm loss", f"{losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps")
     if res.reason:
-        t.add_row("reason" if not res.ok else "notes", res.reason)
+        t.add_row("reason" if not res.ok else "notes", escape(res.reason))
     if res.stack:
-        t.add_row("stack", ", ".join(f"{k} {v}" for k, v in res.stack.items() if v != "none"))
-    t.add_row("files", str(trial_dir))
+        t.add_row("stack", escape(", ".join(f"{k} {v}" for k, v in res.stack.items() if v != "none")))
+    t.add_row("files", escape(str(trial_dir)))
     console.print(t)
 
 
@@ -86,7 +92,14 @@ def run(
     """
     from ..trials.backends.local import LocalBackend
 
+    input_file("SPEC", spec_path)
+    if out is not None:
+        output_dir("--out", out)
     spec = read_model(TrialSpec, spec_path)
+    try:
+        get_gpu(spec.gpu)
+    except BadInput as exc:
+        raise ConfigError(f"{spec_path}: field gpu: {exc}") from None
     if nproc is not None and nproc != spec.count:
         spec = _with_world(spec, nproc)
     if proxy:
@@ -95,8 +108,8 @@ def run(
     trial_dir = (out or spec_path.resolve().parent).resolve()
     label = plan.layout.label(plan.model.is_moe)
     if not json_out:
-        err_console.print(f"running {plan.model.name} at {label} on {spec.count} local rank(s), "
-                          f"{spec.steps} steps; logs in {trial_dir / 'logs'}")
+        err_console.print(escape(f"running {plan.model.name} at {label} on {spec.count} local rank(s), "
+                                 f"{spec.steps} steps; logs in {trial_dir / 'logs'}"))
     backend = LocalBackend()
     result = backend.wait(backend.submit(spec, trial_dir))
     if json_out:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -29,6 +30,8 @@ def _shipped_csv() -> Path:
 
 
 PUBLISHED_CSV = _shipped_csv()
+MAX_TOKENS_PER_S_PER_GPU = 1e7  # far above any LLM training run (tiny models on B200 reach ~1e5)
+MAX_FILE_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,21 @@ class Measurement:
     fp8_param_gather: bool = False
 
     def __post_init__(self):
-        if not self.tokens_per_s_per_gpu > 0:
-            raise BadInput(f"measurement {self.label()}: tokens/s/GPU must be positive, "
-                           f"got {self.tokens_per_s_per_gpu}")
+        for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise BadInput(f"measurement of {self.model!r}: {name} must be a positive integer, got {v!r}")
+        for name in ("tokens_per_s_per_gpu", "weight"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise BadInput(f"measurement of {self.model!r}: {name} must be a finite number, got {v!r}")
+        if not isinstance(self.gpu, str) or not isinstance(self.model, str):
+            raise BadInput(f"measurement: model and gpu must be names, got {self.model!r} and {self.gpu!r}")
+        if not 0 < self.tokens_per_s_per_gpu <= MAX_TOKENS_PER_S_PER_GPU:
+            raise BadInput(f"measurement {self.label()}: tokens/s/GPU must be above 0 and at most "
+                           f"{MAX_TOKENS_PER_S_PER_GPU:g}, got {self.tokens_per_s_per_gpu:g}")
+        if not self.weight > 0:
+            raise BadInput(f"measurement {self.label()}: weight must be above 0, got {self.weight:g}")
         if self.layout.world != self.count:
             raise BadInput(f"measurement {self.label()}: layout is for {self.layout.world} GPUs, count is {self.count}")
         ClusterSpec.of(self.gpu, self.count, self.gpus_per_node)  # a known GPU kind, whole nodes
@@ -136,15 +151,31 @@ def _represent(row: dict, line: int) -> Measurement | str:
     return m
 
 
-def _read_csv(path: Path) -> list[dict]:
+def _check_size(path: Path) -> None:
     try:
-        with open(path, newline="") as fh:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror}); check the path") from None
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; give a measurements file")
+    if size > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: {size:,} bytes, more than {MAX_FILE_BYTES:,}; split the measurements")
+
+
+def _read_csv(path: Path) -> list[dict]:
+    _check_size(path)
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
                 raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; "
                                   f"use the columns of published_throughput.csv ({', '.join(REQUIRED_COLUMNS)})")
             return list(reader)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (a binary file?); give a CSV in the published columns") from None
+    except csv.Error as exc:
+        raise ConfigError(f"{path}: not a readable CSV ({exc}); give a CSV in the published columns") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror}); check the path") from None
 
@@ -170,8 +201,13 @@ def read_measurements(path: str | Path) -> tuple[list[Measurement], list[tuple[d
         return published_measurements(p)
     if p.suffix.lower() != ".json":
         raise BadInput(f"--measurements {str(p)!r}: give a .csv (published columns) or a .json list of measurements")
+    _check_size(p)
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text (a binary file?); give a JSON list of measurements") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply to read; give a JSON list of measurements") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read ({exc.strerror}); check the path") from None
     except json.JSONDecodeError as exc:
@@ -181,9 +217,18 @@ def read_measurements(path: str | Path) -> tuple[list[Measurement], list[tuple[d
         raise ConfigError(f"{p}: expected a JSON list of measurements (or {{\"measurements\": [...]}})")
     out = []
     for i, d in enumerate(rows):
+        if not isinstance(d, dict):
+            raise ConfigError(f"{p}: measurement {i}: expected an object, got {type(d).__name__}")
         try:
-            out.append(Measurement.from_dict(d))
-        except (KeyError, TypeError) as exc:
+            m = Measurement.from_dict(d)
+            bad = violations(m.spec, m.workload, m.layout)  # e.g. DP0: degrees that do not divide the world
+        except BadInput as exc:
+            raise ConfigError(f"{p}: measurement {i}: {exc}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"{p}: measurement {i}: missing or unexpected field {exc}; "
                               "give model, gpu, count, layout, tokens_per_s_per_gpu") from None
+        if bad:
+            raise ConfigError(f"{p}: measurement {i} ({m.label()}): illegal for Megatron-core's rules: "
+                              + "; ".join(v.message for v in bad))
+        out.append(m)
     return out, []

@@ -11,6 +11,7 @@
   `sequence_parallel: false` with the flag passed is consistent), recompute, dispatcher, token cap and the
   optimizer options the summary names; the run's steps, batch, loss mask and env exports match too.
 - A `verified` recipe passed its gates.
+- The run block holds env exports, comments and the one launcher command, nothing else (run_block.py).
 
 `check_recipe` returns Problems (path, message); it never raises on a schema-valid recipe.
 """
@@ -25,7 +26,12 @@ from ..catalog import get_gpu, param_counts
 from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import AutotuneError
 from ..layout import violations
+<<<<<<< HEAD
 from .convert import PHRASE, layout_of, model_of, run_flags, run_layout, workload_of
+=======
+from .convert import layout_of, model_of, run_flags, run_layout, workload_of
+from .run_block import run_block_problems
+>>>>>>> safety
 from .schema import Recipe
 
 __all__ = ["Problem", "check_recipe", "agrees", "printed_decimals"]
@@ -170,6 +176,7 @@ _OPTION_FLAGS = {
 
 
 def _check_run(r: Recipe, out: list[Problem]) -> None:
+    out.extend(Problem("run", f"line {n}: {msg}") for n, msg in run_block_problems(r.run))
     try:
         ran, lay = run_layout(r), layout_of(r)
     except AutotuneError as exc:

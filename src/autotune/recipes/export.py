@@ -17,14 +17,16 @@ import re
 import shlex
 from pathlib import Path
 
-from ..errors import BadInput
+from ..errors import BadInput, ConfigError
 from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
 from ..layout import layout_args
 from .convert import is_moe, run_layout, workload_of
+from .run_block import run_block_problems
 from .schema import Recipe
 
-__all__ = ["FORMATS", "SLIME_PLACEHOLDER", "resolve_source", "slime_command", "megatron_args", "launch_script"]
+__all__ = ["FORMATS", "SLIME_PLACEHOLDER", "resolve_source", "slime_command", "megatron_args", "launch_script",
+           "contained_path"]
 
 FORMATS = ("recipe", "slime", "megatron", "script")
 SLIME_PLACEHOLDER = ENTRY_PLACEHOLDER
@@ -55,6 +57,21 @@ def resolve_source(run_dir: str | Path | None, rank: int = 1, runs_root: Path = 
     if not have:
         raise BadInput(f"{src} has no recipes/rank-NN-*.yaml yet: the search writes them when it finishes")
     raise BadInput(f"{src}/recipes has no rank-{rank:02d} recipe; available: {', '.join(have)}")
+
+
+def contained_path(relpath: str | Path, root: str | Path = ".") -> Path:
+    """`root/relpath`, refused unless it stays inside root: a recipe's model or GPU name such as '..'
+    (or a name with a separator) must not put the export elsewhere."""
+    rel = Path(relpath)
+    if rel.is_absolute() or any(part in ("", ".", "..") for part in rel.parts):
+        raise ConfigError(f"export path {str(relpath)!r} leaves the target folder (a model or GPU name of '.' or "
+                          f"'..'?); fix the recipe's names or pass --out")
+    base = Path(root).resolve()
+    dest = (base / rel).resolve()
+    if base != dest and base not in dest.parents:
+        raise ConfigError(f"export path {str(relpath)!r} resolves to {str(dest)!r}, outside {str(base)!r} "
+                          f"(a symlink?); pass --out")
+    return Path(root) / rel
 
 
 def slime_command(recipe: Recipe) -> str:
@@ -105,6 +122,10 @@ def _required_vars(run: str, env: dict[str, str]) -> list[str]:
 
 def launch_script(recipe: Recipe, name: str) -> str:
     """An executable bash script that runs the recipe (passes `bash -n`)."""
+    bad = run_block_problems(recipe.run)
+    if bad:  # never turn foreign commands into a script someone will run
+        n, msg = bad[0]
+        raise ConfigError(f"run block line {n}: {msg}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
     run = recipe.run.replace(SLIME_PLACEHOLDER, '"$SLIME_ENTRY"')
     need = _required_vars(run, recipe.env)
     head = [

@@ -1,16 +1,20 @@
-"""The rank's environment: torchrun's variables, the process groups, the device, the software stack."""
+"""The rank's environment: torchrun's variables, the process groups, the device, the software stack,
+and the watchdog that ends a rank whose driver has gone."""
 
 from __future__ import annotations
 
 import os
 import platform
+import signal
 import socket
+import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from ..errors import ConfigError
 
-__all__ = ["RankEnv", "rank_env", "init_distributed", "detect_stack", "free_port"]
+__all__ = ["RankEnv", "rank_env", "init_distributed", "detect_stack", "free_port", "watch_parent"]
 
 _VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -29,6 +33,34 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def watch_parent(environ: dict | None = None, interval_s: float = 0.5) -> threading.Thread | None:
+    """If a backend named its pid in AUTOTUNE_WATCH_PARENT, start a daemon thread that kills this
+    rank (and its trial's process group, when the rank is not in its parent's group) once the parent
+    pid changes: the driver died without stopping us (kill -9, or a parent-death signal not armed)."""
+    env = os.environ if environ is None else environ
+    value = env.get("AUTOTUNE_WATCH_PARENT", "")
+    if not value.isdigit():
+        return None
+    parent = int(value)
+    if os.getppid() != parent:  # gone before we got here
+        os._exit(1)
+    try:
+        own_group = os.getpgrp() != os.getpgid(parent)
+    except ProcessLookupError:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        if own_group:  # every rank of the trial and anything they started
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="autotune-parent-watchdog", daemon=True)
+    thread.start()
+    return thread
 
 
 def rank_env(count: int, environ: dict | None = None) -> RankEnv:

@@ -19,8 +19,8 @@ from pathlib import Path
 from ..errors import BadInput, MissingExtra, require
 from ..trials.failure import classify_exception, marker
 from ..trials.spec import TrialResult, TrialSpec, read_model, write_json_atomic
-from .env import RankEnv, rank_env
 from ..trials.plan import TrialPlan, plan_trial
+from .env import RankEnv, rank_env, watch_parent
 
 __all__ = ["main", "run_rank"]
 
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     path = Path(argv[0])
+    watch_parent()  # before the slow imports: a rank whose driver is gone leaves at once
     try:
         spec = read_model(TrialSpec, path)
         env = rank_env(spec.count)

@@ -48,23 +48,26 @@ class DataSpec(_Strict):
 
 
 class TrialSpec(_Strict):
-    """Everything a backend needs to run one trial; written as trial_spec.json before dispatch."""
+    """Everything a backend needs to run one trial; written as trial_spec.json before dispatch.
+    Numbers are range-checked (finite, positive where they must be, bounded far above real use)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     schema_version: Literal[1] = 1
-    study: str
-    number: int = Field(ge=0)
-    model: str  # catalog name or config.json path
-    gpu: str
-    count: int = Field(gt=0)  # world size
-    gpus_per_node: int = Field(gt=0)
+    study: str = Field(min_length=1, max_length=200)
+    number: int = Field(ge=0, le=10**9)
+    model: str = Field(min_length=1, max_length=4096)  # catalog name or config.json path
+    gpu: str = Field(min_length=1, max_length=100)
+    count: int = Field(gt=0, le=1_000_000)  # world size
+    gpus_per_node: int = Field(gt=0, le=1024)
     layout: dict  # Layout.to_dict()
     workload: dict  # Workload fields
-    steps: int = Field(default=20, gt=0)
+    steps: int = Field(default=20, gt=0, le=10_000_000)
     warmup_steps: int = Field(default=5, ge=0)  # steps before the scoring window
-    seed: int = 1234
+    seed: int = Field(default=1234, ge=0, le=2**32 - 1)
     data: DataSpec = Field(default_factory=DataSpec)
     proxy: dict | None = None  # how the model was shrunk for the trial, if at all
-    timeout_s: float = Field(default=3600.0, gt=0)
+    timeout_s: float = Field(default=3600.0, gt=0, le=30 * 86400)
     command: list[str] | None = None  # the exact command a backend ran (filled in by the backend)
     env: dict[str, str] = Field(default_factory=dict)
     predicted: Prediction | None = None  # the cost model's prediction at dispatch
@@ -117,10 +120,14 @@ def write_json_atomic(path: Path, data: dict | BaseModel) -> None:
 def read_model(cls: type[BaseModel], path: Path):
     """Load and validate a JSON file as `cls`; one-line ConfigError on any problem."""
     try:
-        return cls.model_validate_json(Path(path).read_text())
+        return cls.model_validate_json(Path(path).read_bytes())
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory; give a {cls.__name__} JSON file") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "(root)"
         raise ConfigError(f"{path}: field {loc}: {err['msg']} ({len(exc.errors())} error(s)); fix the file") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to read; fix the file") from None

@@ -46,6 +46,8 @@ class Trial:
     oom_killed: set = field(default_factory=set)  # ranks whose node's OOM-kill counter rose while they ran
     first_failure: float | None = None
     result: TrialResult | None = None
+    short: str | None = None  # what the cluster lacks for this trial (waiting on an autoscaler)
+    said_at: float = 0.0  # seconds into placing of the last progress line
 
     def __post_init__(self):
         self.returncodes = [None] * self.spec.count

@@ -10,6 +10,13 @@ A dead worker, actor or node, or a rank killed by a signal that is not an OOM, i
 is retried (`retries`, default once); an OOM is a result and is not. Cancel and timeout kill the runner
 process trees (process-group kill, a parent-death signal, a /proc sweep on each node), the actors and
 the placement group. The run state of one trial is `Trial` (in `_ray_trial.py`, ray-free).
+
+Before a placement group is asked for, the trial's demand (bundles x CPUs/GPUs) is compared with the
+cluster's totals: a trial the cluster can never hold fails at once (infra, not retried) naming both,
+unless an autoscaler may add nodes (`autoscale=True` or AUTOTUNE_RAY_AUTOSCALE=1), where it waits with
+a progress line. An address is probed with a bounded TCP connect before `ray.init`, so an unreachable
+one is a one-line BadInput, not an endless retry. SIGTERM after `ray.init` stops like Ctrl-C (the
+driver's finally blocks run and shut Ray down) instead of Ray's exit mid-call and its stack dump.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from pathlib import Path
 
 from ...errors import require
 from ..spec import TrialResult, TrialSpec, write_json_atomic
+from ._ray_checks import demand_shortfall, keep_sigterm, probe_address
 from ._ray_trial import Trial, oom_kill_count, reap
 from .base import Backend, Handle
 
@@ -61,7 +69,7 @@ class _RankWorker:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                argv, env={**os.environ, **env, "AUTOTUNE_WATCH_PARENT": str(os.getpid())}, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 cwd=str(Path(argv[-1]).parent), start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
@@ -105,14 +113,21 @@ class RayBackend(Backend):
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None, retries: int = 1,
                  runs_dir: str | Path | None = None, place_timeout_s: float = 600.0, grace_s: float = 10.0,
-                 runtime_env: dict | None = None, runner_module: str = "autotune.runner"):
+                 runtime_env: dict | None = None, runner_module: str = "autotune.runner",
+                 autoscale: bool | None = None, progress=None):
         ray = _ray()
         self.retries, self.place_timeout_s, self.grace_s = retries, place_timeout_s, grace_s
+        if autoscale is None:
+            autoscale = os.environ.get("AUTOTUNE_RAY_AUTOSCALE", "") not in ("", "0")
+        self.autoscale = autoscale  # an autoscaler may add nodes: wait for them instead of failing
+        self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
         self.runner_module = runner_module  # a stand-in runner for tests or a site-specific one
         self._trials: list[Trial] = []
         self._owns_ray = False
+        previous = signal.getsignal(signal.SIGTERM)
         if not ray.is_initialized():
             if address:
+                probe_address(address)
                 ray.init(address=address, runtime_env=runtime_env, logging_level="ERROR")
             else:
                 # The session dir: $RAY_TMPDIR if set, else under the runs dir; Ray's unix socket
@@ -123,6 +138,7 @@ class RayBackend(Backend):
                 Path(tmp).mkdir(parents=True, exist_ok=True)
                 ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(tmp), logging_level="ERROR")
             self._owns_ray = True
+            keep_sigterm(previous)
         self._worker_cls = ray.remote(_RankWorker)
         self._reap = ray.remote(reap)
 
@@ -167,6 +183,15 @@ class RayBackend(Backend):
         ray = _ray()
         largest = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=0)
         bundles, strategy = trial.bundles(largest)
+        alive = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        short = demand_shortfall(bundles, ray.cluster_resources(), alive)
+        trial.short = short
+        if short and not self.autoscale:
+            trial.pg, trial.pending = None, []
+            self._finish(trial, "infra", short, retry=False)
+            return
+        if short:
+            self.progress(f"trial {trial.spec.number}: waiting for the autoscaler: {short}")
         trial.pg = ray.util.placement_group(bundles, strategy=strategy, name=f"autotune-{trial.spec.study}-{trial.spec.number}")
         trial.pending = [trial.pg.ready()]
         trial.phase, trial.phase_since = "placing", time.monotonic()
@@ -177,7 +202,12 @@ class RayBackend(Backend):
         ready = _all_ready(ray, trial.pending)
         if trial.phase == "placing":
             if not ready:
-                if now - trial.phase_since > self.place_timeout_s:
+                waited = now - trial.phase_since
+                if trial.short and waited - trial.said_at >= 30:  # a progress line every 30 s
+                    trial.said_at = waited
+                    self.progress(f"trial {trial.spec.number}: still waiting for resources after {waited:.0f} s "
+                                  f"(gives up at {self.place_timeout_s:g} s)")
+                if waited > self.place_timeout_s:
                     b, strategy = trial.bundles(0)
                     self._finish(trial, "infra", f"placement group of {len(b)} x {b[0]} ({strategy}) not scheduled in "
                                  f"{self.place_timeout_s:g} s: the cluster lacks the resources", retry=False)
