@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 
 import typer
@@ -14,17 +13,11 @@ from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
 from ..errors import BadInput
 from ..layout import Layout, Recompute
 
-<<<<<<< HEAD
-__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt", "JsonOpt",
-           "resolve",
-           "recipe_inputs"]
-=======
-__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "JsonOpt", "resolve",
+__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt", "JsonOpt", "resolve",
            "recipe_inputs", "positive_int", "non_negative_int", "finite_positive", "finite_non_negative", "fraction",
-           "study_name", "input_file", "output_dir", "output_file", "MAX_COUNT"]
+           "input_file", "output_dir", "output_file", "MAX_COUNT"]
 
 MAX_COUNT = 1_000_000  # GPUs: far above any cluster, low enough that products of degrees stay exact
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def _num(name: str, value, kind: str):
@@ -82,16 +75,6 @@ def fraction(name: str, value, lo: float = 0.0, hi: float = 1.0):
     return value
 
 
-def study_name(value: str, option: str = "--study") -> str:
-    """A name that is one plain path component: letters, digits, '.', '_', '-', at most 100 characters,
-    not starting with '.' or '-' (so never '.', '..' or a hidden or option-like name)."""
-    if not isinstance(value, str) or not _NAME.match(value) or ".." in value:
-        shown = value if isinstance(value, str) and len(value) <= 60 else f"{str(value)[:40]}... ({len(str(value))} characters)"
-        raise BadInput(f"{option} {shown!r}: use 1-100 letters, digits, '.', '_' or '-', starting with a letter or "
-                       f"digit and without '..'")
-    return value
-
-
 def input_file(name: str, path) -> Path:
     """An existing, readable regular file."""
     p = Path(path)
@@ -128,7 +111,6 @@ def output_file(name: str, path) -> Path:
         raise BadInput(f"{name} {str(p)!r} is a directory; give a file name")
     output_dir(name, p.parent if str(p.parent) else ".")
     return p
->>>>>>> safety
 
 ModelOpt = typer.Option(..., "--model", "-m", help="Catalog name (see `autotune models`) or a path to a config.json.")
 GpuOpt = typer.Option(..., "--gpu", "-g", help="GPU kind (H100, H200, H800, B200, B300, GB200, GB300, cpu; see "

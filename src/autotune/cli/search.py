@@ -18,7 +18,8 @@ from ..search.planners import resolve_planner
 from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
-from .common import BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
+from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, PrecisionOpt, SeqOpt,
+                     finite_non_negative, finite_positive, fraction, non_negative_int, positive_int, resolve)
 from .console import err_console, print_json
 from .report import render_outcome
 
@@ -42,6 +43,7 @@ def search(
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
     grads: str = GradsOpt,
+    precision: str = PrecisionOpt,
     space_file: str = typer.Option(None, "--space", help="Search-space YAML (default: the shipped default + model override)."),
     backend: str = typer.Option("auto", "--backend", help="auto | simulate | local | ray | slime. auto: ray when "
                                 "--ray-address or RAY_ADDRESS is set, else the cost-model simulator."),
@@ -75,19 +77,21 @@ def search(
 
     Example: autotune search --model Qwen3.5-122B-A10B --gpu H200 --count 32
     """
-    if trials < 1:
-        raise BadInput(f"--trials {trials}: must be at least 1")
-    if parallel < 1:
-        raise BadInput(f"--parallel {parallel}: must be at least 1")
-    if budget_gpu_hours is not None and budget_gpu_hours <= 0:
-        raise BadInput(f"--budget-gpu-hours {budget_gpu_hours}: must be positive")
+    positive_int("--trials", trials, 100_000)
+    positive_int("--parallel", parallel, 4096)
+    positive_int("--steps", steps, 1_000_000)
+    finite_positive("--budget-gpu-hours", budget_gpu_hours)
+    finite_positive("--trial-timeout", timeout_s)
+    fraction("--noise", noise, 0.0, 0.5)
+    non_negative_int("--seed", seed)
+    finite_non_negative("--sim-delay", sim_delay)
     if sampler not in ("auto", "tpe", "gp"):
         raise BadInput(f"--sampler {sampler!r}: choose auto, tpe or gp")
     if backend not in BACKEND_CHOICES:
         raise BadInput(f"--backend {backend!r}: choose one of {', '.join(BACKEND_CHOICES)}")
     planner_name, planner_note = resolve_planner(planner)
     caps = {k: False for k, off in (("has_deepep", no_deepep), ("has_te", no_te)) if off}
-    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, **caps)
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision, **caps)
     notes = [planner_note] if planner_note else []
     address = ray_address or os.environ.get("RAY_ADDRESS")
     if backend == "auto":

@@ -26,12 +26,8 @@ from ..catalog import get_gpu, param_counts
 from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import AutotuneError
 from ..layout import violations
-<<<<<<< HEAD
 from .convert import PHRASE, layout_of, model_of, run_flags, run_layout, workload_of
-=======
-from .convert import layout_of, model_of, run_flags, run_layout, workload_of
 from .run_block import run_block_problems
->>>>>>> safety
 from .schema import Recipe
 
 __all__ = ["Problem", "check_recipe", "agrees", "printed_decimals"]
