@@ -29,12 +29,16 @@ class SimulateBackend(Backend):
         self.startup_s = startup_s  # scheduler admission, image pull, checkpoint load: counted in GPU-hours
 
     def submit(self, spec: TrialSpec, trial_dir: Path) -> Handle:
-        return Handle(spec, trial_dir, token=time.monotonic())
+        return Handle(spec, trial_dir, token={"started": time.monotonic(), "result": None})
 
     def poll(self, handle: Handle) -> TrialResult | None:
-        if time.monotonic() - handle.token < self.delay_s:
+        if handle.token["result"] is not None:
+            return handle.token["result"]
+        if time.monotonic() - handle.token["started"] < self.delay_s:
             return None
-        result = self._simulate(handle.spec)
+        return self._finish(handle, self._simulate(handle.spec))
+
+    def _finish(self, handle: Handle, result: TrialResult) -> TrialResult:
         d = handle.trial_dir
         (d / "logs").mkdir(parents=True, exist_ok=True)
         with open(d / "steps.jsonl", "w") as fh:
@@ -43,10 +47,13 @@ class SimulateBackend(Backend):
         (d / "logs" / "simulate.log").write_text(
             f"simulated trial {handle.spec.number}: cost-model prediction, no training step was run\n")
         write_json_atomic(d / "trial_result.json", result)
+        handle.token["result"] = result
         return result
 
     def cancel(self, handle: Handle) -> None:
-        handle.token = float("inf")
+        if handle.token["result"] is None:
+            self._finish(handle, TrialResult(study=handle.spec.study, number=handle.spec.number, status="crash",
+                                             source="predicted", backend=self.name, reason="cancelled"))
 
     def _simulate(self, spec: TrialSpec) -> TrialResult:
         from ...cost import evaluate
