@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["global_expert_weights", "load_global_experts", "reference_moe", "main"]
+__all__ = ["global_expert_weights", "load_global_experts", "experts_by_global_index", "reference_moe", "main"]
 
 
 def global_expert_weights(hidden: int, experts: int, ffn: int, seed: int, std: float = 0.02) -> dict[str, torch.Tensor]:
@@ -40,11 +40,12 @@ def global_expert_weights(hidden: int, experts: int, ffn: int, seed: int, std: f
     }
 
 
-def load_global_experts(layer, weights: dict[str, torch.Tensor], ep_rank: int) -> None:
-    """Copy the router and this EP rank's slice of the global experts into a megatron MoELayer
-    (SequentialMLP or TEGroupedMLP local experts, ETP 1)."""
+def load_global_experts(layer, weights: dict[str, torch.Tensor], ep_rank: int, router: bool = True) -> None:
+    """Copy the router (unless router=False) and this EP rank's slice of the global experts into a
+    megatron MoELayer (SequentialMLP or TEGroupedMLP local experts, ETP 1)."""
     with torch.no_grad():
-        layer.router.weight.copy_(weights["router"].to(layer.router.weight.dtype))
+        if router:
+            layer.router.weight.copy_(weights["router"].to(layer.router.weight.dtype))
         n_local = layer.num_local_experts
         for i in range(n_local):
             e = ep_rank * n_local + i
@@ -56,6 +57,43 @@ def load_global_experts(layer, weights: dict[str, torch.Tensor], ep_rank: int) -
             else:  # TEGroupedMLP: weight0, weight1, ... per local expert
                 getattr(experts.linear_fc1, f"weight{i}").copy_(weights["fc1"][e])
                 getattr(experts.linear_fc2, f"weight{i}").copy_(weights["fc2"][e])
+
+
+def experts_by_global_index(chunks, seed: int) -> int:
+    """Re-initialise a trial's weights so that EP1 and EP2 start from the same model: every routed
+    expert from (seed, layer, global expert index), every other matrix from (seed, its name).
+
+    Megatron's CPU initialisation draws parameters from one RNG in build order: an EP2 rank builds
+    half the experts, so its rank 1 holds copies of rank 0's experts and every later matrix gets other
+    draws than at EP1. Norm weights and biases (1-D, constant at init) are kept. TP 1, PP 1, ETP 1
+    only (elsewhere names and shapes are shards): returns 0 there and changes nothing; else the number
+    of tensors set."""
+    import zlib
+
+    from megatron.core import parallel_state as ps
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    if (ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size(),
+            ps.get_expert_tensor_parallel_world_size()) != (1, 1, 1):
+        return 0
+    ep_rank, n = ps.get_expert_model_parallel_rank(), 0
+    with torch.no_grad():
+        for chunk in chunks:
+            experts = set()
+            for layer in chunk.modules():
+                if isinstance(layer, MoELayer):
+                    c = layer.config
+                    w = global_expert_weights(c.hidden_size, c.num_moe_experts, c.moe_ffn_hidden_size,
+                                              seed * 1009 + int(layer.layer_number or 0), std=c.init_method_std)
+                    load_global_experts(layer, w, ep_rank, router=False)
+                    experts |= {id(p) for p in layer.experts.parameters()}
+                    n += layer.num_local_experts * 2
+            for name, p in chunk.named_parameters():
+                if p.dim() >= 2 and id(p) not in experts:
+                    g = torch.Generator().manual_seed(seed * 7919 + zlib.crc32(name.replace("module.", "").encode()))
+                    p.copy_((torch.randn(p.shape, generator=g) * 0.02).to(p.dtype))
+                    n += 1
+    return n
 
 
 def reference_moe(x: torch.Tensor, w: dict[str, torch.Tensor], topk: int) -> tuple[torch.Tensor, torch.Tensor]:
