@@ -59,7 +59,9 @@ class ComponentSpec:
             raise BadInput(f"top-k {self.topk}: must be between 1 and the {self.experts} experts")
 
     def shape_text(self) -> str:
-        return (f"one MoE layer (reduced shape): hidden {self.hidden}, {self.experts} experts, top-{self.topk}, expert FFN "
+        seed = (self.hidden, self.experts, self.topk, self.ffn) == (3072, 256, 8, 1024)
+        what = "one Qwen3.5-122B-A10B MoE layer" if seed else "one MoE layer (reduced shape)"
+        return (f"{what}: hidden {self.hidden}, {self.experts} experts, top-{self.topk}, expert FFN "
                 f"{self.ffn}, EP {self.ep}, ETP 1, TP 1; {self.tokens:,} tokens per rank; {self.dtype}")
 
     def argv(self, out: Path) -> list[str]:

@@ -198,14 +198,14 @@ def run_test(a) -> dict:
     dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     ep_rank = ps.get_expert_model_parallel_rank()
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
-    weights = global_expert_weights(a.hidden, a.experts, a.ffn, a.seed)
+    weights = {k: v.to(dev) for k, v in global_expert_weights(a.hidden, a.experts, a.ffn, a.seed).items()}
     gen = torch.Generator().manual_seed(a.seed * 1000 + rank + 1)
     x = torch.randn(a.tokens, a.hidden, generator=gen)
     g = torch.randn(a.tokens, a.hidden, generator=gen)
-    x_ref = x.to(dtype).float().requires_grad_()  # the reference sees the inputs the layer sees
+    x_ref = x.to(dtype).float().to(dev).requires_grad_()  # the reference sees the inputs the layer sees
     ref_out, ref_idx = reference_moe(x_ref, weights, a.topk)
-    (ref_out * g).sum().backward()
-    ref_grad = x_ref.grad
+    (ref_out * g.to(dev)).sum().backward()
+    ref_out, ref_idx, ref_grad = ref_out.detach().cpu(), ref_idx.cpu(), x_ref.grad.cpu()
 
     started = time.monotonic()
     runs = {"default": _run(a, a.reference_dispatcher, dtype, weights, x, g, ep_rank, cuda),
