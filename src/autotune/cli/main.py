@@ -27,7 +27,7 @@ app = typer.Typer(
 )
 
 # Each module exposes register(app). Listed explicitly so a broken module fails loudly.
-COMMANDS = ["catalog_cmds", "estimate", "space", "calibrate", "search", "recipes", "export", "trial"]
+COMMANDS = ["catalog_cmds", "estimate", "space", "calibrate", "search", "recipes", "export", "trial", "check"]
 
 
 def _register() -> None:

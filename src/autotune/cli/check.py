@@ -1,0 +1,110 @@
+"""`autotune check convergence | config | component`: the correctness gates, one at a time.
+
+Exit codes: 0 the gate passed, 1 it failed (or could not run: not_run), 2 bad input (an unreadable or
+malformed loss file or recipe, a rule file with an unknown class, too few steps to score), one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ..gates import GateResult
+from .console import console, print_json
+
+check_app = typer.Typer(help="Correctness gates: loss curves, argument classes, a dispatcher's component test.",
+                        no_args_is_help=True)
+
+JsonOpt = typer.Option(False, "--json", help="Print the gate result as JSON.")
+
+
+def _finish(result: GateResult, json_out: bool, rows: list[tuple[str, str]] = ()) -> None:
+    if json_out:
+        print_json(result.model_dump(mode="json"))
+    else:
+        colour = {"pass": "green", "fail": "red"}.get(result.status, "yellow")
+        console.print(f"[bold]{result.gate}[/]: [{colour}]{result.status}[/]  {result.summary}")
+        if rows:
+            t = Table(show_header=True)
+            for col in rows[0]:
+                t.add_column(col)
+            for r in rows[1:]:
+                t.add_row(*r)
+            console.print(t)
+    if result.status != "pass":
+        raise typer.Exit(code=1)
+
+
+@check_app.command("convergence")
+def convergence(
+    candidate: Path = typer.Option(..., "--candidate", help="Loss file: the runner's steps.jsonl or JSON {step: loss}."),
+    reference: Path = typer.Option(..., "--reference", help="The reference run's loss file, same format."),
+    profile: str = typer.Option("bridge", "--profile", help="Thresholds: bridge (Megatron-Bridge's pipeline, bf16 "
+                                "runs) or fp32 (deterministic fp32 runs, e.g. CPU trials)."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Score a candidate's loss curve against a reference's (correlation, pointwise, final loss, outliers).
+
+    Example: autotune check convergence --candidate runs/s/trials/3/steps.jsonl --reference runs/s/trials/0/steps.jsonl
+    """
+    from ..gates.convergence import convergence_gate, read_losses, with_thresholds
+
+    th = with_thresholds(profile)
+    result = convergence_gate(read_losses(candidate), read_losses(reference), th)
+    _finish(result, json_out)
+
+
+@check_app.command("config")
+def config(
+    candidate: Path = typer.Option(..., "--candidate", help="The candidate recipe (YAML)."),
+    reference: Path = typer.Option(..., "--reference", help="The reference recipe (YAML)."),
+    rules: Path = typer.Option(None, "--rules", help="Argument classes (default: skill/correctness/numerics_list.yaml)."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """List every argument that differs between two recipes, with its class; fail on a numerics change.
+
+    Example: autotune check config --candidate recipes/qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8-flex.yaml
+    --reference recipes/qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8.yaml
+    """
+    from ..gates.arguments import recipe_arguments
+    from ..gates.configuration import configuration_gate
+    from ..gates.rules import load_rules
+
+    table = load_rules(rules)
+    result = configuration_gate(recipe_arguments(candidate), recipe_arguments(reference), table)
+    rows = [("argument", "reference", "candidate", "class")] + [
+        (d["argument"], d["reference"], d["candidate"], d["class"]) for d in result.details["differences"]]
+    _finish(result, json_out, rows if len(rows) > 1 else [])
+
+
+@check_app.command("component")
+def component(
+    dispatcher: str = typer.Option(..., "--dispatcher", help="Candidate dispatcher: alltoall, allgather or flex."),
+    reference_dispatcher: str = typer.Option("alltoall", "--reference-dispatcher", help="The default to compare with."),
+    ep: int = typer.Option(2, "--ep", help="Expert-parallel ranks (processes) to start."),
+    tokens: int = typer.Option(256, "--tokens", help="Tokens per rank."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 (as trained on GPUs) or fp32."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """One MoE layer with a dispatcher against an FP32 reference, at EP ranks over gloo (CPU) or NCCL.
+
+    Example: autotune check component --dispatcher allgather --reference-dispatcher alltoall
+    """
+    from ..errors import BadInput
+    from ..gates.component import ComponentSpec, component_gate
+
+    if dtype not in ("bf16", "fp32"):
+        raise BadInput(f"--dtype {dtype!r}: choose bf16 or fp32")
+    spec = ComponentSpec(dispatcher=dispatcher, reference_dispatcher=reference_dispatcher, ep=ep, tokens=tokens, dtype=dtype)
+    result = component_gate(spec)
+    rows = []
+    if "tensors" in result.details:
+        rows = [("tensor", "error", "bound")] + [(r["tensor"], f"{r['error']:.3g}", f"{r['bound']:.3g}")
+                                                for r in result.details["tensors"]]
+    _finish(result, json_out, rows)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(check_app, name="check")

@@ -1,0 +1,107 @@
+"""Argument lists the configuration gate compares: from a command line, a run block or a recipe.
+
+`parse_arguments(cmd)` reads `--flag [values...]` and `export NAME=value` lines into an ordered
+{argument: value} mapping (a switch's value is None; the last occurrence wins, as with argparse, so a
+dispatcher set after MODEL_ARGS overrides the model script's). `recipe_arguments(recipe)` is a recipe's
+full argument list: its env, its run block with slime's MODEL_ARGS for the model spliced in where the run
+block expands them (with the load-balancing loss the recipe states), and the precision flag its workload
+implies. Positional words (the entry module, shell placeholders) are not arguments and are skipped.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ..errors import ConfigError
+
+__all__ = ["MODEL_ARGS", "parse_arguments", "recipe_arguments", "precision_arguments"]
+
+MODEL_ARGS = "${MODEL_ARGS[@]}"
+# Megatron's precision switches (slime passes them through); fp8 adds the FP8 GEMMs on top of bf16.
+_PRECISION = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}
+_AUX_ON = "0.001"  # the coefficient the runner uses when the load-balancing loss is on
+
+
+def precision_arguments(precision: str) -> list[str]:
+    if precision not in _PRECISION:
+        raise ConfigError(f"precision {precision!r}: choose one of {', '.join(_PRECISION)}")
+    return list(_PRECISION[precision])
+
+
+def _split(cmd: str) -> tuple[dict[str, str], list[str]]:
+    """Export lines (kept raw: their values are shell expressions) and the command's tokens."""
+    env: dict[str, str] = {}
+    rest: list[str] = []
+    for line in cmd.replace("\\\n", " ").splitlines():
+        s = line.strip()
+        if s.startswith("export ") and "=" in s:
+            name, _, value = s[len("export "):].partition("=")
+            env[name.strip()] = value.strip()
+        else:
+            rest.append(line)
+    try:
+        tokens = shlex.split("\n".join(rest), comments=True)
+    except ValueError as exc:
+        raise ConfigError(f"command line: {exc}; check its quotes") from None
+    return env, tokens
+
+
+def parse_arguments(cmd: str | Iterable[str] | Mapping[str, str | None],
+                    model_args: list[str] | None = None) -> dict[str, str | None]:
+    """{argument: value} of a command (a run block / command string, a token list, or a mapping as is).
+    `model_args`, when given, replaces the run block's ${MODEL_ARGS[@]}."""
+    if isinstance(cmd, Mapping):
+        return dict(cmd)
+    if isinstance(cmd, str):
+        env, tokens = _split(cmd)
+    else:
+        env, tokens = {}, [str(t) for t in cmd]
+    out: dict[str, str | None] = dict(env)
+    expanded: list[str] = []
+    for tok in tokens:
+        if tok == MODEL_ARGS and model_args is not None:
+            expanded.extend(model_args)
+        else:
+            expanded.append(tok)
+    flag: str | None = None
+    values: list[str] = []
+
+    def close():
+        if flag is not None:
+            out.pop(flag, None)  # re-insert: the last occurrence decides the value and the order
+            out[flag] = " ".join(values) if values else None
+
+    for tok in expanded:
+        if tok.startswith("--"):
+            close()
+            flag, values = tok, []
+        elif tok == MODEL_ARGS or flag is None:
+            close()  # an unexpanded MODEL_ARGS or a positional word ends the current flag's values
+            flag, values = None, []
+        else:
+            values.append(tok)
+    close()
+    return out
+
+
+def recipe_arguments(recipe, *, model_args: list[str] | None = None) -> dict[str, str | None]:
+    """The full argument list of a Recipe (or a recipe file path)."""
+    from ..recipes.convert import PHRASE, model_of
+    from ..recipes.io import load_recipe
+
+    if isinstance(recipe, (str, Path)):
+        recipe = load_recipe(recipe)
+    if model_args is None:
+        model = model_of(recipe)
+        if model is not None:
+            from ..trials.backends._slime_args import slime_model_args
+
+            lb_on = PHRASE["load_balancing_on"] in recipe.layout.summary
+            model_args = slime_model_args(model, aux_loss_coeff=float(_AUX_ON) if lb_on else 0.0)
+    out: dict[str, str | None] = {k: str(v) for k, v in recipe.env.items()}
+    out.update(parse_arguments(recipe.run, model_args))
+    for tok_flag, value in parse_arguments(precision_arguments(recipe.workload.precision)).items():
+        out.setdefault(tok_flag, value)
+    return out
