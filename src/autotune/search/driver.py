@@ -164,9 +164,8 @@ class SearchDriver:
             return LoopResult(self.sd.name, str(self.sd.root.parent), self.backend.name, stop, self.records,
                               self.best(), self.gpu_hours, self.notes)
         finally:
-            self.backend.close()
-            if not self.hold_lock:
-                self.sd.unlock()
+            if not self.hold_lock:  # the session closes both once its outputs are published
+                self.close()
 
     def _next(self, requeue: list[Layout], running: dict) -> Proposal | None:
         """The next proposal worth dispatching: re-queued layouts first, then the planner's; a repeat of a
@@ -253,6 +252,19 @@ class SearchDriver:
         pred = prediction.tokens_per_s_per_gpu
         attrs = attrs.model_copy(update={"predicted": pred, "predicted_peak_bytes": prediction.peak_bytes})
         number = self.study.start(lay, attrs, self.choices)
+        spec = self._spec(lay, number, prediction)
+        if spec.proxy:
+            self.study.update(number, {"proxy": spec.proxy})
+        d = self.sd.trial_dir(number)
+        write_json_atomic(d / "trial_spec.json", spec)
+        kill_point("spec_written")
+        handle = self.backend.submit(spec, d)
+        running[number] = (handle, lay, pred)
+        kill_point("submitted")
+        self.emit("dispatched", {"number": number, "layout": attrs.label, "predicted": pred, "why": attrs.why,
+                                 "peak_memory_bytes": prediction.peak_bytes})
+
+    def _spec(self, lay: Layout, number: int, prediction) -> TrialSpec:
         steps = self.cfg.steps or self.workload.steps
         spec = TrialSpec(
             study=self.sd.name, number=number, model=self.model.source.removeprefix("catalog:") or self.model.name,
@@ -265,15 +277,22 @@ class SearchDriver:
             from ..trials.proxy import make_proxy
 
             _, spec.proxy = make_proxy(self.model, lay, target="gpu" if self.cluster.gpu.is_accelerator else "cpu")
-            self.study.update(number, {"proxy": spec.proxy})
-        d = self.sd.trial_dir(number)
-        write_json_atomic(d / "trial_spec.json", spec)
-        kill_point("spec_written")
-        handle = self.backend.submit(spec, d)
-        running[number] = (handle, lay, pred)
-        kill_point("submitted")
-        self.emit("dispatched", {"number": number, "layout": attrs.label, "predicted": pred, "why": attrs.why,
-                                 "peak_memory_bytes": prediction.peak_bytes})
+        return spec
+
+    def run_reference(self, lay: Layout, number: int, trial_dir) -> TrialResult:
+        """Run `lay` once outside the study (the gates' reference arm: same steps, same rows, same seed) and
+        wait for it. The backend stays open for this until the session closes it."""
+        spec = self._spec(lay, number, self.candidates.prediction_of_layout(lay))
+        write_json_atomic(trial_dir / "trial_spec.json", spec)
+        self.emit("reference", {"layout": lay.label(self.model.is_moe)})
+        handle = self.backend.submit(spec, trial_dir)
+        while (res := self.backend.poll(handle)) is None:
+            time.sleep(self.cfg.poll_s)
+        return res
+
+    def close(self) -> None:
+        self.backend.close()
+        self.sd.unlock()
 
     def _tell(self, number: int, lay: Layout, res: TrialResult, pred: float | None) -> None:
         extra = {}

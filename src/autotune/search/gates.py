@@ -16,7 +16,7 @@ from .planners import TrialRecord
 if TYPE_CHECKING:
     from .session import SearchSession
 
-__all__ = ["GateOutcome", "GatesStage", "NoGates"]
+__all__ = ["GateOutcome", "GatesStage", "NoGates", "RecipeGates"]
 
 
 @dataclass
@@ -42,3 +42,93 @@ class NoGates(GatesStage):
         why = ("not run: predicted (the simulator ran no training step)" if session.driver.backend.name == "simulate"
                else "not run: no correctness gates are configured for this search")
         return {r.number: GateOutcome("not run", why) for r in ranked}
+
+
+class RecipeGates(GatesStage):
+    """The gates of issue 13 on the top trials: the configuration gate on every emitted recipe against the
+    reference's arguments; the convergence gate of each measured trial's loss curve against a reference
+    run of the same steps on the same rows (the simplest candidate layout, or the layout of the recipe
+    given with --reference), run once through the search's own backend; a component test for each kernel
+    difference (gates.section.run_gates). The simulator's trials get `not run: predicted`."""
+
+    REFERENCE_NUMBER = 999_999  # the reference run's trial number (its folder is trials/reference/)
+
+    def __init__(self, reference_recipe: str | None = None, profile: str | None = None):
+        self.reference_recipe = reference_recipe
+        self.profile = profile  # None: fp32 thresholds on CPU (deterministic), Bridge's on GPUs
+
+    def run(self, session: "SearchSession", ranked: list[TrialRecord]) -> dict[int, GateOutcome]:
+        from ..gates.section import run_gates
+
+        d = session.driver
+        predicted = not d.backend.measured
+        ref_layout, ref_label = self._reference_layout(session)
+        ref_args = self._args(session, ref_layout)
+        ref_steps, ref_note = (None, "") if predicted or not ranked else self._reference_steps(session, ref_layout, ranked)
+        profile = self.profile or ("bridge" if session.cluster.gpu.is_accelerator else "fp32")
+        out: dict[int, GateOutcome] = {}
+        for rec in ranked:
+            steps = None if predicted else _steps_of(session, rec.number)
+            result, section = run_gates(
+                self._args(session, rec.layout), ref_args, steps, ref_steps, predicted=predicted,
+                reference=ref_label + ref_note, profile=profile, gpu=session.cluster.gpu.name,
+                run_components=not predicted)
+            status = {"pass": "verified", "fail": "failed"}.get(result, "not run")
+            out[rec.number] = GateOutcome(status, section["summary"], section,
+                                          [{"gate": "configuration", "status": section["configuration"]},
+                                           {"gate": "convergence", "status": (section["convergence"] or {}).get(
+                                               "result", "not run")},
+                                           *({"gate": "component", "status": c["result"]}
+                                             for c in section["component_tests"])])
+        return out
+
+    # --- the reference ---------------------------------------------------------------------------------
+    def _reference_layout(self, session):
+        if self.reference_recipe:
+            from ..recipes.convert import layout_of
+            from ..recipes.io import load_recipe
+
+            lay = layout_of(load_recipe(self.reference_recipe))
+            if lay.world != session.cluster.count:
+                from ..errors import BadInput
+
+                raise BadInput(f"--reference {self.reference_recipe}: its layout is for {lay.world} GPUs, the search "
+                               f"for {session.cluster.count}; give a recipe for the same GPU count")
+            return lay, f"the recipe {self.reference_recipe} ({lay.label(session.model.is_moe)})"
+        c = session.driver.candidates
+        t = c.table
+        # the simplest candidate: least model parallelism, then no interleaving, recompute or overlap
+        cost = (t.tp * t.pp * t.cp * t.ep * t.etp).astype(float) * 1e6 + t.vpp * 1e4 + t.rc_gran * 1e2 \
+            + t.dispatcher * 10 + t.shared_overlap + t.offload
+        lay = t.row(int(cost.argmin()))
+        return lay, f"the simplest candidate layout, {lay.label(session.model.is_moe)}, on the same rows"
+
+    def _reference_steps(self, session, lay, ranked):
+        """The reference run's loss curve: a trial of the reference layout through the search's backend (or
+        a ranked trial that already is that layout)."""
+        from ..layout.dimensions import layout_key
+
+        key = layout_key(lay)
+        for r in session.driver.records:
+            if r.status == "ok" and r.source == "measured" and layout_key(r.layout) == key:
+                return _steps_of(session, r.number), f" (trial {r.number})"
+        res = session.driver.run_reference(lay, self.REFERENCE_NUMBER, session.sd.root / "trials" / "reference")
+        if res.status != "ok" or not res.steps:
+            return None, f" (the reference run ended {res.status}: {res.reason or 'no steps'})"
+        return res.steps, " (trials/reference)"
+
+    def _args(self, session, lay) -> str:
+        from ..launch import build_run_block, loss_mask_for
+
+        return build_run_block(lay, session.workload, session.cluster, loss_mask=loss_mask_for(session.model.name),
+                               moe=session.model.is_moe)
+
+
+def _steps_of(session, number: int):
+    from ..trials.spec import TrialResult, read_model
+
+    p = session.sd.trial_dir(number) / "trial_result.json"
+    if not p.exists():
+        return None
+    res = read_model(TrialResult, p)
+    return res.steps if res.source == "measured" and res.steps else None

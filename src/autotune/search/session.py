@@ -23,7 +23,7 @@ from ..trials.backends import Backend
 from ..trials.prediction import prediction_of
 from ..trials.spec import TrialResult, read_model
 from .driver import SearchConfig, SearchDriver
-from .gates import GateOutcome, GatesStage, NoGates
+from .gates import GateOutcome, GatesStage, RecipeGates
 from .outputs import Publication
 from .planners import TrialRecord
 from .study import StudyDir
@@ -93,7 +93,7 @@ class SearchSession:
         self.sd, self.cfg = study_dir, config
         self.driver = SearchDriver(model, cluster, workload, space, backend, study_dir, config, on_event,
                                    hold_lock=True)
-        self.gates = gates or NoGates()
+        self.gates = gates or RecipeGates()
         self.notes = list(notes or [])
 
     def prepare(self) -> None:
@@ -117,7 +117,7 @@ class SearchSession:
             self._publish(outcome)
             return outcome
         finally:
-            self.sd.unlock()
+            self.driver.close()
 
     # --- stages ----------------------------------------------------------------------------------------
     def _rows(self, records: list[TrialRecord]) -> list[dict]:
