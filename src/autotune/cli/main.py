@@ -25,7 +25,7 @@ app = typer.Typer(
 )
 
 # Each module exposes register(app). Listed explicitly so a broken module fails loudly.
-COMMANDS = ["catalog_cmds", "estimate", "space", "calibrate", "search", "recipes", "export", "trial"]
+COMMANDS = ["catalog_cmds", "estimate", "space", "calibrate", "search", "recipes", "export", "trial", "dashboard"]
 
 
 def _register() -> None:
