@@ -93,7 +93,7 @@ def layout_map(view: StudyView, xdim: str, ydim: str, title: str) -> str:
     lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
     cw, ch, top = max(64, min(110, 620 // max(1, len(xs)))), 34, 52
     left = 24 + 6.3 * max(len(str(y)) for y in ys)
-    w, h = max(470, left + cw * len(xs) + 20), top + ch * len(ys) + 40
+    w, h = max(600, left + cw * len(xs) + 20), top + ch * len(ys) + 40
     g = [f'<svg class="plot" data-plot="{name}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
          f'xmlns="http://www.w3.org/2000/svg"><text x="8" y="18" font-weight="600" font-size="13">{esc(title)}</text>',
          f'<text x="{left + cw * len(xs) / 2:.0f}" y="{top - 22}" text-anchor="middle" font-size="11.5">{esc(xdim.upper())}</text>',
@@ -116,8 +116,8 @@ def layout_map(view: StudyView, xdim: str, ydim: str, title: str) -> str:
             g.append(f'<rect class="mark" x="{x}" y="{y}" width="{cw - 2}" height="{ch - 2}" fill="{fill}"><title>'
                      f'{esc(tip)}</title></rect><text x="{x + cw / 2 - 1:.0f}" y="{y + ch / 2 + 3:.0f}" text-anchor="middle" '
                      f'font-size="10.5" fill="{ink}">{esc(label)}</text>')
-    g.append(f'<text x="{left}" y="{h - 12}" font-size="10.5" fill="#555">colour: best tokens/s per GPU in the cell '
-             f'({lo:,.0f} dark to {hi:,.0f} bright); grey: not tried; pink: no result</text></svg>')
+    g.append(f'<text x="8" y="{h - 12}" font-size="10.5" fill="#555">best tokens/s per GPU in the cell: {lo:,.0f} dark, '
+             f'{hi:,.0f} bright; grey: not tried; pink: tried, no result</text></svg>')
     return "".join(g)
 
 

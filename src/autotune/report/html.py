@@ -24,7 +24,7 @@ h1{font-size:22px;margin:6px 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bo
 .kpis{display:flex;gap:12px;flex-wrap:wrap;margin:12px 0}.kpi{border:1px solid #e5e5e5;border-radius:8px;padding:8px 12px;min-width:150px}
 .kpi b{display:block;font-size:18px}.kpi span{color:#666;font-size:12px}
 .grid{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.grid svg,.wide svg{max-width:100%;height:auto;border:1px solid #eee;border-radius:6px}
-svg text{font-family:system-ui,sans-serif;fill:#222}
+svg text{font-family:system-ui,sans-serif}
 table{border-collapse:collapse;width:100%;font-size:12.5px}th,td{padding:4px 7px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 th{background:#f7f7f7;position:sticky;top:0}table.sortable th{cursor:pointer;user-select:none}
 table.sortable th:after{content:" \\2195";color:#aaa}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}

@@ -74,10 +74,10 @@ def predicted_vs_measured(view: StudyView) -> str:
     measured = [t for t in pts if t.source == "measured"]
     if measured:
         errs = sorted(abs(t.predicted / t.value - 1) for t in measured)
-        title += f": median error {errs[len(errs) // 2]:.1%} over {len(errs)} measured"
+        sub = f"the model's median error {errs[len(errs) // 2]:.1%} over {len(errs)} measured trial(s)"
     else:
-        title += ": no measured trial (simulator results equal the model)"
-    ax = Axes(name, title, "predicted at dispatch", "result", vals, vals)
+        sub = "no measured trial: a simulator result is the model's own prediction"
+    ax = Axes(name, title, "predicted at dispatch", "result", vals, vals, subtitle=sub)
     lo, hi = max(ax.x0, ax.y0), min(ax.x1, ax.y1)
     ax.line([(lo, lo), (hi, hi)], stroke="#888", dash="4 3", width=1.2)
     for t in pts:

@@ -69,11 +69,12 @@ class Axes:
     """A cartesian chart: data ranges map into a plotting box; marks are SVG fragments in data space."""
 
     def __init__(self, name: str, title: str, xlabel: str, ylabel: str, xs, ys, w: int = 560, h: int = 330,
-                 xzero: bool = False, yzero: bool = False):
+                 xzero: bool = False, yzero: bool = False, subtitle: str = ""):
+        self.subtitle = subtitle
         self.name, self.title, self.xlabel, self.ylabel, self.w, self.h = name, title, xlabel, ylabel, w, h
         self.x0, self.x1 = _span(xs, zero=xzero)
         self.y0, self.y1 = _span(ys, zero=yzero)
-        self.left, self.right, self.top, self.bottom = 64, 16, 30, 62
+        self.left, self.right, self.top, self.bottom = 64, 16, 44 if subtitle else 30, 62
         self.marks: list[str] = []
         self.legend: list[tuple[str, str, str]] = []  # (colour, shape, text)
 
@@ -121,6 +122,8 @@ class Axes:
         g = [f'<svg class="plot" data-plot="{esc(self.name)}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
              f'role="img" aria-label="{esc(self.title)}" xmlns="http://www.w3.org/2000/svg">',
              f'<text x="{L}" y="18" font-weight="600" font-size="13">{esc(self.title)}</text>']
+        if self.subtitle:
+            g.append(f'<text x="{L}" y="34" font-size="11" fill="#555">{esc(self.subtitle)}</text>')
         for t in nice_ticks(self.x0, self.x1):
             X = self.sx(t)
             g.append(f'<line x1="{X:.1f}" x2="{X:.1f}" y1="{self.top}" y2="{B}" stroke="#eee"/>'
