@@ -86,7 +86,7 @@ def _card(e: Entry) -> str:
         text = ""
     return (f'<section class="card" id="{esc(e.name)}"><h3>#{e.rank} {esc(e.name)} · {res.tokens_per_s_per_gpu:,.1f} '
             f'tokens/s/GPU · {esc(lay.label)} <span class="hl">{esc(lay.highlights)}</span></h3>{_dl(rows)}'
-            f'<h4>Stack</h4>{_dl(stack)}<h4>Environment</h4><ul>{env}</ul><h4>Command: how to run</h4>'
+            f'<h4>Stack</h4>{_dl(stack)}<h4>Environment</h4><ul>{env}</ul><h4>Command <span class="hl">How to run</span></h4>'
             f'<pre>{esc(r.run)}</pre><h4>{esc(recipe_relpath(r, e.name))}</h4><pre>{esc(text)}</pre></section>')
 
 
