@@ -74,7 +74,9 @@ class OptunaDashboard:
         cmd = dashboard_command() + [f"sqlite:///{self.db.resolve()}", "--host", HOST, "--port", str(self.port), "--quiet"]
         # stderr to a file, not a pipe: a chatty server must never block on a pipe nobody reads
         self._err = tempfile.TemporaryFile()
+        # its own session: a terminal Ctrl-C reaches autotune only, which then stops the server in order
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err, stdin=subprocess.DEVNULL,
+                                     start_new_session=True,
                                      preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
