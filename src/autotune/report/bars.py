@@ -8,12 +8,16 @@ import math
 from .study import StudyView, TrialView
 from .svg import PALETTE, colour, empty, esc
 
-__all__ = ["step_breakdown", "layout_map", "funnel", "TERM_ORDER"]
+__all__ = ["step_breakdown", "layout_map", "funnel", "funnel_stages", "TERM_ORDER", "TERM_COLOURS"]
 
 # step-time terms in reading order: compute by layer type, recompute, exposed communication, bubble, the rest
-TERM_ORDER = ["compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
-              "recompute", "memory_bound", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm", "bubble",
-              "imbalance", "layer_overhead", "optimizer", "offload", "step_overhead"]
+# and a colour per term by family: compute blues and teals, recompute orange, communication reds and purples
+TERM_COLOURS = {"compute_dense": "#1f4e9c", "compute_attention": "#3b82c4", "compute_linear_attention": "#8fbde6",
+                "compute_experts": "#0f8b8d", "compute_output": "#7cc7b9", "recompute": "#e69f00",
+                "memory_bound": "#f0d264", "tp_comm": "#8e44ad", "cp_comm": "#c39bd3", "ep_comm": "#c0392b",
+                "pp_p2p": "#ec8b7f", "dp_comm": "#d35d9b", "bubble": "#a0a0a0", "imbalance": "#5a5a5a",
+                "layer_overhead": "#c8b68e", "optimizer": "#2e7d32", "offload": "#8d6e63", "step_overhead": "#d6d6d6"}
+TERM_ORDER = list(TERM_COLOURS)
 
 
 def _distinct_top(view: StudyView, k: int) -> list[TrialView]:
@@ -36,9 +40,11 @@ def step_breakdown(view: StudyView, k: int = 5) -> str:
         return empty(name, title, "no ranked trial carries a Prediction with time terms")
     terms = [x for x in TERM_ORDER if any(t.prediction.time_terms.get(x, 0) > 0 for t in top)]
     terms += sorted({x for t in top for x, v in t.prediction.time_terms.items() if v > 0} - set(terms))
-    col = {x: PALETTE[i % len(PALETTE)] for i, x in enumerate(terms)}
+    col = {x: TERM_COLOURS.get(x) or PALETTE[i % len(PALETTE)] for i, x in enumerate(terms)}
     total = max(sum(v for v in t.prediction.time_terms.values() if v > 0) for t in top)
-    w, label_w, bar_h, gap = 1000, 420, 24, 10
+    labels = [f"#{i + 1} trial {t.number}: {t.label} ({t.recompute}, {t.dispatcher})" for i, t in enumerate(top)]
+    label_w = int(16 + 6.4 * max(len(x) for x in labels))  # wide enough that no label is clipped
+    w, bar_h, gap = label_w + 640, 24, 10
     legend_rows = math.ceil(len(terms) / 4)
     h = 34 + len(top) * (bar_h + gap) + 26 + legend_rows * 17 + 8
     scale = (w - label_w - 70) / total
@@ -46,8 +52,7 @@ def step_breakdown(view: StudyView, k: int = 5) -> str:
          f'xmlns="http://www.w3.org/2000/svg"><text x="8" y="18" font-weight="600" font-size="13">{esc(title)}</text>']
     for i, t in enumerate(top):
         y = 34 + i * (bar_h + gap)
-        g.append(f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end" font-size="11.5">#{i + 1} trial {t.number}: '
-                 f'{esc(t.label)} ({esc(t.recompute)}, {esc(t.dispatcher)})</text>')
+        g.append(f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end" font-size="11.5">{esc(labels[i])}</text>')
         x = label_w
         tt = t.prediction.time_terms
         for term in terms:
@@ -91,7 +96,7 @@ def layout_map(view: StudyView, xdim: str, ydim: str, title: str) -> str:
     best = {k: max((t.value for t in v if t.ok), default=None) for k, v in cells.items()}
     vals = [v for v in best.values() if v]
     lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
-    cw, ch, top = max(64, min(110, 620 // max(1, len(xs)))), 34, 52
+    cw, ch, top = max(64, min(110, 620 // max(1, len(xs)))), 34, 62
     left = 24 + 6.3 * max(len(str(y)) for y in ys)
     w, h = max(600, left + cw * len(xs) + 20), top + ch * len(ys) + 40
     g = [f'<svg class="plot" data-plot="{name}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
