@@ -135,3 +135,24 @@ def test_memory_chart_marks_oom_trials_and_the_capacity(sim_study):
     assert f"usable HBM {view.capacity_bytes / 1024**3:,.1f} GiB" in svg
     assert f"trial {ok.number}: {ok.label}" in svg
     assert isinstance(ok.prediction, Prediction) and ok.mfu == ok.prediction.mfu
+
+
+def test_a_running_study_shows_its_running_trial(study_copy):
+    """Mid-search: no summary.json yet, one trial dispatched and not finished (written with Optuna itself)."""
+    import optuna
+
+    (study_copy / "summary.json").unlink()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name="sim", storage=f"sqlite:///{study_copy / 'study.db'}")
+    lay = study.trials[0].user_attrs["layout"]
+    trial = study.ask()
+    for k, v in {"layout": lay, "label": "TP9 RUNNING", "predicted": 1234.5, "why": "still out there"}.items():
+        trial.set_user_attr(k, v)
+    view = load_study(study_copy)
+    running = [t for t in view.trials if t.label == "TP9 RUNNING"]
+    assert len(running) == 1 and running[0].display_state == "running" and not running[0].ok
+    assert view.stop_reason == study.user_attrs["stop_reason"]  # the last run's, from study.db
+    html = render_html(view)
+    assert f"running, or killed mid-trial: 1 trial(s) in flight; last stop: {view.stop_reason}" in html
+    row = [r for r in _rows(html) if "TP9 RUNNING" in r]
+    assert len(row) == 1 and "running" in row[0] and "1,234.5" in row[0] and "still out there" in row[0]

@@ -123,7 +123,7 @@ def render_html(view: StudyView) -> str:
     ranked = view.ranked()
     best = ranked[0] if ranked else None
     where = f"{view.model} on {view.count or '?'} x {view.gpu}"
-    state = f"stopped: {view.stop_reason}" if view.stop_reason else "running, or stopped before the end (no stop reason yet)"
+    state = view.state_line()
     warn = ('<div class="warn">Simulator study: every result is the cost model\'s <b>prediction</b>; nothing was measured.'
             '</div>' if view.backend == "simulate" else "")
     best_line = (f"<p>Best: <b>{esc(best.label)}</b> ({esc(best.recompute)}, {esc(best.dispatcher)}), trial {best.number}, "

@@ -96,6 +96,17 @@ class StudyView:
         return sorted((t for t in self.trials if t.ok), key=lambda t: (-t.value, t.number))
 
     @property
+    def in_flight(self) -> int:
+        """Trials dispatched and not finished: the search is running (or was killed mid-trial)."""
+        return sum(1 for t in self.trials if t.state == "RUNNING")
+
+    def state_line(self) -> str:
+        if self.in_flight:
+            last = f"; last stop: {self.stop_reason}" if self.stop_reason else ""
+            return f"running, or killed mid-trial: {self.in_flight} trial(s) in flight{last}"
+        return f"stopped: {self.stop_reason}" if self.stop_reason else "stopped before the end (no stop reason recorded)"
+
+    @property
     def dispatched(self) -> list[TrialView]:
         return [t for t in self.trials if t.status != "screened"]
 

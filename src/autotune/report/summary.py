@@ -18,6 +18,7 @@ def view_json(view: StudyView) -> dict:
     return {
         "study": view.name, "study_dir": str(view.root), "model": view.model, "gpu": view.gpu, "count": view.count,
         "backend": view.backend, "planner": view.planner, "stop_reason": view.stop_reason,
+        "in_flight": view.in_flight,
         "dispatched": len(view.dispatched), "screened": len(view.trials) - len(view.dispatched),
         "gpu_hours": view.gpu_hours, "best": view.best,
         "trials": [{"rank": ranked.get(t.number), "number": t.number, "layout": t.label, "recompute": t.recompute,
@@ -42,7 +43,7 @@ def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
                   f"{view.planner} planner")
     console.print(f"{len(view.dispatched)} trial(s) dispatched, {len(view.trials) - len(view.dispatched)} screened, "
                   f"{view.gpu_hours:,.1f} GPU-hours{sim}; "
-                  + (f"stopped: {view.stop_reason}" if view.stop_reason else "running (or stopped before the end)"))
+                  + view.state_line())
     ranked = view.ranked()
     t = Table(title=f"top {min(top, len(ranked))} of {len(ranked)} ranked trials")
     for c in ("rank", "trial", "layout", "recompute", "disp.", "predicted", "result", "MFU", "$/1M", "peak GiB", "state"):
