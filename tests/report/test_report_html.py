@@ -156,3 +156,41 @@ def test_a_running_study_shows_its_running_trial(study_copy):
     assert f"running, or killed mid-trial: 1 trial(s) in flight; last stop: {view.stop_reason}" in html
     row = [r for r in _rows(html) if "TP9 RUNNING" in r]
     assert len(row) == 1 and "running" in row[0] and "1,234.5" in row[0] and "still out there" in row[0]
+
+
+def test_gate_results_of_a_verified_recipe(study_copy):
+    """A recipe whose gates ran (the repository's verified seed recipe) shows them, and counts as verified."""
+    import shutil
+
+    from autotune.recipes.io import REPO_ROOT
+
+    src = REPO_ROOT / "recipes" / "qwen3.5-122b-a10b" / "h200" / "attune-tp1-pp4-ep8-rc2.yaml"
+    shutil.copy(src, study_copy / "recipes" / "rank-00-attune-tp1-pp4-ep8-rc2.yaml")
+    view = load_study(study_copy)
+    html = render_html(view)
+    gates = html.split("<h2>Recipes and their correctness gates</h2>", 1)[1].split("</table>", 1)[0]
+    row = [r for r in re.findall(r"<tr>(.*?)</tr>", gates) if "attune-tp1-pp4-ep8-rc2" in r][0]
+    assert 'class="pass" data-v="pass">pass' in row and "correlation 0.999997" in row and "verified" in row
+    assert sum('class="notrun" data-v="not run">not run' in r for r in re.findall(r"<tr>(.*?)</tr>", gates)) == 5
+    funnel = html.split('data-plot="funnel"', 1)[1].split("</svg>", 1)[0]
+    assert "verified: 1" in funnel
+
+
+def test_model_error_of_measured_trials(sim_study):
+    from autotune.report.plots import predicted_vs_measured
+
+    view = load_study(sim_study)
+    view.trials += [TrialView(number=90 + i, state="COMPLETE", status="ok", source="measured", label=f"M{i}",
+                              layout={}, predicted=p, value=v) for i, (p, v) in enumerate([(3000, 2700), (2000, 2100), (1000, 1000)])]
+    svg = predicted_vs_measured(view)
+    # |3000/2700 - 1| = 11.1%, |2000/2100 - 1| = 4.8%, 0%: the median is 4.8%
+    assert "the model&#x27;s median error 4.8% over 3 measured trial(s)" in svg
+    assert "trial 90: M0" in svg and "model error +11.1%" in svg and "model error -4.8%" in svg
+
+
+def test_a_summary_without_its_database(capsys, study_copy, summary, tmp_path):
+    (study_copy / "study.db").unlink()
+    view = load_study(study_copy)
+    assert len(view.trials) == len(summary["trials"]) and view.ranked()[0].number == summary["best"]["number"]
+    html = _html(capsys, study_copy, tmp_path)
+    assert len(_rows(html)) == len(summary["trials"])
