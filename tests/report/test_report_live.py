@@ -2,6 +2,8 @@
 
 import io
 
+import pytest
+
 from rich.console import Console
 
 from autotune.report.live import LiveView
@@ -60,3 +62,17 @@ def test_rich_panel_on_a_terminal():
     for s in ("searching X", "2/2 (+1 screened)", "4.5 (no budget)", "best so far: TP1 PP4 EP8 DP8 2,400.0",
               "120.0", "measured", "oom", "CUDA out of memory", "screened", "42.0", "stopped: trial budget reached"):
         assert s in shown, s
+
+
+def test_for_search_titles_and_computes_mfu_by_the_one_formula():
+    from autotune.catalog import ClusterSpec, load_model
+    from autotune.cost.flops import mfu
+
+    m, cluster = load_model("Qwen3.5-122B-A10B"), ClusterSpec.of("H200", 32)
+    buf = io.StringIO()
+    view = LiveView.for_search(m, cluster, "demo", 5, None, True, Console(file=buf, width=200))
+    assert view.title == "searching Qwen3.5-122B-A10B on 32 x H200 (study demo)"
+    view.on_event("finished", {"number": 0, "layout": "TP1 PP4 EP8 DP8", "status": "ok", "value": 2451.44,
+                               "predicted": 2500.0, "source": "measured"})
+    want = float(mfu(m, 2451.44, cluster.gpu.bf16_tflops))
+    assert view.rows[0].mfu == pytest.approx(want, rel=1e-12) and f"MFU {want:.1%}" in buf.getvalue() and "MFU 13.4%" in buf.getvalue()

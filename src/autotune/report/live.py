@@ -71,6 +71,17 @@ class LiveView:
         self.live = (Live(self.render(), console=self.console, refresh_per_second=4, transient=False)
                      if enabled and self.console.is_terminal else None)
 
+    @classmethod
+    def for_search(cls, model, cluster, study: str, trials_budget: int, gpu_hours_budget: float | None,
+                   enabled: bool, console: Console | None = None) -> "LiveView":
+        """The view `autotune search` shows: titled with the model, cluster and study, MFU by the one formula."""
+        from ..catalog import param_counts
+        from ..cost.flops import mfu_of
+
+        title = f"searching {model.name} on {cluster.count} x {cluster.gpu.name} (study {study})"
+        per = float(mfu_of(1.0, param_counts(model).active, cluster.gpu.bf16_tflops))
+        return cls(title, trials_budget, gpu_hours_budget, enabled, console, mfu_per_tps=per)
+
     # --- events ---------------------------------------------------------------------------------------
     def on_event(self, kind: str, d: dict) -> None:
         n = int(d.get("number", -1))
