@@ -135,6 +135,9 @@ def test_memory_chart_marks_oom_trials_and_the_capacity(sim_study):
     assert f"usable HBM {view.capacity_bytes / 1024**3:,.1f} GiB" in svg
     assert f"trial {ok.number}: {ok.label}" in svg
     assert isinstance(ok.prediction, Prediction) and ok.mfu == ok.prediction.mfu
+    row = [r for r in _rows(render_html(view)) if "TP1 PP1 EP8 DP32" in r][0]
+    assert 'class="st-oom" data-v="oom"' in row and "CUDA out of memory on rank 3" in row
+    assert "no training step was run" not in _rows(render_html(view))[0]  # a simulated result's stock note
 
 
 def test_a_running_study_shows_its_running_trial(study_copy):

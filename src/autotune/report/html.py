@@ -29,7 +29,7 @@ table{border-collapse:collapse;width:100%;font-size:12.5px}th,td{padding:4px 7px
 th{background:#f7f7f7;position:sticky;top:0}table.sortable th{cursor:pointer;user-select:none}
 table.sortable th:after{content:" \\2195";color:#aaa}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.best td{background:#eef7ee}.st-oom,.st-crash,.st-timeout,.st-nan,.st-nccl,.st-infra{color:#b00020}.st-screened{color:#777}
-.why{color:#444;min-width:220px;max-width:380px}td.nw{white-space:nowrap}.pass{color:#0a7a2f;font-weight:600}.fail{color:#b00020;font-weight:600}.notrun{color:#777}
+.why{color:#444;font-size:11.5px;min-width:200px;max-width:360px}td.nw{white-space:nowrap}.pass{color:#0a7a2f;font-weight:600}.fail{color:#b00020;font-weight:600}.notrun{color:#777}
 .scroll{max-height:620px;overflow:auto;border:1px solid #eee}ul.missing{color:#555}
 """
 
@@ -67,14 +67,22 @@ def _trial_rows(view: StudyView) -> list[str]:
                  _num(t.predicted), _num(t.measured), _num(t.value if t.ok else None),
                  _num(t.mfu, "{:.1%}"), _num(t.usd_per_million_tokens, "${:.2f}"),
                  _num(peak / GiB if peak else None), _num(t.gpu_hours, "{:.2f}"), _num(t.wall_s, "{:.1f}"),
-                 _td(t.display_state, cls=f"st-{t.display_state}"), _td(t.reason or "", cls="why"),
-                 _td(t.why or "", cls="why")]
+                 _td(t.display_state, cls=f"st-{t.display_state}"), _td(t.why or "", cls="why"),
+                 _td(_reason(t), cls="why")]
         rows.append(f'<tr{" class=best" if k == 1 else ""}>' + "".join(cells) + "</tr>")
     return rows
 
 
 TRIAL_COLS = ["rank", "trial", "layout", "recompute", "dispatcher", "predicted", "measured", "result", "MFU",
-              "$ / 1M tokens", "peak GiB", "GPU-h", "wall s", "state", "reason", "planner's rationale"]
+              "$ / 1M tokens", "peak GiB", "GPU-h", "wall s", "state", "planner's rationale", "reason"]
+
+
+def _reason(t: TrialView) -> str:
+    """Why a trial failed or was screened, or what a real run noted; a simulated result's stock note is
+    already said by its state (predicted), so it is left out."""
+    if t.ok and t.source != "measured":
+        return ""
+    return t.reason or ""
 
 
 def _gate(v, detail: str = "") -> str:
