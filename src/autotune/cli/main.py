@@ -27,7 +27,8 @@ app = typer.Typer(
 )
 
 # Each module exposes register(app). Listed explicitly so a broken module fails loudly.
-COMMANDS = ["catalog_cmds", "estimate", "space", "calibrate", "search", "recipes", "export", "trial", "check"]
+COMMANDS = ["catalog_cmds", "estimate", "space", "calibrate", "search", "recipes", "export", "trial", "check",
+            "dashboard"]
 
 
 def _register() -> None:

@@ -42,10 +42,14 @@ def list_recipes(
     model: Optional[str] = typer.Option(None, "--model", help="Only this model (e.g. Qwen3.5-122B-A10B)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Only this GPU kind (e.g. H200)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the leaderboard as one offline HTML page "
+                                        "in the OpenRecipes style (ranked table, then a block per recipe)."),
     dirs: Optional[List[Path]] = DIRS,
 ) -> None:
     """The leaderboard: recipes ranked by tokens/s per GPU, with $ / 1M tokens, GPUs, layout, date and author."""
     entries = leaderboard(_load(dirs), model=model, gpu=gpu)
+    if html is not None:
+        _write_html(entries, html, model, gpu)
     if json_out:
         print_json([e.to_dict() for e in entries])
         return
@@ -73,6 +77,18 @@ def list_recipes(
                   r.status if r.status != "predicted" else "[yellow]predicted[/]"]
         t.add_row(*cells)
     console.print(t)
+
+
+def _write_html(entries, html: Path, model: Optional[str], gpu: Optional[str]) -> None:
+    from ..report.leaderboard import write_leaderboard
+
+    if html.is_dir():
+        raise ConfigError(f"--html {html}: is a folder; pass a file path such as {html / 'leaderboard.html'}")
+    if not entries:
+        which = f" for {model or ''} {gpu or ''}".rstrip() if model or gpu else ""
+        raise ConfigError(f"no recipes{which}: nothing written to {html}; `autotune recipes list` shows what there is")
+    write_leaderboard(entries, html)
+    err_console.print(f"wrote {html} ({len(entries)} recipe(s))", markup=False)
 
 
 def _find(name: str, dirs: Optional[List[Path]]) -> tuple[Path, Recipe]:

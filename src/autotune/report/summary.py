@@ -1,0 +1,74 @@
+"""A StudyView for the terminal (rich tables) and as one JSON object (`autotune dashboard --json`)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .bars import funnel_stages
+from .study import StudyView
+
+__all__ = ["render_summary", "view_json"]
+
+GiB = 1024**3
+
+
+def view_json(view: StudyView) -> dict:
+    ranked = {t.number: k for k, t in enumerate(view.ranked(), 1)}
+    return {
+        "study": view.name, "study_dir": str(view.root), "model": view.model, "gpu": view.gpu, "count": view.count,
+        "backend": view.backend, "planner": view.planner, "stop_reason": view.stop_reason,
+        "in_flight": view.in_flight,
+        "dispatched": len(view.dispatched), "screened": len(view.trials) - len(view.dispatched),
+        "gpu_hours": view.gpu_hours, "best": view.best,
+        "trials": [{"rank": ranked.get(t.number), "number": t.number, "layout": t.label, "recompute": t.recompute,
+                    "dispatcher": t.dispatcher, "state": t.display_state, "predicted": t.predicted,
+                    "measured": t.measured, "value": t.value if t.ok else None, "mfu": t.mfu,
+                    "usd_per_million_tokens": t.usd_per_million_tokens,
+                    "peak_memory_bytes": t.peak_bytes or t.predicted_peak_bytes, "gpu_hours": t.gpu_hours,
+                    "wall_s": t.wall_s, "reason": t.reason, "why": t.why,
+                    "time_terms": t.prediction.time_terms if t.prediction else None} for t in view.trials],
+        "funnel": [{"stage": s, "count": c} for s, c in funnel_stages(view)],
+        "recipes": [{"name": r.name, "path": str(r.path), "status": r.status, "layout": r.label,
+                     "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu, "correctness": r.correctness} for r in view.recipes],
+        "notes": view.notes, "not_available": list(dict.fromkeys(view.missing)),
+    }
+
+
+def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
+    if not console.is_terminal:  # a log or a pipe: wide enough that the table never folds a layout label
+        console = Console(file=console.file, width=max(console.width, 150), highlight=False, soft_wrap=False)
+    sim = " (predicted)" if view.backend == "simulate" else ""
+    console.print(f"[bold]study {view.name}[/]: {view.model} on {view.count or '?'} x {view.gpu}, {view.backend} backend, "
+                  f"{view.planner} planner")
+    console.print(f"{len(view.dispatched)} trial(s) dispatched, {len(view.trials) - len(view.dispatched)} screened, "
+                  f"{view.gpu_hours:,.1f} GPU-hours{sim}; "
+                  + view.state_line())
+    ranked = view.ranked()
+    t = Table(title=f"top {min(top, len(ranked))} of {len(ranked)} ranked trials")
+    for c in ("rank", "trial", "layout", "recompute", "disp.", "predicted", "result", "MFU", "$/1M", "peak GiB", "state"):
+        t.add_column(c, justify="left" if c in ("layout", "recompute", "disp.", "state") else "right")
+    for k, r in enumerate(ranked[:top], 1):
+        peak = r.peak_bytes or r.predicted_peak_bytes
+        t.add_row(str(k), str(r.number), r.label, r.recompute, r.dispatcher, f"{r.predicted:,.1f}" if r.predicted else "-",
+                  f"{r.value:,.1f}", f"{r.mfu:.1%}" if r.mfu else "-",
+                  f"{r.usd_per_million_tokens:.2f}" if r.usd_per_million_tokens else "-",
+                  f"{peak / GiB:.1f}" if peak else "-", r.display_state)
+    console.print(t)
+    failed = [x for x in view.trials if not x.ok and x.status not in (None, "requeued")]
+    for x in failed[:8]:
+        console.print(f"trial {x.number} {x.display_state}: {x.label}: {x.reason or '-'}", markup=False)
+    if len(failed) > 8:
+        console.print(f"... and {len(failed) - 8} more screened or failed trial(s)")
+    stages = funnel_stages(view)
+    if stages:
+        console.print("funnel: " + " -> ".join(f"{s} {c:,}" for s, c in stages), markup=False)
+    for r in view.recipes:
+        c = r.correctness
+        console.print(f"recipe {r.name} [{r.status}]: correctness {c.get('result', '?')} "
+                      f"(configuration {c.get('configuration', '?')}, convergence "
+                      f"{(c.get('convergence') or {}).get('result', 'not run')})", markup=False)
+    for m in dict.fromkeys(view.missing):
+        console.print(f"not available: {m}", markup=False)
+    console.print(f"html report: autotune dashboard {view.root} --html report.html · "
+                  f"optuna-dashboard: autotune dashboard --optuna {view.root}", markup=False)

@@ -1,0 +1,78 @@
+"""The search's live view: plain lines when the console is not a terminal (CI logs), a rich panel when it is."""
+
+import io
+
+import pytest
+
+from rich.console import Console
+
+from autotune.report.live import LiveView
+
+GiB = 1024**3
+
+
+def _events(view: LiveView) -> None:
+    with view:
+        view.on_event("dispatched", {"number": 0, "layout": "TP1 PP4 EP8 DP8", "predicted": 2500.0,
+                                     "why": "the best optimistic score among 40 untried"})
+        view.on_event("screened", {"number": 1, "layout": "TP1 PP1 EP8 DP32", "reason": "predicted OOM: 190.2 GiB > 139.8"})
+        view.on_event("finished", {"number": 0, "layout": "TP1 PP4 EP8 DP8", "status": "ok", "value": 2400.0,
+                                   "predicted": 2500.0, "source": "measured", "peak_memory_bytes": 120 * GiB,
+                                   "gpu_hours": 3.0, "wall_s": 42.0})
+        view.on_event("dispatched", {"number": 2, "layout": "TP2 PP2 EP8 DP8", "predicted": {"tokens_per_s_per_gpu": 2600.0},
+                                     "why": "x"})
+        view.on_event("finished", {"number": 2, "layout": "TP2 PP2 EP8 DP8", "status": "oom", "value": None,
+                                   "predicted": 2600.0, "source": "measured", "reason": "CUDA out of memory",
+                                   "gpu_hours": 1.5})
+        view.on_event("done", {"stop_reason": "trial budget reached (2 trials)"})
+
+
+def test_plain_lines_when_not_a_terminal():
+    buf = io.StringIO()
+    view = LiveView("searching Qwen3.5-122B-A10B on 32 x H200", 2, 10.0, True, Console(file=buf, width=100),
+                    mfu_per_tps=5e-5)
+    assert view.live is None
+    _events(view)
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "trial 0 dispatched: TP1 PP4 EP8 DP8, predicted 2,500.0 tokens/s/GPU (the best optimistic score among 40 untried)"
+    assert lines[1] == "trial 1 screened: TP1 PP1 EP8 DP32: predicted OOM: 190.2 GiB > 139.8"
+    assert lines[2] == ("trial 0 measured: TP1 PP4 EP8 DP8 2,400.0 tokens/s/GPU (predicted 2,500.0), MFU 12.0%, peak "
+                        "120.0 GiB, 42.0 s | 1/2 trials, 3.0/10 GPU-hours, best 2,400.0 (TP1 PP4 EP8 DP8, trial 0)")
+    assert lines[3].startswith("trial 2 dispatched: TP2 PP2 EP8 DP8, predicted 2,600.0")
+    assert lines[4].startswith("trial 2 oom: TP2 PP2 EP8 DP8 (predicted 2,600.0)") and "CUDA out of memory" in lines[4]
+    assert "2/2 trials, 4.5/10 GPU-hours" in lines[4]
+    assert lines[5] == "search stopped: trial budget reached (2 trials); 2/2 trials, 4.5/10 GPU-hours, best 2,400.0 (TP1 PP4 EP8 DP8, trial 0)"
+    assert len(lines) == 6 and "\x1b" not in buf.getvalue()
+
+
+def test_disabled_prints_nothing():
+    buf = io.StringIO()
+    _events(LiveView("t", 2, None, False, Console(file=buf, force_terminal=True)))
+    assert buf.getvalue() == ""
+
+
+def test_rich_panel_on_a_terminal():
+    buf = io.StringIO()
+    view = LiveView("searching X", 2, None, True, Console(file=buf, force_terminal=True, width=160))
+    assert view.live is not None
+    _events(view)
+    text = Console(width=160, file=io.StringIO(), record=True)
+    text.print(view.render())
+    shown = text.export_text()
+    for s in ("searching X", "2/2 (+1 screened)", "4.5 (no budget)", "best so far: TP1 PP4 EP8 DP8 2,400.0",
+              "120.0", "measured", "oom", "CUDA out of memory", "screened", "42.0", "stopped: trial budget reached"):
+        assert s in shown, s
+
+
+def test_for_search_titles_and_computes_mfu_by_the_one_formula():
+    from autotune.catalog import ClusterSpec, load_model
+    from autotune.cost.flops import mfu
+
+    m, cluster = load_model("Qwen3.5-122B-A10B"), ClusterSpec.of("H200", 32)
+    buf = io.StringIO()
+    view = LiveView.for_search(m, cluster, "demo", 5, None, True, Console(file=buf, width=200))
+    assert view.title == "searching Qwen3.5-122B-A10B on 32 x H200 (study demo)"
+    view.on_event("finished", {"number": 0, "layout": "TP1 PP4 EP8 DP8", "status": "ok", "value": 2451.44,
+                               "predicted": 2500.0, "source": "measured"})
+    want = float(mfu(m, 2451.44, cluster.gpu.bf16_tflops))
+    assert view.rows[0].mfu == pytest.approx(want, rel=1e-12) and f"MFU {want:.1%}" in buf.getvalue() and "MFU 13.4%" in buf.getvalue()
