@@ -8,18 +8,18 @@ import time
 from pathlib import Path
 
 import typer
-from rich.live import Live
-from rich.table import Table
 
 from ..errors import BadInput
 from ..search.driver import SearchConfig
+from ..report.live import LiveView
+from ..search.gates import RecipeGates
 from ..search.session import SearchSession
 from ..search.planners import resolve_planner
 from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, PrecisionOpt, SeqOpt,
-                     finite_non_negative, finite_positive, fraction, non_negative_int, positive_int, resolve)
+                     finite_non_negative, finite_positive, fraction, input_file, non_negative_int, positive_int, resolve)
 from .console import err_console, print_json
 from .report import render_outcome
 
@@ -64,6 +64,8 @@ def search(
     no_deepep: bool = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: no flex dispatcher."),
     no_te: bool = typer.Option(False, "--no-te", help="The cluster lacks Transformer Engine: no precision-aware "
                                "optimizer, no context parallelism."),
+    reference: str = typer.Option(None, "--reference", help="A recipe whose layout is the gates' reference arm "
+                                  "(default: the simplest candidate layout, run on the same rows)."),
     proxy: bool = typer.Option(False, "--proxy", help="Real trials run a shrunk proxy of the model that fits this "
                                "machine (CPU) or one GPU: they prove a layout runs; ranking uses the full model's prediction."),
     sim_delay: float = typer.Option(0.0, "--sim-delay", hidden=True, help="Seconds each simulated trial takes."),
@@ -120,8 +122,10 @@ def search(
                        # GP proposals cost seconds each: worth it when trials cost GPU-hours, not in the simulator
                        sampler="tpe" if sampler == "auto" and backend == "simulate" else sampler,
                        poll_s=0.02 if backend == "simulate" else 1.0)
-    view = _LiveView(m, cluster, sd, enabled=not json_out)
-    session = SearchSession(m, cluster, workload, sp, be, sd, cfg, on_event=view.event, notes=notes)
+    view = LiveView.for_search(m, cluster, sd.name, trials_budget=cfg.trials, gpu_hours_budget=cfg.budget_gpu_hours,
+                               enabled=not json_out, console=err_console)
+    gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
+    session = SearchSession(m, cluster, workload, sp, be, sd, cfg, on_event=view.on_event, gates=gates, notes=notes)
     session.prepare()  # bad input fails here, before any output
     for note in notes:
         err_console.print(f"note: {note}", markup=False)
@@ -137,46 +141,6 @@ def search(
         print_json(out)
     else:
         render_outcome(out)
-
-
-class _LiveView:
-    """A live table of trials on stderr while the search runs."""
-
-    def __init__(self, model, cluster, sd: StudyDir, enabled: bool):
-        self.rows: list[tuple] = []
-        self.title = f"searching {model.name} on {cluster.count} x {cluster.gpu.name} (study {sd.name})"
-        self.live = Live(self._table(), console=err_console, refresh_per_second=8, transient=False) if enabled else None
-
-    def _table(self) -> Table:
-        t = Table(title=self.title)
-        for c in ("trial", "layout", "state", "predicted", "result"):
-            t.add_column(c)
-        for row in self.rows[-15:]:
-            t.add_row(*row)
-        return t
-
-    def event(self, kind: str, d: dict) -> None:
-        if kind == "dispatched":
-            self.rows.append((str(d["number"]), d["layout"], "running", f"{d['predicted']:,.1f}", ""))
-        elif kind == "screened":
-            self.rows.append((str(d["number"]), d["layout"], "screened", "", d["reason"][:60]))
-        elif kind == "finished":
-            self.rows = [r for r in self.rows if r[0] != str(d["number"])]
-            val = f"{d['value']:,.1f}" if d.get("value") else ""
-            pred = f"{d['predicted']:,.1f}" if d.get("predicted") else ""
-            state = d["status"] if d["source"] == "measured" or d["status"] != "ok" else "predicted"
-            self.rows.append((str(d["number"]), d["layout"], state, pred, val))
-        if self.live:
-            self.live.update(self._table())
-
-    def __enter__(self):
-        if self.live:
-            self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.live:
-            self.live.__exit__(*exc)
 
 
 def register(app: typer.Typer) -> None:
