@@ -110,6 +110,15 @@ def test_valid_proposals_by_id_and_by_params_are_used_with_their_rationale(world
     stored(tmp_path)
 
 
+def test_a_context_without_breakdowns_still_plans(world, tmp_path):
+    ctx = fresh(world)
+    ctx.breakdown = None  # a driver that passes no breakdowns: the prompt and the rules do without
+    with StandIn([answer({"candidate": "c0", "rationale": "fine"})]) as s:
+        props = run(planner(tmp_path, s.url), ctx, 2, oom={0})
+        assert "mem " not in s.requests[0]["messages"][1]["content"]
+    assert props[0].why == "llm: fine"
+
+
 def test_invalid_json_gets_the_reasons_back_once_then_the_skill_fills_the_slot(world, tmp_path):
     ctx = fresh(world)
     with StandIn([chat("Sure! Here are my ideas: TP8 everywhere {not json")]) as s:
@@ -131,13 +140,13 @@ def test_proposals_outside_the_space_or_illegal_are_rejected_with_reasons(world,
            {"params": {**good, "sudo": True}, "rationale": "x"},
            {"params": {k: v for k, v in good.items() if k != "ep"}, "rationale": "x"},
            {"candidate": "c999", "rationale": "x"}, {"candidate": "../../etc/passwd", "rationale": "x"},
-           {"rationale": "nothing"}]
+           {"rationale": "nothing"}, {"candidate": ["c0"], "rationale": "x"}, "c0", 42]
     with StandIn([answer(*bad)]) as s:
         p = planner(tmp_path, s.url)
         props = run(p, ctx, 1)
     repair = s.requests[1]["messages"][-1]["content"]
     for reason in ("tp=3 is not a value", "unknown", "missing ['ep']", "no candidate c999", "no candidate ../../etc/passwd",
-                   "names neither"):
+                   "names neither", "not a proposal"):
         assert reason in repair, reason
     assert "illegal" in repair or "not a screened candidate" in repair or "not a value" in repair
     assert not props[0].why.startswith("llm: ")
@@ -306,3 +315,25 @@ def test_heuristic_planner_is_deterministic_and_learns_from_an_oom(world):
     nxt = get_planner("heuristic").propose(ctx, 3)
     peaks = [ctx.prediction(ctx.keys.index(layout_key(q.layout))).peak_bytes for q in nxt]
     assert all(pk < oom_peak for pk in peaks)  # after an OOM, nothing at least as tight goes first
+
+
+@pytest.mark.slow
+def test_a_real_small_model_served_locally_plans_legal_layouts(world, tmp_path, monkeypatch):
+    """SmolLM2-135M-Instruct under llama_cpp.server: a few rounds finish, transcripts stored, all legal."""
+    from autotune.search.planners._llm_local import LocalServer, local_model
+
+    gguf, why = local_model()
+    if gguf is None:
+        pytest.skip(why)
+    monkeypatch.delenv("OPENAI_API_KEY")  # a local server needs no key
+    ctx = fresh(world)
+    with LocalServer(gguf, log=tmp_path / "study" / "planner" / "llama_server.log") as srv:
+        opts = PlannerOptions(llm_base_url=srv.url, llm_model=srv.model, llm_timeout_s=240,
+                              out_dir=tmp_path / "study" / "planner")
+        p = LLMPlanner(opts)
+        props = run(p, ctx, 3)  # asserts every proposal legal, screened and untried
+    assert len(props) == 3 and len(ctx.history) == 3
+    u = usage(tmp_path)
+    assert u["answered"] >= 1 and u["completion_tokens"] > 0 and u["model"] == "smollm2"
+    exchanges = sorted((tmp_path / "study" / "planner" / "exchanges").glob("*.json"))
+    assert exchanges and all(json.loads(f.read_text())["messages"] for f in exchanges)

@@ -42,7 +42,7 @@ class ProposalIn(BaseModel):
 class Answer(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    proposals: list[ProposalIn] = Field(default_factory=list)
+    proposals: list[Any] = Field(default_factory=list)  # each checked on its own: one bad item spoils nothing
 
 
 def answer_schema() -> dict:
@@ -168,7 +168,12 @@ def check_answer(ctx: PlanContext, text: str, listed: list[int], space: _Space |
     valid: list[tuple[int, str]] = []
     invalid: list[tuple[str, str]] = []
     seen: set[int] = set()
-    for p in ans.proposals[:MAX_PROPOSALS]:
+    for item in ans.proposals[:MAX_PROPOSALS]:
+        try:
+            p = ProposalIn.model_validate(item)
+        except ValidationError as exc:
+            invalid.append((sanitize(f"proposal {item}", 120), sanitize(f"not a proposal: {exc.errors()[0]['msg']}", 120)))
+            continue
         what = sanitize(f"candidate {p.candidate}" if p.candidate is not None else f"params {p.params}", 120)
         if p.candidate is not None:
             i = _candidate_index(p.candidate, listed)

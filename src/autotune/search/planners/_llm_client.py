@@ -247,6 +247,9 @@ class Endpoint:
         head = f"HTTP {status}" if status else type(exc).__name__
         return redact(sanitize(f"{head}: {exc}", 200), self.key)
 
+    def close(self) -> None:
+        self.client.close()
+
     # --- storage -------------------------------------------------------------------------------------
     def _store(self, record: dict) -> None:
         if self.out_dir is None:

@@ -191,9 +191,12 @@ def llm_available(options: PlannerOptions) -> tuple[bool, str]:
         return False, f"OPENAI_API_KEY is not set for {safe_url(url)} (a local server on 127.0.0.1 needs none)"
     try:
         ep = Endpoint(url, options.llm_model, min(options.llm_timeout_s, 10.0), None, attempts=1)
-        if options.llm_model:
-            ep.client.models.list(timeout=min(options.llm_timeout_s, 10.0))
-        model = ep.resolve_model()
+        try:
+            if options.llm_model:
+                ep.client.models.list(timeout=min(options.llm_timeout_s, 10.0))
+            model = ep.resolve_model()
+        finally:
+            ep.close()
     except LLMFailure as exc:
         return False, f"{safe_url(url)} did not answer: {exc}"
     except Exception as exc:  # any client or transport error means: not usable now
