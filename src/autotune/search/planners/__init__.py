@@ -20,6 +20,8 @@ PLANNERS: dict[str, str] = {
     "model": "model:ModelPlanner",
     "optuna": "optuna_planner:OptunaPlanner",
     "random": "random:RandomPlanner",
+    "heuristic": "heuristic:HeuristicPlanner",  # the skill's rules alone (skill/SKILL.md)
+    "llm": "llm:LLMPlanner",  # mixed with the model-guided planner; see llm.choose_planner for --planner auto
 }
 PLANNER_CHOICES = ("auto", *PLANNERS, *(() if "llm" in PLANNERS else ("llm",)))
 

@@ -1,0 +1,272 @@
+"""The LLM planner's conversation with an OpenAI-compatible endpoint: one bounded exchange at a time.
+
+`Endpoint.ask(messages)` sends a chat completion through the `openai` client and returns the answer's
+text, or raises `LLMFailure` with a one-line reason. Bounded in every direction: a per-request timeout,
+retries with exponential backoff for 429 and 5xx (Retry-After honoured up to a cap), a cap on the
+response body enforced while it is read (a several-megabyte answer is cut off, not buffered), and a cap
+on generated tokens. Structured output is asked for as a JSON schema first; a server that refuses it
+gets a JSON object request, then plain text, and the working mode is remembered. Every exchange is
+stored under the planner's folder with the key (and anything that looks like one) redacted, and the
+study's tokens, cost and failures are kept in `usage.json` there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from ...fsutil import write_text_atomic
+from ._llm_check import answer_schema, redact, sanitize
+
+try:  # the openai client's HTTP library (httpx2 in openai 3.x, httpx before)
+    import httpx2 as _http
+except ImportError:  # pragma: no cover - depends on the installed openai
+    import httpx as _http  # type: ignore[no-redef]
+
+__all__ = ["Endpoint", "LLMFailure", "Usage", "api_key", "is_local", "safe_url"]
+
+MODES = ("json_schema", "json_object", "text")
+RETRY_STATUS = {429, 500, 502, 503, 504}
+PLACEHOLDER_KEY = "not-needed"  # a local server takes any key; the client insists on one
+
+
+class LLMFailure(Exception):
+    """The endpoint did not give a usable answer; the message is one line naming why."""
+
+
+class ResponseTooLarge(Exception):
+    pass
+
+
+def api_key() -> str | None:
+    return os.environ.get("OPENAI_API_KEY") or None
+
+
+def is_local(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+
+
+def safe_url(url: str) -> str:
+    """The URL without user:password and query (what may be printed and stored)."""
+    p = urlsplit(url)
+    netloc = p.hostname or ""
+    if p.port:
+        netloc += f":{p.port}"
+    return urlunsplit((p.scheme, netloc, p.path, "", ""))
+
+
+class _CappedStream(_http.SyncByteStream):
+    def __init__(self, inner, cap: int):
+        self.inner, self.cap, self.seen = inner, cap, 0
+
+    def __iter__(self):
+        for chunk in self.inner:
+            self.seen += len(chunk)
+            if self.seen > self.cap:
+                raise ResponseTooLarge(f"response larger than {self.cap:,} bytes")
+            yield chunk
+
+    def close(self):
+        self.inner.close()
+
+
+class _CappedTransport(_http.HTTPTransport):
+    """Refuses a response body over `cap` bytes while it is read (and up front when it says its length)."""
+
+    def __init__(self, cap: int, **kw):
+        super().__init__(**kw)
+        self.cap = cap
+
+    def handle_request(self, request):
+        resp = super().handle_request(request)
+        n = resp.headers.get("content-length", "")
+        if n.isdigit() and int(n) > self.cap:
+            resp.close()
+            raise ResponseTooLarge(f"response of {int(n):,} bytes is over the {self.cap:,}-byte cap")
+        return _http.Response(resp.status_code, headers=resp.headers, stream=_CappedStream(resp.stream, self.cap),
+                              extensions=resp.extensions, request=request)
+
+
+@dataclass
+class Usage:
+    """Per-study accounting, stored as planner/usage.json."""
+
+    requests: int = 0
+    answered: int = 0
+    failures: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usd: float = 0.0
+    latency_s: float = 0.0
+    valid_proposals: int = 0
+    invalid_proposals: int = 0
+    used_proposals: int = 0
+    fallbacks: list[str] = field(default_factory=list)  # "round N: why", newest last (capped)
+    mode: str | None = None
+
+
+def _cause(exc: BaseException) -> BaseException:
+    seen = exc
+    for _ in range(8):  # the transport's own error may sit under the client's wrappers
+        if isinstance(seen, ResponseTooLarge):
+            return seen
+        nxt = seen.__cause__ or seen.__context__
+        if nxt is None:
+            break
+        seen = nxt
+    return exc
+
+
+class Endpoint:
+    def __init__(self, base_url: str, model: str | None, timeout_s: float, out_dir: Path | None,
+                 max_bytes: int = 256_000, max_tokens: int = 800, attempts: int = 3, backoff_s: float = 0.5,
+                 max_wait_s: float = 8.0, usd_per_m: tuple[float, float] = (0.0, 0.0)):
+        import openai  # lazily: only this planner needs the client
+
+        self._openai = openai
+        self.url, self.model, self.timeout_s, self.out_dir = base_url, model, float(timeout_s), out_dir
+        self.max_bytes, self.max_tokens, self.attempts = max_bytes, max_tokens, attempts
+        self.backoff_s, self.max_wait_s, self.usd_per_m = backoff_s, max_wait_s, usd_per_m
+        self.key = api_key()
+        self.usage = Usage()
+        self._n = 0
+        http = _http.Client(transport=_CappedTransport(max_bytes), timeout=self.timeout_s, follow_redirects=False)
+        # retries are ours (counted and stored); the client's own are off
+        self.client = openai.OpenAI(base_url=base_url, api_key=self.key or PLACEHOLDER_KEY, timeout=self.timeout_s,
+                                    max_retries=0, http_client=http)
+
+    # --- the model to ask ----------------------------------------------------------------------------
+    def resolve_model(self) -> str:
+        if not self.model:
+            try:
+                models = self.client.models.list(timeout=min(self.timeout_s, 10.0))
+                ids = [m.id for m in models.data]
+            except Exception as exc:
+                raise LLMFailure(f"listing the endpoint's models failed: {self._why(exc)}") from None
+            if not ids:
+                raise LLMFailure("the endpoint serves no model; pass --llm-model")
+            self.model = str(ids[0])
+        return self.model
+
+    # --- one exchange --------------------------------------------------------------------------------
+    def ask(self, messages: list[dict], tag: str) -> str:
+        model = self.resolve_model()
+        modes = MODES[MODES.index(self.usage.mode):] if self.usage.mode else MODES
+        record: dict = {"tag": tag, "endpoint": safe_url(self.url), "model": model, "messages": messages, "tries": []}
+        try:
+            for mode in modes:
+                try:
+                    text = self._ask_mode(model, messages, mode, record)
+                except _Unsupported as exc:
+                    record["tries"].append({"mode": mode, "error": str(exc)})
+                    continue
+                self.usage.mode = mode
+                record["answer"] = text
+                self.usage.answered += 1
+                return text
+            raise LLMFailure("the endpoint refused every output mode (json_schema, json_object, text)")
+        except LLMFailure as exc:
+            self.usage.failures += 1
+            record["failure"] = str(exc)
+            raise
+        finally:
+            self._store(record)
+
+    def _ask_mode(self, model: str, messages: list[dict], mode: str, record: dict) -> str:
+        kw: dict = {}
+        if mode == "json_schema":
+            kw["response_format"] = {"type": "json_schema",
+                                     "json_schema": {"name": "proposals", "schema": answer_schema()}}
+        elif mode == "json_object":
+            kw["response_format"] = {"type": "json_object"}
+        for attempt in range(self.attempts):
+            self.usage.requests += 1
+            t0 = time.monotonic()
+            try:
+                out = self.client.chat.completions.create(model=model, messages=messages, max_tokens=self.max_tokens,
+                                                          temperature=0.2, **kw)
+            except Exception as exc:
+                dt = time.monotonic() - t0
+                self.usage.latency_s += dt
+                status = getattr(exc, "status_code", None)
+                try_rec = {"mode": mode, "attempt": attempt + 1, "latency_s": round(dt, 3), "status": status,
+                           "error": self._why(exc)}
+                record["tries"].append(try_rec)
+                if status in (400, 415, 422) and mode != "text":  # a server that does not know this response_format
+                    raise _Unsupported(try_rec["error"]) from None
+                if status in RETRY_STATUS or (status is None and self._is_conn(exc)):
+                    if attempt + 1 < self.attempts:
+                        self.usage.retries += 1
+                        time.sleep(self._wait(exc, attempt))
+                        continue
+                raise LLMFailure(try_rec["error"]) from None
+            dt = time.monotonic() - t0
+            self.usage.latency_s += dt
+            u = getattr(out, "usage", None)
+            pt, ct = int(getattr(u, "prompt_tokens", 0) or 0), int(getattr(u, "completion_tokens", 0) or 0)
+            self.usage.prompt_tokens += pt
+            self.usage.completion_tokens += ct
+            self.usage.usd += (pt * self.usd_per_m[0] + ct * self.usd_per_m[1]) / 1e6
+            choice = out.choices[0] if getattr(out, "choices", None) else None
+            text = getattr(getattr(choice, "message", None), "content", None) if choice else None
+            record["tries"].append({"mode": mode, "attempt": attempt + 1, "latency_s": round(dt, 3), "status": 200,
+                                    "prompt_tokens": pt, "completion_tokens": ct,
+                                    "finish_reason": getattr(choice, "finish_reason", None)})
+            if not isinstance(text, str) or not text.strip():
+                raise LLMFailure("the endpoint answered with no text")
+            return text[: self.max_bytes]
+        raise LLMFailure("no answer after retries")  # pragma: no cover - the loop returns or raises
+
+    def _wait(self, exc: BaseException, attempt: int) -> float:
+        wait = self.backoff_s * (2 ** attempt)
+        resp = getattr(exc, "response", None)
+        ra = resp.headers.get("retry-after", "") if resp is not None else ""
+        try:
+            wait = max(wait, float(ra))
+        except ValueError:
+            pass
+        return min(wait, self.max_wait_s)
+
+    def _is_conn(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._openai.APIConnectionError) and not isinstance(exc, self._openai.APITimeoutError) \
+            and not isinstance(_cause(exc), ResponseTooLarge)
+
+    def _why(self, exc: BaseException) -> str:
+        root = _cause(exc)
+        if isinstance(root, ResponseTooLarge):
+            return sanitize(str(root), 200)
+        if isinstance(exc, self._openai.APITimeoutError):
+            return f"no answer within {self.timeout_s:g} s (timeout)"
+        status = getattr(exc, "status_code", None)
+        head = f"HTTP {status}" if status else type(exc).__name__
+        return redact(sanitize(f"{head}: {exc}", 200), self.key)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --- storage -------------------------------------------------------------------------------------
+    def _store(self, record: dict) -> None:
+        if self.out_dir is None:
+            return
+        self._n += 1
+        text = redact(json.dumps(record, indent=2, default=str), self.key)
+        write_text_atomic(Path(self.out_dir) / "exchanges" / f"{self._n:04d}.json", text + "\n")
+
+    def save_usage(self) -> None:
+        if self.out_dir is None:
+            return
+        data = asdict(self.usage)
+        data["fallbacks"] = data["fallbacks"][-50:]
+        data.update(endpoint=safe_url(self.url), model=self.model, usd_note="priced by AUTOTUNE_LLM_USD_PER_M "
+                    "(input,output dollars per million tokens); 0 for a local server")
+        write_text_atomic(Path(self.out_dir) / "usage.json", redact(json.dumps(data, indent=2), self.key) + "\n")
+
+
+class _Unsupported(Exception):
+    """The server refused this structured-output mode; try the next one."""
