@@ -14,7 +14,7 @@ from ..search.driver import SearchConfig
 from ..report.live import LiveView
 from ..search.gates import RecipeGates
 from ..search.session import SearchSession
-from ..search.planners import resolve_planner
+from ..search.planners import PlannerOptions, resolve_planner
 from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
@@ -47,7 +47,14 @@ def search(
     space_file: str = typer.Option(None, "--space", help="Search-space YAML (default: the shipped default + model override)."),
     backend: str = typer.Option("auto", "--backend", help="auto | simulate | local | ray | slime. auto: ray when "
                                 "--ray-address or RAY_ADDRESS is set, else the cost-model simulator."),
-    planner: str = typer.Option("auto", "--planner", help="auto | model | optuna | random | llm (auto: model-guided)."),
+    planner: str = typer.Option("auto", "--planner", help="auto | model | optuna | random | heuristic | llm. auto: the "
+                                "LLM planner (mixed with the model-guided one) when --llm-base-url answers, else "
+                                "model-guided."),
+    llm_base_url: str = typer.Option(None, "--llm-base-url", envvar="AUTOTUNE_LLM_BASE_URL",
+                                     help="OpenAI-compatible endpoint for the LLM planner, e.g. "
+                                     "http://127.0.0.1:8080/v1; the key comes from OPENAI_API_KEY only."),
+    llm_model: str = typer.Option(None, "--llm-model", help="Model name at the endpoint (default: the first it lists)."),
+    llm_timeout_s: float = typer.Option(60.0, "--llm-timeout", help="Seconds per LLM request before it is retried."),
     sampler: str = typer.Option("auto", "--sampler", help="For --planner optuna: tpe | gp | auto (GP when scipy "
                                 "and torch are installed and trials are real, else TPE)."),
     trials: int = typer.Option(10, "--trials", help="Most trials to dispatch (screened-out proposals do not count)."),
@@ -84,6 +91,7 @@ def search(
     positive_int("--steps", steps, 1_000_000)
     finite_positive("--budget-gpu-hours", budget_gpu_hours)
     finite_positive("--trial-timeout", timeout_s)
+    finite_positive("--llm-timeout", llm_timeout_s)
     fraction("--noise", noise, 0.0, 0.5)
     non_negative_int("--seed", seed)
     finite_non_negative("--sim-delay", sim_delay)
@@ -91,7 +99,8 @@ def search(
         raise BadInput(f"--sampler {sampler!r}: choose auto, tpe or gp")
     if backend not in BACKEND_CHOICES:
         raise BadInput(f"--backend {backend!r}: choose one of {', '.join(BACKEND_CHOICES)}")
-    planner_name, planner_note = resolve_planner(planner)
+    planner_name, planner_note = resolve_planner(planner, PlannerOptions(
+        llm_base_url=llm_base_url, llm_model=llm_model, llm_timeout_s=llm_timeout_s))
     caps = {k: False for k, off in (("has_deepep", no_deepep), ("has_te", no_te)) if off}
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision, **caps)
     notes = [planner_note] if planner_note else []
@@ -121,7 +130,8 @@ def search(
                        noise=noise, steps=steps, seed=seed, timeout_s=timeout_s, proxy=proxy and backend != "simulate",
                        # GP proposals cost seconds each: worth it when trials cost GPU-hours, not in the simulator
                        sampler="tpe" if sampler == "auto" and backend == "simulate" else sampler,
-                       poll_s=0.02 if backend == "simulate" else 1.0)
+                       poll_s=0.02 if backend == "simulate" else 1.0, llm_base_url=llm_base_url, llm_model=llm_model,
+                       llm_timeout_s=llm_timeout_s)
     view = LiveView.for_search(m, cluster, sd.name, trials_budget=cfg.trials, gpu_hours_budget=cfg.budget_gpu_hours,
                                enabled=not json_out, console=err_console)
     gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)

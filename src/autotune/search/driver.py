@@ -54,6 +54,7 @@ class SearchConfig:
     sampler: str = "auto"  # optuna planner: tpe, gp, or auto (GP when scipy and torch are installed)
     llm_base_url: str | None = None
     llm_model: str | None = None
+    llm_timeout_s: float = 60.0
 
 
 @dataclass
@@ -115,7 +116,7 @@ class SearchDriver:
         self.choices = choices_of(self.candidates.context([], 0))
         self.planner = get_planner(self.cfg.planner, PlannerOptions(
             seed=self.cfg.seed, sampler=self.cfg.sampler, out_dir=self.sd.root / "planner",
-            llm_base_url=self.cfg.llm_base_url, llm_model=self.cfg.llm_model))
+            llm_base_url=self.cfg.llm_base_url, llm_model=self.cfg.llm_model, llm_timeout_s=self.cfg.llm_timeout_s))
         self.sd.lock()
         try:
             self.study = self.sd.open()

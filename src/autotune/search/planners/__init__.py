@@ -23,7 +23,7 @@ PLANNERS: dict[str, str] = {
     "heuristic": "heuristic:HeuristicPlanner",  # the skill's rules alone (skill/SKILL.md)
     "llm": "llm:LLMPlanner",  # mixed with the model-guided planner; see llm.choose_planner for --planner auto
 }
-PLANNER_CHOICES = ("auto", *PLANNERS, *(() if "llm" in PLANNERS else ("llm",)))
+PLANNER_CHOICES = ("auto", *PLANNERS)
 
 
 def planner_class(name: str) -> type[Planner]:
@@ -38,13 +38,14 @@ def get_planner(name: str, options: PlannerOptions | None = None) -> Planner:
     return planner_class(name)(options or PlannerOptions())
 
 
-def resolve_planner(name: str) -> tuple[str, str | None]:
-    """The planner to run for a --planner value, and a note to print when it differs."""
+def resolve_planner(name: str, options: PlannerOptions | None = None) -> tuple[str, str | None]:
+    """The planner to run for a --planner value, and a note saying which when it is not plain: `auto` is
+    the LLM planner when an endpoint is configured and answers, else model-guided; `llm` without a
+    usable endpoint is a one-line BadInput (llm.choose_planner)."""
     if name not in PLANNER_CHOICES:
         raise BadInput(f"--planner {name!r}: choose one of {', '.join(PLANNER_CHOICES)}")
-    if name == "auto":
-        return "model", "planner: model-guided (the LLM planner is not configured)"
-    if name not in PLANNERS:
-        raise BadInput(f"--planner {name} is not available in this release; "
-                       "use --planner model (default) or --planner optuna")
+    if name in ("auto", "llm"):
+        from .llm import choose_planner
+
+        return choose_planner(name, options or PlannerOptions())
     return name, None
