@@ -85,10 +85,10 @@ def test_missing_optional_pieces_degrade_to_not_available(study_copy):
         p.unlink()
     for d in (study_copy / "trials").iterdir():
         (d / "trial_result.json").unlink()
-    spec = study_copy / "trials" / "0" / "trial_spec.json"
-    doc = json.loads(spec.read_text())
-    doc.pop("predicted", None)
-    spec.write_text(json.dumps(doc))
+        spec = d / "trial_spec.json"  # a study from before predictions carried breakdowns
+        doc = json.loads(spec.read_text())
+        doc.pop("predicted", None)
+        spec.write_text(json.dumps(doc))
     view = load_study(study_copy)
     assert len(view.trials) == 20 and view.stop_reason  # still read from study.db
     html = render_html(view)
@@ -96,9 +96,9 @@ def test_missing_optional_pieces_degrade_to_not_available(study_copy):
     assert "the pruning funnel (summary.json has none)" in html
     funnel = html.split('data-plot="funnel"', 1)[1].split("</svg>", 1)[0]
     assert "enumerated" not in funnel and "dispatched: 20" in funnel  # what the trials themselves tell
-    # main's driver writes only the headline numbers into trial_spec.json: no time terms to break down
+    # no trial file carries a prediction: no time terms to break down
     assert 'class="plot empty" data-plot="step-breakdown"' in html
-    assert "predictions (breakdowns) for 1 trial(s)" in html
+    assert "predictions (breakdowns) for 20 trial(s)" in html
     for name in PLOTS:
         assert f'data-plot="{name}"' in html
 
@@ -165,9 +165,9 @@ def test_gate_results_of_a_verified_recipe(study_copy):
     """A recipe whose gates ran (the repository's verified seed recipe) shows them, and counts as verified."""
     import shutil
 
-    from autotune.recipes.io import REPO_ROOT
+    from autotune.recipes.io import shipped_recipes
 
-    src = REPO_ROOT / "recipes" / "qwen3.5-122b-a10b" / "h200" / "attune-tp1-pp4-ep8-rc2.yaml"
+    src = shipped_recipes() / "qwen3.5-122b-a10b" / "h200" / "attune-tp1-pp4-ep8-rc2.yaml"
     shutil.copy(src, study_copy / "recipes" / "rank-00-attune-tp1-pp4-ep8-rc2.yaml")
     view = load_study(study_copy)
     html = render_html(view)

@@ -6,17 +6,28 @@ are still worth showing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
 
-__all__ = ["load_recipes"]
+__all__ = ["RecipeView", "load_recipes"]
 
 
-def load_recipes(d: Path, missing: list[str]) -> list:
+@dataclass
+class RecipeView:
+    name: str
+    path: Path
+    status: str
+    label: str
+    tokens_per_s_per_gpu: float
+    usd_per_million_tokens: float
+    correctness: dict  # the recipe's correctness section as written (gates fill it)
+
+
+def load_recipes(d: Path, missing: list[str]) -> list[RecipeView]:
     from ..recipes.io import load_recipe
     from ..recipes.rank import recipe_stem
-    from .study import RecipeView
 
     files = sorted(Path(d).glob("*.yaml")) if Path(d).is_dir() else []
     if not files:

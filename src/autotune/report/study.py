@@ -18,6 +18,8 @@ from pathlib import Path
 from ..errors import BadInput
 from ..trials.spec import Prediction
 
+from .recipes import RecipeView, load_recipes
+
 __all__ = ["StudyView", "TrialView", "RecipeView", "load_study", "newest_study"]
 
 
@@ -58,17 +60,6 @@ class TrialView:
     @property
     def ok(self) -> bool:
         return self.status == "ok" and bool(self.value)
-
-
-@dataclass
-class RecipeView:
-    name: str
-    path: Path
-    status: str
-    label: str
-    tokens_per_s_per_gpu: float
-    usd_per_million_tokens: float
-    correctness: dict  # the recipe's correctness section as written (gates fill it)
 
 
 @dataclass
@@ -159,7 +150,6 @@ def load_study(root: str | Path) -> StudyView:
     view.capacity_bytes = caps[0] if caps else None
     if not view.funnel:
         missing.append("the pruning funnel (summary.json has none)")
-    from .recipes import load_recipes
 
     view.recipes = load_recipes(root / "recipes", missing)
     return view
