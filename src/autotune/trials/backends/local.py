@@ -57,7 +57,7 @@ def _predicted_rank_bytes(spec: TrialSpec) -> float | None:
         from ...catalog import ClusterSpec
         from ...cost import estimate_memory
         from ...layout import LayoutTable
-        from ...runner.plan import plan_trial
+        from ..plan import plan_trial
 
         plan = plan_trial(spec)
         cluster = ClusterSpec.of(spec.gpu, spec.count, spec.gpus_per_node)
