@@ -119,3 +119,19 @@ def test_nan_convergence_fails_the_section():
     result, section = run_gates(recipe_arguments(RC2), recipe_arguments(BASE), bad, CURVE, reference="r")
     assert result == "fail" and section["convergence"] is None and "nan at step 3" in section["summary"]
     Correctness.model_validate(section)
+
+
+def test_candidate_arguments_for_search_layouts():
+    from autotune.gates.arguments import candidate_arguments
+
+    model, cluster, work = load_model("Qwen3.5-122B-A10B"), ClusterSpec.of("H200", 32), Workload()
+    ref = Layout(world=32, pp=4, ep=8, recompute=Recompute("full", "uniform", 1), max_tokens_per_gpu=8192)
+    same_as_seed = candidate_arguments(model, cluster, ref, work)
+    assert configuration_gate(same_as_seed, recipe_arguments(BASE).copy()).status == "pass"
+    flex = candidate_arguments(model, cluster, ref.with_(dispatcher="flex", tp=2), work)
+    res = configuration_gate(flex, same_as_seed)
+    assert res.needs == ["--moe-token-dispatcher-type alltoall -> flex"]
+    back = configuration_gate(same_as_seed, flex)  # and the other way round
+    assert back.needs == ["--moe-token-dispatcher-type flex -> alltoall"]
+    result, section = run_gates(same_as_seed, flex, CURVE, CURVE, run_components=False, reference="r")
+    assert result == "not run" and "component tests off" in section["summary"]
