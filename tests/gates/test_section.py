@@ -135,3 +135,15 @@ def test_candidate_arguments_for_search_layouts():
     assert back.needs == ["--moe-token-dispatcher-type flex -> alltoall"]
     result, section = run_gates(same_as_seed, flex, CURVE, CURVE, run_components=False, reference="r")
     assert result == "not run" and "component tests off" in section["summary"]
+
+
+def test_cli_component_bad_input_and_flex_not_run(capsys):
+    from gate_helpers import cli
+
+    for argv, needle in ((("--dispatcher", "alltoall", "--ep", "3"), "EP 3 must divide"),
+                         (("--dispatcher", "alltoall", "--dtype", "fp16"), "--dtype 'fp16'"),
+                         (("--dispatcher", "deepep"), "dispatcher 'deepep'")):
+        rc, out, err = cli(capsys, "check", "component", *argv)
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
+    rc, out, _ = cli(capsys, "check", "component", "--dispatcher", "flex")
+    assert rc == 1 and "not_run" in out and "DeepEP" in out
