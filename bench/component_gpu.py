@@ -61,14 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
-    gpus = _gpus()
+    gpus = _gpus() if not (a.dry_run and a.ep) else 0  # a dry run with --ep imports no torch
     ep = a.ep or max(1, gpus)
     sizes = [int(t) for t in a.tokens.split(",") if t]
     specs = [ComponentSpec(dispatcher=a.dispatcher, reference_dispatcher=a.reference_dispatcher, tokens=t, ep=ep,
                            dtype="bf16", timeout_s=a.timeout, **SEED_SHAPE) for t in sizes]
     blocker = flex_blocker(cuda=gpus > 0) if "flex" in (a.dispatcher, a.reference_dispatcher) else None
-    print(f"# component test: {a.dispatcher} vs {a.reference_dispatcher}, {specs[0].shape_text().split(';')[0]}; "
-          f"{gpus} GPU(s) here")
+    print(f"# component test: {a.dispatcher} vs {a.reference_dispatcher}, {specs[0].shape_text().split(';')[0]}; " +
+          ("" if a.dry_run and a.ep else f"{gpus} GPU(s) here"))
     if a.dry_run or blocker:
         for s in specs:
             argv_s = " ".join(s.argv(Path("component.json")))

@@ -3,8 +3,8 @@
 Convergence: tiny-moe trials through LocalBackend (fp32 on CPU, 6 steps). TP1 vs TP2 and EP1 vs EP2
 pass with a correlation above 0.9999; a doubled learning rate and rows from another data seed fail
 under the fp32 profile (the one for deterministic CPU runs; Bridge's 10% pointwise tolerance is for bf16).
-EP1 vs EP2 runs both arms through tests/gates/ep_runner.py (the runner with the weights initialised by
-global expert index and by name), because megatron's CPU initialisation builds other weights at EP2.
+EP1 vs EP2 runs both arms through tests/gates/ep_runner.py (the runner with runner.component.layout_invariant_init),
+because megatron's CPU initialisation builds other weights at EP2.
 Component: alltoall vs allgather at EP2, the bound computed, each negative control failing.
 """
 
@@ -28,8 +28,12 @@ from autotune.layout import Layout  # noqa: E402
 from autotune.runner.data import SyntheticRows  # noqa: E402
 from autotune.trials.backends.local import LocalBackend  # noqa: E402
 
-pytest.importorskip("megatron.core")
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _megatron():
+    pytest.importorskip("megatron.core")  # here, not at import: collecting this file stays cheap
 
 HERE = Path(__file__).resolve().parent
 TP1, TP2 = Layout(world=1, micro_batch_size=1), Layout(world=2, tp=2, micro_batch_size=1)

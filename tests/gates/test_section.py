@@ -119,3 +119,31 @@ def test_nan_convergence_fails_the_section():
     result, section = run_gates(recipe_arguments(RC2), recipe_arguments(BASE), bad, CURVE, reference="r")
     assert result == "fail" and section["convergence"] is None and "nan at step 3" in section["summary"]
     Correctness.model_validate(section)
+
+
+def test_candidate_arguments_for_search_layouts():
+    from autotune.gates.arguments import candidate_arguments
+
+    model, cluster, work = load_model("Qwen3.5-122B-A10B"), ClusterSpec.of("H200", 32), Workload()
+    ref = Layout(world=32, pp=4, ep=8, recompute=Recompute("full", "uniform", 1), max_tokens_per_gpu=8192)
+    same_as_seed = candidate_arguments(model, cluster, ref, work)
+    assert configuration_gate(same_as_seed, recipe_arguments(BASE).copy()).status == "pass"
+    flex = candidate_arguments(model, cluster, ref.with_(dispatcher="flex", tp=2), work)
+    res = configuration_gate(flex, same_as_seed)
+    assert res.needs == ["--moe-token-dispatcher-type alltoall -> flex"]
+    back = configuration_gate(same_as_seed, flex)  # and the other way round
+    assert back.needs == ["--moe-token-dispatcher-type flex -> alltoall"]
+    result, section = run_gates(same_as_seed, flex, CURVE, CURVE, run_components=False, reference="r")
+    assert result == "not run" and "component tests off" in section["summary"]
+
+
+def test_cli_component_bad_input_and_flex_not_run(capsys):
+    from gate_helpers import cli
+
+    for argv, needle in ((("--dispatcher", "alltoall", "--ep", "3"), "EP 3 must divide"),
+                         (("--dispatcher", "alltoall", "--dtype", "fp16"), "--dtype 'fp16'"),
+                         (("--dispatcher", "deepep"), "dispatcher 'deepep'")):
+        rc, out, err = cli(capsys, "check", "component", *argv)
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
+    rc, out, _ = cli(capsys, "check", "component", "--dispatcher", "flex")
+    assert rc == 1 and "not_run" in out and "DeepEP" in out

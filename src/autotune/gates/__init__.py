@@ -12,8 +12,11 @@ Nothing here imports torch; the component gate starts runner processes for that.
 
 from .configuration import argument_differences, configuration_gate
 from .convergence import PROFILES, LossCurve, Thresholds, convergence_gate, read_losses
+from .arguments import candidate_arguments, recipe_arguments
 from .result import GateResult
 from .rules import load_rules
+from .section import correctness_section, recipe_status, run_gates
 
 __all__ = ["GateResult", "configuration_gate", "argument_differences", "convergence_gate", "read_losses",
-           "LossCurve", "Thresholds", "PROFILES", "load_rules"]
+           "LossCurve", "Thresholds", "PROFILES", "load_rules", "candidate_arguments", "recipe_arguments",
+           "correctness_section", "recipe_status", "run_gates"]

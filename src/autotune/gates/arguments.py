@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 
 from ..errors import ConfigError
 
-__all__ = ["MODEL_ARGS", "parse_arguments", "recipe_arguments", "precision_arguments"]
+__all__ = ["MODEL_ARGS", "parse_arguments", "recipe_arguments", "candidate_arguments", "precision_arguments"]
 
 MODEL_ARGS = "${MODEL_ARGS[@]}"
 # Megatron's precision switches (slime passes them through); fp8 adds the FP8 GEMMs on top of bf16.
@@ -104,4 +104,21 @@ def recipe_arguments(recipe, *, model_args: list[str] | None = None) -> dict[str
     out.update(parse_arguments(recipe.run, model_args))
     for tok_flag, value in parse_arguments(precision_arguments(recipe.workload.precision)).items():
         out.setdefault(tok_flag, value)
+    return out
+
+
+def candidate_arguments(model, cluster, layout, workload) -> dict[str, str | None]:
+    """The full argument list a search candidate's recipe would carry (its env, its run block with slime's
+    MODEL_ARGS spliced in, the precision flag), without building the recipe: what the search passes to
+    run_gates for a candidate and for its reference layout."""
+    from ..recipes.emit import SEED_ENV, build_run_block
+    from ..recipes.summary import loss_mask_for
+    from ..trials.backends._slime_args import slime_model_args
+
+    run = build_run_block(layout, workload, cluster, loss_mask=loss_mask_for(model.name), moe=model.is_moe)
+    margs = slime_model_args(model, aux_loss_coeff=float(_AUX_ON) if workload.load_balancing_loss else 0.0)
+    out: dict[str, str | None] = dict(SEED_ENV)
+    out.update(parse_arguments(run, margs))
+    for flag, value in parse_arguments(precision_arguments(workload.precision)).items():
+        out.setdefault(flag, value)
     return out

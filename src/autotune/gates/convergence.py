@@ -27,7 +27,8 @@ import numpy as np
 from ..errors import ConfigError
 from .result import GateResult
 
-__all__ = ["Thresholds", "PROFILES", "LossCurve", "read_losses", "curve_of", "convergence_gate"]
+__all__ = ["Thresholds", "PROFILES", "LossCurve", "read_losses", "curve_of", "convergence_gate", "profile_for",
+           "with_thresholds"]
 
 
 @dataclass(frozen=True)
@@ -217,3 +218,10 @@ def with_thresholds(profile: str, **overrides) -> Thresholds:
     if profile not in PROFILES:
         raise ConfigError(f"convergence profile {profile!r}: choose one of {', '.join(PROFILES)}")
     return replace(PROFILES[profile], **overrides)
+
+
+def profile_for(result) -> str:
+    """The profile for a TrialResult's curve: `fp32` when the runner trained in fp32 on CPU (it says so
+    in its notes), else `bridge`."""
+    reason = getattr(result, "reason", None) or ""
+    return "fp32" if "fp32 on CPU" in reason else "bridge"

@@ -125,8 +125,8 @@ def run_gates(candidate_args, reference_args, candidate_steps=None, reference_st
     for need in config.needs:
         if _covered(need, comps) is not None or not need.startswith(DISPATCHER_FLAG):
             continue
-        ref_d, cand_d = need.split(" ", 1)[1].split(" -> ")
-        ref_d = "alltoall" if ref_d.startswith("(") else ref_d  # absent: megatron's default dispatcher
+        # absent: megatron's default dispatcher (the run blocks name only a non-default one)
+        ref_d, cand_d = ("alltoall" if d.startswith("(") else d for d in need.split(" ", 1)[1].split(" -> "))
         if predicted or not run_components:
             comps.append(GateResult(gate="component", status="not_run", details={"spec": {"dispatcher": cand_d}},
                                     summary="not run: predicted" if predicted else "not run: component tests off"))

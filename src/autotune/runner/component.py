@@ -11,8 +11,9 @@ its local experts' slices into megatron-core MoE layers, and pushes its own toke
 The ranks all-reduce squared errors and norms, so the errors are relative L2 over every rank's tokens;
 rank 0 writes the numbers as JSON (--out). Deciding pass or fail is gates/component.py's job.
 
-`global_expert_weights` / `load_global_experts` are also what a trial needs for EP1 and EP2 to start
-from the same experts (megatron's CPU initialisation gives every EP rank the same local experts).
+`layout_invariant_init` gives a trial's model the same initial weights at every TP/PP/EP/ETP degree
+(megatron's CPU initialisation does not at EP > 1 or PP > 1), so the convergence gate can compare any
+two layouts step for step.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["global_expert_weights", "load_global_experts", "experts_by_global_index", "reference_moe", "main"]
+__all__ = ["global_expert_weights", "load_global_experts", "layout_invariant_init", "reference_moe", "main"]
 
 
 def global_expert_weights(hidden: int, experts: int, ffn: int, seed: int, std: float = 0.02) -> dict[str, torch.Tensor]:
@@ -59,40 +60,74 @@ def load_global_experts(layer, weights: dict[str, torch.Tensor], ep_rank: int, r
                 getattr(experts.linear_fc2, f"weight{i}").copy_(weights["fc2"][e])
 
 
-def experts_by_global_index(chunks, seed: int) -> int:
-    """Re-initialise a trial's weights so that EP1 and EP2 start from the same model: every routed
-    expert from (seed, layer, global expert index), every other matrix from (seed, its name).
+def _canonical_names(chunk, ep_rank: int) -> dict[int, str]:
+    """param id -> a name that does not depend on the layout: decoder layers by their global layer
+    number (megatron numbers a pipeline stage's layers from 0) and routed experts by their global index."""
+    import re
 
-    Megatron's CPU initialisation draws parameters from one RNG in build order: an EP2 rank builds
-    half the experts, so its rank 1 holds copies of rank 0's experts and every later matrix gets other
-    draws than at EP1. Norm weights and biases (1-D, constant at init) are kept. TP 1, PP 1, ETP 1
-    only (elsewhere names and shapes are shards): returns 0 there and changes nothing; else the number
-    of tensors set."""
-    import zlib
-
-    from megatron.core import parallel_state as ps
     from megatron.core.transformer.moe.moe_layer import MoELayer
 
-    if (ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size(),
-            ps.get_expert_tensor_parallel_world_size()) != (1, 1, 1):
-        return 0
-    ep_rank, n = ps.get_expert_model_parallel_rank(), 0
+    out: dict[int, str] = {}
+    for mname, module in chunk.named_modules():
+        if re.search(r"decoder\.layers\.\d+$", mname) and getattr(module, "layer_number", None) is not None:
+            for pname, p in module.named_parameters():
+                out[id(p)] = f"decoder.layers.{module.layer_number}.{pname}"
+    for module in chunk.modules():
+        if isinstance(module, MoELayer):
+            n_local = module.num_local_experts
+            for pname, p in module.experts.named_parameters():
+                glob = re.sub(r"local_experts\.(\d+)", lambda m: f"expert{ep_rank * n_local + int(m.group(1))}", pname)
+                glob = re.sub(r"weight(\d+)$", lambda m: f"expert{ep_rank * n_local + int(m.group(1))}.weight", glob)
+                out[id(p)] = out.get(id(p), "").rsplit(".experts.", 1)[0] + f".experts.{glob}"
+    for pname, p in chunk.named_parameters():
+        out.setdefault(id(p), pname.replace("module.", ""))
+    return out
+
+
+def _master(name: str, shape: list[int], seed: int, std: float = 0.02) -> torch.Tensor:
+    """The full tensor of one parameter from (seed, name), drawn in blocks of 128 rows so that a vocabulary
+    padded further (a larger TP pads more) keeps the same real rows."""
+    import zlib
+
+    rows = []
+    for b in range(0, shape[0], 128):
+        g = torch.Generator().manual_seed(seed * 7919 + zlib.crc32(f"{name}#{b}".encode()))
+        rows.append(torch.randn([min(128, shape[0] - b), *shape[1:]], generator=g) * std)
+    return torch.cat(rows)
+
+
+def layout_invariant_init(chunks, seed: int) -> int:
+    """Re-initialise a trial's matrices so that every layout of the same model starts from the same
+    weights: each parameter's full tensor comes from (seed, its layout-free name) and each rank keeps
+    its shard exactly as megatron's CPU initialisation cuts a master weight (partition_dim, and the
+    stride 2 of GLU's interleaved [gate, up]), over TP or, for routed experts, expert TP.
+
+    Megatron's CPU initialisation draws every parameter from one RNG in build order: an EP2 rank builds
+    half the experts (rank 1 then holds copies of rank 0's) and a PP stage only its layers, so all later
+    draws differ from EP1 PP1's. Norm weights and biases (1-D, constant at init) are kept. Call it on
+    the GPTModel chunks before DDP and the optimizer wrap them. Returns the number of tensors set."""
+    from megatron.core import parallel_state as ps
+
+    tp = (ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size())
+    etp = (ps.get_expert_tensor_parallel_rank(), ps.get_expert_tensor_parallel_world_size())
+    n = 0
     with torch.no_grad():
         for chunk in chunks:
-            experts = set()
-            for layer in chunk.modules():
-                if isinstance(layer, MoELayer):
-                    c = layer.config
-                    w = global_expert_weights(c.hidden_size, c.num_moe_experts, c.moe_ffn_hidden_size,
-                                              seed * 1009 + int(layer.layer_number or 0), std=c.init_method_std)
-                    load_global_experts(layer, w, ep_rank, router=False)
-                    experts |= {id(p) for p in layer.experts.parameters()}
-                    n += layer.num_local_experts * 2
-            for name, p in chunk.named_parameters():
-                if p.dim() >= 2 and id(p) not in experts:
-                    g = torch.Generator().manual_seed(seed * 7919 + zlib.crc32(name.replace("module.", "").encode()))
-                    p.copy_((torch.randn(p.shape, generator=g) * 0.02).to(p.dtype))
-                    n += 1
+            names = _canonical_names(chunk, ps.get_expert_model_parallel_rank())
+            for _, p in chunk.named_parameters():
+                if p.dim() < 2:
+                    continue
+                name = names[id(p)]
+                rank, world = etp if ".experts." in name else tp
+                if not getattr(p, "tensor_model_parallel", False) or world == 1:
+                    p.copy_(_master(name, list(p.shape), seed).to(p.dtype))
+                else:
+                    dim, stride = p.partition_dim, getattr(p, "partition_stride", 1)
+                    full = list(p.shape)
+                    full[dim] *= world
+                    parts = torch.split(_master(name, full, seed), p.shape[dim] // stride, dim=dim)
+                    p.copy_(torch.cat(parts[rank::world], dim=dim).to(p.dtype))
+                n += 1
     return n
 
 
@@ -240,16 +275,13 @@ def run_test(a) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m autotune.runner.component", description=__doc__.splitlines()[0])
-    p.add_argument("--dispatcher", default="allgather", choices=["alltoall", "allgather", "flex"])
-    p.add_argument("--reference-dispatcher", default="alltoall", choices=["alltoall", "allgather", "flex"])
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--experts", type=int, default=8)
-    p.add_argument("--topk", type=int, default=2)
-    p.add_argument("--ffn", type=int, default=64)
-    p.add_argument("--tokens", type=int, default=256, help="tokens per rank")
-    p.add_argument("--ep", type=int, default=2)
+    for name in ("--dispatcher", "--reference-dispatcher"):
+        p.add_argument(name, default="allgather" if name == "--dispatcher" else "alltoall",
+                       choices=["alltoall", "allgather", "flex"])
+    for name, default in (("--hidden", 128), ("--experts", 8), ("--topk", 2), ("--ffn", 64), ("--tokens", 256),
+                          ("--ep", 2), ("--seed", 1234)):
+        p.add_argument(name, type=int, default=default)  # --tokens: per rank
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
-    p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--cpu", action="store_true", help="stay on CPU (gloo) even where CUDA exists")
     p.add_argument("--out", type=Path, required=True, help="rank 0 writes the result JSON here")
