@@ -88,7 +88,7 @@ def parse_arguments(cmd: str | Iterable[str] | Mapping[str, str | None],
 
 def recipe_arguments(recipe, *, model_args: list[str] | None = None) -> dict[str, str | None]:
     """The full argument list of a Recipe (or a recipe file path)."""
-    from ..recipes.convert import PHRASE, model_of
+    from ..recipes.convert import load_balancing_of, model_of
     from ..recipes.io import load_recipe
 
     if isinstance(recipe, (str, Path)):
@@ -96,9 +96,9 @@ def recipe_arguments(recipe, *, model_args: list[str] | None = None) -> dict[str
     if model_args is None:
         model = model_of(recipe)
         if model is not None:
-            from ..trials.backends._slime_args import slime_model_args
+            from ..launch import slime_model_args
 
-            lb_on = PHRASE["load_balancing_on"] in recipe.layout.summary
+            lb_on = load_balancing_of(recipe)
             model_args = slime_model_args(model, aux_loss_coeff=float(_AUX_ON) if lb_on else 0.0)
     out: dict[str, str | None] = {k: str(v) for k, v in recipe.env.items()}
     out.update(parse_arguments(recipe.run, model_args))
@@ -111,9 +111,7 @@ def candidate_arguments(model, cluster, layout, workload) -> dict[str, str | Non
     """The full argument list a search candidate's recipe would carry (its env, its run block with slime's
     MODEL_ARGS spliced in, the precision flag), without building the recipe: what the search passes to
     run_gates for a candidate and for its reference layout."""
-    from ..recipes.emit import SEED_ENV, build_run_block
-    from ..recipes.summary import loss_mask_for
-    from ..trials.backends._slime_args import slime_model_args
+    from ..launch import SEED_ENV, build_run_block, loss_mask_for, slime_model_args
 
     run = build_run_block(layout, workload, cluster, loss_mask=loss_mask_for(model.name), moe=model.is_moe)
     margs = slime_model_args(model, aux_loss_coeff=float(_AUX_ON) if workload.load_balancing_loss else 0.0)

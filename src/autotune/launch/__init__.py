@@ -1,6 +1,9 @@
-"""How a recipe is launched: the slime run block and the flags and environment it carries. Shared by
-recipes (which write it) and the slime trial backend (which runs it); imports neither."""
+"""How a recipe is launched: the slime run block, the flags and environment it carries, and slime's model
+arguments (MODEL_ARGS). Shared by recipes (which write it), the gates (which compare it) and the slime
+trial backend (which runs it); imports none of them."""
 
+from .model_args import slime_model_args
 from .run_block import ENTRY_PLACEHOLDER, SEED_ENV, build_run_block, loss_mask_for, num, workload_args
 
-__all__ = ["SEED_ENV", "ENTRY_PLACEHOLDER", "build_run_block", "workload_args", "num", "loss_mask_for"]
+__all__ = ["SEED_ENV", "ENTRY_PLACEHOLDER", "build_run_block", "workload_args", "num", "loss_mask_for",
+           "slime_model_args"]

@@ -179,6 +179,13 @@ def build(plan: TrialPlan, cuda: bool, dtype: torch.dtype) -> Built:
         if cuda:
             model.cuda(torch.cuda.current_device())
         chunks.append(model)
+    if not cuda:
+        # every layout of a CPU trial starts from the same weights, so the convergence gate compares math,
+        # not initialisations (megatron draws parameters in build order, which EP and PP change). On GPUs
+        # the full tensors this draws per rank would not fit; real runs load a checkpoint instead.
+        from .component import layout_invariant_init
+
+        layout_invariant_init(chunks, plan.spec.seed)
     _reduce_replicated_experts(chunks, lay)
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=w.grads_fp32, overlap_grad_reduce=lay.overlap_grad_reduce,

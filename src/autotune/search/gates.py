@@ -58,21 +58,25 @@ class RecipeGates(GatesStage):
         self.profile = profile  # None: fp32 thresholds on CPU (deterministic), Bridge's on GPUs
 
     def run(self, session: "SearchSession", ranked: list[TrialRecord]) -> dict[int, GateOutcome]:
-        from ..gates.section import run_gates
+        from ..gates import run_gates
+        from ..gates.convergence import profile_for
 
         d = session.driver
         predicted = not d.backend.measured
         ref_layout, ref_label = self._reference_layout(session)
-        ref_args = self._args(session, ref_layout)
+        ref_args = self._args(session, ref_layout) if not self.reference_recipe else \
+            _recipe_args(self.reference_recipe)
         ref_steps, ref_note = (None, "") if predicted or not ranked else self._reference_steps(session, ref_layout, ranked)
-        profile = self.profile or ("bridge" if session.cluster.gpu.is_accelerator else "fp32")
         out: dict[int, GateOutcome] = {}
         for rec in ranked:
-            steps = None if predicted else _steps_of(session, rec.number)
+            res = None if predicted else _result_of(session, rec.number)
+            steps = res.steps if res is not None and res.source == "measured" and res.steps else None
+            profile = self.profile or (profile_for(res) if res is not None else "bridge")
             result, section = run_gates(
                 self._args(session, rec.layout), ref_args, steps, ref_steps, predicted=predicted,
                 reference=ref_label + ref_note, profile=profile, gpu=session.cluster.gpu.name,
-                run_components=not predicted)
+                run_components=not predicted,
+                note=f"candidate arm: trial {rec.number}; reference arm: {ref_label}{ref_note}, same rows and seed")
             status = {"pass": "verified", "fail": "failed"}.get(result, "not run")
             out[rec.number] = GateOutcome(status, section["summary"], section,
                                           [{"gate": "configuration", "status": section["configuration"]},
@@ -111,24 +115,27 @@ class RecipeGates(GatesStage):
         key = layout_key(lay)
         for r in session.driver.records:
             if r.status == "ok" and r.source == "measured" and layout_key(r.layout) == key:
-                return _steps_of(session, r.number), f" (trial {r.number})"
+                res = _result_of(session, r.number)
+                return (res.steps if res is not None else None), f" (trial {r.number})"
         res = session.driver.run_reference(lay, self.REFERENCE_NUMBER, session.sd.root / "trials" / "reference")
         if res.status != "ok" or not res.steps:
             return None, f" (the reference run ended {res.status}: {res.reason or 'no steps'})"
         return res.steps, " (trials/reference)"
 
-    def _args(self, session, lay) -> str:
-        from ..launch import build_run_block, loss_mask_for
+    def _args(self, session, lay) -> dict:
+        from ..gates import candidate_arguments
 
-        return build_run_block(lay, session.workload, session.cluster, loss_mask=loss_mask_for(session.model.name),
-                               moe=session.model.is_moe)
+        return candidate_arguments(session.model, session.cluster, lay, session.workload)
 
 
-def _steps_of(session, number: int):
+def _result_of(session, number: int):
     from ..trials.spec import TrialResult, read_model
 
     p = session.sd.trial_dir(number) / "trial_result.json"
-    if not p.exists():
-        return None
-    res = read_model(TrialResult, p)
-    return res.steps if res.source == "measured" and res.steps else None
+    return read_model(TrialResult, p) if p.exists() else None
+
+
+def _recipe_args(path: str) -> dict:
+    from ..gates import recipe_arguments
+
+    return recipe_arguments(path)

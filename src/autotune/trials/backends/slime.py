@@ -8,7 +8,7 @@ configured entry (default `python3 train_async.py`, run from `slime_dir`). It is
 a dashboard URL, "auto", or a cluster address Ray maps to its dashboard);
 `poll()` asks for the job's status, and at the end fetches its log into `<trial_dir>/logs/job.log` and
 reads Megatron's (or slime's) per-step lines into StepRecords and a TrialResult. Cancel is stop_job.
-Model arguments live in `_slime_args.py`; log parsing in `_megatron_log.py`.
+Model arguments (MODEL_ARGS) live in `autotune.launch.model_args`; log parsing in `_megatron_log.py`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ...errors import AutotuneError, require
 from ...launch import ENTRY_PLACEHOLDER
 from ..spec import TrialResult, TrialSpec, write_json_atomic
 from ._megatron_log import parse_training_log, window_metrics
-from ._slime_args import slime_model_args
+from ...launch import slime_model_args
 from .base import Backend, Handle
 
 __all__ = ["SlimeBackend", "slime_model_args", "launch_script", "parse_training_log", "window_metrics"]

@@ -14,7 +14,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from ...catalog import ModelSpec
+from ..catalog import ModelSpec
 
 __all__ = ["slime_model_args"]
 
