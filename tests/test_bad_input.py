@@ -198,11 +198,20 @@ def _tree(root: Path) -> dict[str, str]:
     return out
 
 
+@pytest.fixture(scope="module")
+def fixture_files(tmp_path_factory) -> Path:
+    """The fixture files, written once per module (parsing the seed recipe is the slow part)."""
+    root = tmp_path_factory.mktemp("bad_input_fixtures")
+    _fixtures(root)
+    return root
+
+
 @pytest.fixture
-def sandbox(tmp_path, monkeypatch):
+def sandbox(fixture_files, tmp_path, monkeypatch):
+    import shutil
+
     work = tmp_path / "work"
-    work.mkdir()
-    _fixtures(work)
+    shutil.copytree(fixture_files, work)
     monkeypatch.chdir(work)
     monkeypatch.setenv("HOME", str(work / "home"))  # calibrate's default --out lives under it
     monkeypatch.setenv("XDG_CONFIG_HOME", str(work / "home" / ".config"))
