@@ -59,10 +59,6 @@ def _fmt(res: dict) -> str:
     return ", ".join(f"{v:g} {k}" for k, v in sorted(res.items()))
 
 
-def _ray():
-    return require("ray", "ray")
-
-
 def keep_sigterm(previous) -> None:
     """ray.init replaces the SIGTERM handler with one that exits mid-call (Ray's C++ side then dumps a
     stack); put back the CLI's (SIGTERM as an interrupt), or else one that exits through finally blocks."""
