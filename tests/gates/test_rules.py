@@ -23,7 +23,7 @@ from autotune.recipes.emit import SEED_ENV, build_run_block
 from autotune.recipes.export import megatron_args
 from autotune.recipes.io import load_recipe
 from autotune.trials.backends import slime as slime_backend
-from autotune.trials.backends._slime_args import slime_model_args
+from autotune.launch import slime_model_args
 
 
 def _layouts():

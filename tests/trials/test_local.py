@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 
@@ -237,3 +238,6 @@ def test_host_memory_check_uses_the_prediction_and_passes_when_it_fits(make_spec
     assert host_memory_refusal(gpu, available=1.0) is None  # HBM is the memory model's business
     # without a prediction the memory model is evaluated for the spec's one layout: tiny-moe fits easily
     assert host_memory_refusal(make_spec(9), available=64 * 2**30) is None
+    msg = host_memory_refusal(make_spec(9), available=2**20)
+    predicted = float(re.search(r"x \(([\d.]+) GiB predicted", msg).group(1))
+    assert 0 < predicted < 3  # tiny-moe's peak per rank, from the memory model (not the 3 GiB above)

@@ -12,7 +12,7 @@ import threading
 import typer
 
 from ..errors import AutotuneError, BadInput
-from .console import err_console, print_error
+from .console import print_error
 
 app = typer.Typer(
     name="autotune",

@@ -1,5 +1,6 @@
 """Ray-free checks around a Ray cluster: is the address reachable, can the cluster ever hold a trial's
-placement group, and the SIGTERM handler to keep once ray.init has replaced it.
+placement group, the SIGTERM handler to keep once ray.init has replaced it, and how a Ray-level failure
+is classified (the memory monitor's kills are OOM, the rest infra).
 
 Kept out of ray.py (which drives Ray) so they are plain functions tested without a cluster.
 """
@@ -12,7 +13,8 @@ import threading
 
 from ...errors import BadInput
 
-__all__ = ["probe_address", "demand_shortfall", "keep_sigterm", "CONNECT_TIMEOUT_S"]
+__all__ = ["probe_address", "demand_shortfall", "keep_sigterm", "all_ready", "last_line", "ray_failure",
+           "CONNECT_TIMEOUT_S"]
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -57,16 +59,12 @@ def _fmt(res: dict) -> str:
     return ", ".join(f"{v:g} {k}" for k, v in sorted(res.items()))
 
 
-def _ray():
-    return require("ray", "ray")
-
-
 def keep_sigterm(previous) -> None:
     """ray.init replaces the SIGTERM handler with one that exits mid-call (Ray's C++ side then dumps a
     stack); put back the CLI's (SIGTERM as an interrupt), or else one that exits through finally blocks."""
     if threading.current_thread() is not threading.main_thread():
         return
-    if callable(previous):
+    if callable(previous) or previous == signal.SIG_IGN:
         signal.signal(signal.SIGTERM, previous)
         return
 
@@ -74,3 +72,23 @@ def keep_sigterm(previous) -> None:
         raise KeyboardInterrupt("SIGTERM")
 
     signal.signal(signal.SIGTERM, stop)
+
+
+def all_ready(ray, refs: list) -> bool:
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+    return len(ready) == len(refs)
+
+
+def last_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
+
+
+def ray_failure(exc: BaseException) -> tuple[str, str]:
+    """A Ray-level failure: the memory monitor's kills are OOM (a result); everything else is infra."""
+    text = str(exc)
+    low = text.lower()
+    if type(exc).__name__ == "OutOfMemoryError" or any(k in low for k in ("memory monitor", "low on memory", "outofmemory")):
+        return "oom", f"host OOM: Ray's memory monitor killed a worker ({type(exc).__name__})"
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return "infra", f"{type(exc).__name__}: {first[:240]}"

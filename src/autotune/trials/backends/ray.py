@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ...errors import require
 from ..spec import TrialResult, TrialSpec, write_json_atomic
-from ._ray_checks import demand_shortfall, keep_sigterm, probe_address
+from ._ray_checks import all_ready, demand_shortfall, keep_sigterm, last_line, probe_address, ray_failure
 from ._ray_trial import Trial, oom_kill_count, reap
 from .base import Backend, Handle
 
@@ -157,9 +157,9 @@ class RayBackend(Backend):
             try:
                 self._advance(trial)
             except ray.exceptions.RayTaskError as exc:  # our worker code raised (e.g. no python): a bug, not retried
-                self._finish(trial, "crash", f"ray worker error: {_last_line(exc)}", retry=False)
+                self._finish(trial, "crash", f"ray worker error: {last_line(exc)}", retry=False)
             except (ray.exceptions.RayError, TimeoutError) as exc:  # a dead actor, worker or node
-                self._finish(trial, *_ray_failure(exc))
+                self._finish(trial, *ray_failure(exc))
         handle.spec = trial.spec
         return trial.result
 
@@ -199,7 +199,7 @@ class RayBackend(Backend):
     def _advance(self, trial: Trial) -> None:
         ray = _ray()
         now = time.monotonic()
-        ready = _all_ready(ray, trial.pending)
+        ready = all_ready(ray, trial.pending)
         if trial.phase == "placing":
             if not ready:
                 waited = now - trial.phase_since
@@ -296,23 +296,3 @@ class RayBackend(Backend):
             except Exception:  # noqa: BLE001 - already gone with its node
                 pass
         trial.workers, trial.pending, trial.pg = [], [], None
-
-
-def _all_ready(ray, refs: list) -> bool:
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
-    return len(ready) == len(refs)
-
-
-def _last_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:300]
-
-
-def _ray_failure(exc: BaseException) -> tuple[str, str]:
-    """A Ray-level failure: the memory monitor's kills are OOM (a result); everything else is infra."""
-    text = str(exc)
-    low = text.lower()
-    if type(exc).__name__ == "OutOfMemoryError" or any(k in low for k in ("memory monitor", "low on memory", "outofmemory")):
-        return "oom", f"host OOM: Ray's memory monitor killed a worker ({type(exc).__name__})"
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return "infra", f"{type(exc).__name__}: {first[:240]}"
