@@ -19,7 +19,7 @@ from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, PrecisionOpt, SeqOpt,
-                     finite_non_negative, finite_positive, fraction, input_file, non_negative_int, positive_int, resolve)
+                     finite_non_negative, finite_positive, fraction, input_file, non_negative_int, output_dir, positive_int, resolve)
 from .console import err_console, print_json
 from .report import render_outcome
 
@@ -95,6 +95,9 @@ def search(
     fraction("--noise", noise, 0.0, 0.5)
     non_negative_int("--seed", seed)
     finite_non_negative("--sim-delay", sim_delay)
+    output_dir("--runs-dir", runs_dir)
+    if space_file:
+        input_file("--space", space_file)
     if sampler not in ("auto", "tpe", "gp"):
         raise BadInput(f"--sampler {sampler!r}: choose auto, tpe or gp")
     if backend not in BACKEND_CHOICES:
