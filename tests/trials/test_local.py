@@ -52,18 +52,6 @@ def test_a_real_trial_on_two_ranks(make_spec, tmp_trial):
 
 
 @pytest.mark.slow
-def test_cancel_kills_every_rank(make_spec, tmp_trial, proc_scan):
-    backend = LocalBackend()
-    handle = backend.submit(make_spec(1, steps=10_000), tmp_trial)
-    _wait_for_runners(backend, handle, proc_scan)
-    backend.cancel(handle)
-    assert not proc_scan(tmp_trial)
-    res = backend.poll(handle)
-    assert res.status == "crash" and res.reason == "cancelled"
-    assert read_model(type(res), tmp_trial / "trial_result.json") == res
-
-
-@pytest.mark.slow
 def test_timeout_stops_the_trial_and_leaves_nothing(make_spec, tmp_trial, proc_scan):
     backend = LocalBackend()
     handle = backend.submit(make_spec(2, steps=10_000, timeout_s=8.0), tmp_trial)

@@ -95,15 +95,6 @@ def test_trial_past_its_timeout_is_stopped_and_cleaned_up(backend, make_spec, tm
     assert "CREATED" not in _groups_state()
 
 
-@pytest.mark.slow
-def test_cancel_stops_the_trial(backend, make_spec, tmp_trial, proc_scan):
-    handle = backend.submit(make_spec(3, steps=10_000), tmp_trial)
-    _wait_for_runners(backend, handle, proc_scan)
-    backend.cancel(handle)
-    assert not proc_scan(tmp_trial) and "CREATED" not in _groups_state()
-    assert backend.poll(handle).status == "crash"
-
-
 # --- failure paths with a stand-in runner (fast, and fails on cue) ------------------------------
 STANDIN = textwrap.dedent('''\
     """Stands in for autotune.runner: reports where it runs, then fails as STANDIN_MODE says."""
@@ -157,15 +148,6 @@ def test_rank_killed_by_a_signal_is_infra_and_retried(backend, make_spec, tmp_pa
 
 
 @pytest.mark.slow
-def test_oom_is_a_result_and_not_retried(backend, make_spec, tmp_path, tmp_trial, standin):
-    handle = backend.submit(_standin(backend, tmp_path, "oom", make_spec, 11), tmp_trial)
-    res = wait_result(backend, handle)
-    assert res.status == "oom" and res.attempts == 1
-    assert "out of memory" in res.log_tail
-    assert not (tmp_trial / "logs" / "attempt1").exists()
-
-
-@pytest.mark.slow
 def test_dead_actor_leaves_no_orphans(backend, make_spec, tmp_path, tmp_trial, proc_scan, standin):
     """The runner dies with its actor (parent-death signal); its own children, which the signal does not
     reach, are found by their AUTOTUNE_TRIAL environment and killed by the per-node sweep."""
@@ -185,7 +167,6 @@ def test_dead_actor_leaves_no_orphans(backend, make_spec, tmp_path, tmp_trial, p
     assert res.status == "infra" and res.attempts == 1
     assert not proc_scan(tag, environ=True), "a process of the trial survived"
     assert "CREATED" not in _groups_state()
-
 
 
 # --- a trial the cluster can never hold; an unreachable address -----------------------------------------
