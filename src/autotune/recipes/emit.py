@@ -96,6 +96,7 @@ def recipe_from_candidate(
     author: str = "autotune",
     gates: dict | None = None,
     dataset: dict | None = None,
+    notes: list[str] | None = None,
     author_url: str | None = None,
     gpu_hours_note: str | None = None,
     mfu_note: str | None = None,
@@ -141,6 +142,7 @@ def recipe_from_candidate(
         "env": dict(SEED_ENV),
         "patches": [],
         "run": build_run_block(layout, workload, cluster, loss_mask=_loss_mask(model, dataset), moe=moe),
+        "notes": [str(n) for n in notes] if notes else None,
     }
     try:
         return Recipe.model_validate(data)

@@ -37,6 +37,7 @@ class Recipe(Section):
     """An OpenRecipes recipe: a parallel layout for one model on one GPU kind, its measured (or predicted)
     throughput, how its correctness was checked, and the command that runs it."""
 
+    _omit_none = frozenset({"notes"})
     schema_version: Literal[1] = Field(description="Recipe format version; this schema describes version 1.")
     model: str = Field(min_length=1, description="Model name as on Hugging Face / the catalog, e.g. Qwen3.5-122B-A10B.")
     gpu: Gpu = Field(description="The GPUs the numbers come from.")
@@ -53,6 +54,8 @@ class Recipe(Section):
     env: dict[str, str] = Field(description="Environment variables the run sets (also exported in `run`).")
     patches: list[Patch] = Field(description="Source patches needed on top of the stack; empty for none.")
     run: str = Field(min_length=1, description="Shell commands that launch the run (slime), exactly as measured.")
+    notes: list[str] | None = Field(None, description="Free-text notes, e.g. why the search tried this layout (the "
+                                    "planner's rationale); optional, left out when empty.")
 
 
 def schema_dict() -> dict:

@@ -85,6 +85,7 @@ class SearchDriver:
         self.planner: Planner | None = None
         self.requeue: list[Layout] | None = None  # set by prepare()
         self._screened_in_a_row = 0  # proposals rejected or repeated since the last dispatch
+        self._why: dict[int, str] = {}  # running trial -> the planner's rationale
 
     # --- setup ---------------------------------------------------------------------------------------
     def _study_attrs(self) -> dict:
@@ -136,13 +137,14 @@ class SearchDriver:
         repair, on_disk = self.study.repair(self._result_on_disk)
         for number, a in self.study.finished():
             lay = Layout.from_dict(a.layout)
-            rec = TrialRecord(number, lay, a.status, a.source or "measured", a.tokens_per_s_per_gpu, a.predicted)
+            rec = TrialRecord(number, lay, a.status, a.source or "measured", a.tokens_per_s_per_gpu, a.predicted, a.why)
             self.records.append(rec)
             self.planner.observe(rec)
             if a.status != "screened":
                 self.gpu_hours += float(a.gpu_hours or 0.0)
                 self._learn(rec)
         for number, a in on_disk:
+            self._why[number] = a.why
             self._tell(number, Layout.from_dict(a.layout), self._result_on_disk(number), a.predicted)
         done = {layout_key(r.layout) for r in self.records}
         requeue = [lay for lay in repair.requeued if layout_key(lay) not in done]
@@ -242,7 +244,7 @@ class SearchDriver:
             number = self.study.start(lay, attrs, self.choices)
             self.study.finish(number, attrs.model_copy(update={"status": "screened", "source": "predicted",
                                                                "reason": reason}))
-            rec = TrialRecord(number, lay, "screened", "predicted", None, None)
+            rec = TrialRecord(number, lay, "screened", "predicted", None, None, attrs.why)
             self.records.append(rec)
             self.planner.observe(rec)
             self._screened_in_a_row += 1
@@ -261,6 +263,7 @@ class SearchDriver:
         kill_point("spec_written")
         handle = self.backend.submit(spec, d)
         running[number] = (handle, lay, pred)
+        self._why[number] = attrs.why
         kill_point("submitted")
         self.emit("dispatched", {"number": number, "layout": attrs.label, "predicted": pred, "why": attrs.why,
                                  "peak_memory_bytes": prediction.peak_bytes})
@@ -313,7 +316,7 @@ class SearchDriver:
         over = ((res.peak_memory_bytes or 0) - self.cluster.gpu.memory_bytes) / GiB
         self.study.finish(number, attrs, over_gib=over)
         self.gpu_hours += float(gpu_h or 0.0)
-        rec = TrialRecord(number, lay, res.status, res.source, res.tokens_per_s_per_gpu, pred)
+        rec = TrialRecord(number, lay, res.status, res.source, res.tokens_per_s_per_gpu, pred, self._why.pop(number, ""))
         self.records.append(rec)
         self.planner.observe(rec)
         self._learn(rec)

@@ -178,6 +178,7 @@ class SearchSession:
             stack=_stack(res, self.cluster), measured=dt.date.today().isoformat(),
             gpu_hours_note="predicted: GPUs x (20 steps + 10 min startup)" if not measured else None,
             gates=gate.section if gate is not None and gate.section else None,
+            notes=[f"why the search tried it (trial {rec.number}, {self.cfg.planner} planner): {rec.why}"] if rec.why else None,
         )
         name = recipe_name("autotune", rec.layout, wl, moe=self.model.is_moe)
         return write_recipe(recipe, pub.path(f"recipes/rank-{rank:02d}-{name}.yaml"), name=name)

@@ -31,6 +31,7 @@ class TrialRecord:
     source: str  # measured | predicted
     value: float | None  # tokens/s/GPU (measured, or predicted by the simulator)
     predicted: float | None  # the model's prediction at dispatch
+    why: str = ""  # the planner's rationale for proposing it (one line)
 
 
 @dataclass
