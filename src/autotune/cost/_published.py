@@ -17,6 +17,11 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
   - layout: empty VP/CP/ETP mean 1 (Megatron's defaults); an empty EP on an MoE model, or an empty
     TP/PP/global batch/throughput, is a missing field. FSDP-only rows (FSDP sharding and no TP/PP/EP)
     have no Megatron layout; FSDP with TP/PP/EP is modelled as the distributed optimizer over DP.
+  - layers that do not divide over PP x VPP (Llama 3.1 405B's 126, DeepSeek-V3's 61) get the first of
+    `layout.core.legal_splits`: the embedding and loss counted as pipeline layers where that divides
+    (Megatron-Bridge's Llama 3.1 405B recipes set both account-for flags), else full virtual stages with
+    the last one short (the shape of Megatron-Bridge's DeepSeek-V3 pipeline layouts); the provenance
+    names the split assumed.
   - settings the Layout cannot express and that move the step time a lot (async TP, EP communication
     overlap) skip the row rather than pretend.
   - throughput: tokens_per_s_per_gpu when given; else a per-GPU figure the table marks "derived" in the
