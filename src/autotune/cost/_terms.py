@@ -234,6 +234,10 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     ag = 1.0 if workload.fp8_param_gather else 2.0  # --fp8-param-gather all-gathers FP8 parameters
     per_param = np.where(t.dist_opt, g + ag, 2 * g)[:, None]  # grad RS + param AG, or grad all-reduce
     bw = _bw(cluster, (t.world // t.pp)[:, None], c)
+    M = t.num_microbatches(workload.global_batch, workload.seq_len).astype(float)
+    # FSDP gathers the parameters in forward and again in backward and reduce-scatters the gradients, every
+    # micro-batch; layer-by-layer prefetch hides it behind all the micro-batches' compute
+    per_param = np.where(t.fsdp[:, None], (2 * ag + g) * M[:, None], per_param)
     comm = per_param * (dense * (dp - 1) / dp + expert * (edp - 1) / edp) / bw
     comm = np.where(valid, comm, 0.0).max(axis=1)
     held = np.where(valid, owned_params(t, dense, expert), 0.0).max(axis=1)
@@ -248,7 +252,7 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
         mb=mb, dep=dep, valid=valid,
         microbatches=t.num_microbatches(workload.global_batch, workload.seq_len).astype(float),
         bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
-        dp_overlap=np.where(t.overlap_grad, c.dp_overlap, 0.0), optimizer=optimizer,
+        dp_overlap=np.where(t.fsdp, M, np.where(t.overlap_grad, c.dp_overlap, 0.0)), optimizer=optimizer,
         step_overhead=np.full(len(t), c.step_overhead_s), offload=offload,
         tokens_per_step=float(workload.tokens_per_step),
         world=t.world,

@@ -73,6 +73,7 @@ class MemoryCoefficients:
     grad_bytes: float = 4.0  # fp32 main gradients
     optim_bytes: float = 12.0  # fp32 master + Adam m, v
     host_offload_bytes: float = 16.0  # per offloaded parameter in host memory: master, m, v, pinned grad
+    fsdp_layers_in_flight: float = 2.0  # FSDP: unsharded layers held at once (the running one, the prefetched)
 
 
 @dataclass
@@ -200,9 +201,17 @@ def estimate_memory(
     # Embedding, output layer and norms stay BF16.
     linear = params - embedding_params(model, t, S)
     w_bytes = 2.0 * params + (linear if workload.fp8 and not workload.fp8_param_gather else 0.0)
+    g_bytes = (coef.grad_bytes if workload.grads_fp32 else 2.0) * params
+    if t.fsdp.any():  # FSDP: a 1 / DP shard of each, plus the gathered layers in flight (this one, the next)
+        per_layer = params / np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))
+        shard = owned_params(t, p_dense, p_exp) / np.maximum(params, 1.0)
+        shard = np.where(t.dist_opt[:, None], shard, 1.0 / np.maximum(t.dp, 1)[:, None])
+        f = t.fsdp[:, None]
+        w_bytes = np.where(f, w_bytes * shard + 2 * coef.fsdp_layers_in_flight * per_layer, w_bytes)
+        g_bytes = np.where(f, g_bytes * shard + 4.0 * per_layer, g_bytes)
     terms = {
         "weights": w_bytes,
-        "grads": (coef.grad_bytes if workload.grads_fp32 else 2.0) * params,
+        "grads": g_bytes,
         "optimizer": coef.optim_bytes * owned * keep,
     }
 

@@ -52,6 +52,8 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192) -> 
         a.append(("--micro-batch-size", str(layout.micro_batch_size or 1)))
     if layout.distributed_optimizer:
         a.append(("--use-distributed-optimizer", None))
+    if layout.fsdp:
+        a += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params")]
     if layout.precision_aware_optimizer:
         a.append(("--use-precision-aware-optimizer", None))
     if layout.optimizer_offload:
@@ -161,6 +163,7 @@ _SWITCH = {
     "--cross-entropy-loss-fusion": "cross_entropy_fusion",
     "--overlap-grad-reduce": "overlap_grad_reduce",
     "--overlap-param-gather": "overlap_param_gather",
+    "--use-megatron-fsdp": "fsdp",
 }
 
 

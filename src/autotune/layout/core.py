@@ -110,6 +110,9 @@ class Layout:
     # k % PP); () = Megatron's even split. Built by `megatron_split` from its flags, or any split
     # --pipeline-model-parallel-layout can write (a stage may hold only the embedding or the loss)
     layer_split: tuple[int, ...] = ()
+    # Megatron FSDP (--use-megatron-fsdp, sharding optim_grads_params): parameters and gradients sharded over
+    # DP (experts over expert-DP) besides the optimizer state, parameters all-gathered layer by layer
+    fsdp: bool = False
 
     def __post_init__(self):
         for name in ("world", "tp", "pp", "vpp", "cp", "ep", "etp"):

@@ -33,7 +33,8 @@ def split_code(layer_split: tuple[int, ...]) -> int:
 
 def split_of(code: int) -> tuple[int, ...]:
     return _SPLITS[int(code)]
-_BOOL_COLS = ("sp", "dist_opt", "precision_aware", "shared_overlap", "ce_fusion", "overlap_grad", "overlap_param")
+_BOOL_COLS = ("sp", "dist_opt", "precision_aware", "shared_overlap", "ce_fusion", "overlap_grad", "overlap_param",
+              "fsdp")
 
 
 @dataclass
@@ -61,6 +62,7 @@ class LayoutTable:
     overlap_grad: np.ndarray
     overlap_param: np.ndarray
     split: np.ndarray  # layer split code (split_of); 0: even
+    fsdp: np.ndarray  # Megatron FSDP (parameters and gradients sharded too)
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -138,6 +140,7 @@ class LayoutTable:
             optimizer_offload=float(self.offload[i]), moe_shared_expert_overlap=bool(self.shared_overlap[i]),
             cross_entropy_fusion=bool(self.ce_fusion[i]), overlap_grad_reduce=bool(self.overlap_grad[i]),
             overlap_param_gather=bool(self.overlap_param[i]), layer_split=split_of(self.split[i]),
+            fsdp=bool(self.fsdp[i]),
         )
 
 
@@ -156,4 +159,5 @@ def _encode(lay: Layout) -> dict:
         offload=float(lay.optimizer_offload), shared_overlap=lay.moe_shared_expert_overlap,
         ce_fusion=lay.cross_entropy_fusion, overlap_grad=lay.overlap_grad_reduce,
         overlap_param=lay.overlap_param_gather, split=split_code(lay.layer_split),
+        fsdp=lay.fsdp,
     )
