@@ -15,8 +15,7 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
     "FP8 32x32 granularity (MX-style)" and FP8-MX are MXFP8. NVFP4, FP8 rowwise (no TE recipe) and rows
     that name only "alternate granularity" are skipped with the reason.
   - layout: empty VP/CP/ETP mean 1 (Megatron's defaults); an empty EP on an MoE model, or an empty
-    TP/PP/global batch/throughput, is a missing field. FSDP-only rows (FSDP sharding and no TP/PP/EP)
-    have no Megatron layout; FSDP with TP/PP/EP is Megatron FSDP (optim_grads_params) over DP: torchtitan's
+    TP/PP/global batch/throughput, is a missing field. FSDP (alone or with TP/PP/EP) is Megatron FSDP (optim_grads_params) over DP: torchtitan's
     FSDP2 and NeMo AutoModel shard the same three things, with TP/PP/EP beside them.
   - layers that do not divide over PP x VPP (Llama 3.1 405B's 126, DeepSeek-V3's 61) get the first of
     `layout.core.legal_splits`: the embedding and loss counted as pipeline layers where that divides
@@ -173,8 +172,6 @@ def map_row(row: dict) -> dict | str:
                               ("ep", ep)) if v is None]
     if missing:
         return f"missing field(s): {', '.join(missing)}"
-    if fsdp_on and tp == 1 and pp == 1 and ep == 1:
-        return "FSDP-only (no TP/PP/EP): no Megatron layout to represent"
     if re.search(r"async TP", notes, re.I):
         return "async TP (TP communication overlapped with GEMMs) is not a Layout setting"
     if re.search(r"EP overlap|overlap-moe-expert-parallel-comm|a2a overlap", notes, re.I):

@@ -205,7 +205,18 @@ def stage_sums_by_pair(values: np.ndarray, pp: np.ndarray, vpp: np.ndarray, n_st
     return per, inverse
 
 
+_LAST_PAIRS: list = []  # [(pp, vpp, split), result]: one evaluation asks ~15 times for the same table's pairs
+
+
 def _pairs(pp: np.ndarray, vpp: np.ndarray, split: np.ndarray | None = None):
+    if _LAST_PAIRS and all(a is b for a, b in zip(_LAST_PAIRS[0], (pp, vpp, split))):
+        return _LAST_PAIRS[1]  # the same column objects (held here, so their ids cannot be reused)
+    out = _pairs_of(pp, vpp, split)
+    _LAST_PAIRS[:] = [(pp, vpp, split), out]
+    return out
+
+
+def _pairs_of(pp: np.ndarray, vpp: np.ndarray, split: np.ndarray | None):
     key = pp.astype(np.int64) * (1 << 20) + vpp.astype(np.int64)
     if split is not None:
         key = key * (1 << 24) + np.asarray(split, dtype=np.int64)
