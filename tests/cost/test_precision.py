@@ -112,6 +112,8 @@ def test_a_user_gpu_file_is_validated_in_one_line(tmp_path, capsys):
     assert main(args + ["-g", str(good), "--precision", "fp8-tensorwise"]) == 0
     out = capsys.readouterr().out
     assert '"precision": "fp8-tensorwise"' in out and "--fp8-recipe" in out
+    assert main(args + ["-g", "H200", "--fp8-param-gather"]) == 2
+    assert "needs an FP8 precision" in capsys.readouterr().err
     assert main(args + ["-g", "H200", "--precision", "mxfp8"]) == 2
     assert "Blackwell only" in capsys.readouterr().err
 

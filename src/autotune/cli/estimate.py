@@ -34,6 +34,8 @@ def estimate(
     global_batch: int = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
+    fp8_param_gather: bool = typer.Option(False, "--fp8-param-gather", help="FP8 parameters and all-gathers "
+                                          "(Megatron --fp8-param-gather; FP8 precisions only)."),
     recipe: str = typer.Option(None, "--recipe", help="Take model, GPUs, workload and layout from a recipe file."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -54,7 +56,7 @@ def estimate(
 
             raise BadInput(f"missing {', '.join(missing)}: give them, or --recipe PATH (see `autotune estimate --help`)")
         m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
-                                       precision)
+                                       precision, fp8_param_gather)
         lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, seq_len,
                              precision_aware_optimizer=precision_aware, distributed_optimizer=dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload)
