@@ -21,3 +21,16 @@ def test_fsdp_shards_weights_and_grads_and_pays_per_microbatch_gathers():
     args = format_args(layout_args(fsdp, "megatron"))
     assert "--use-megatron-fsdp" in args and "optim_grads_params" in args
     assert layout_from_args(args, world=64).fsdp
+
+
+def test_estimate_takes_a_split_and_fsdp(capsys):
+    from autotune.cli.main import main
+
+    args = ["estimate", "-m", "Qwen3-235B-A22B", "-g", "H100", "-n", "256", "-l", "TP2 PP8 VPP4 EP32",
+            "--seq-len", "4096", "--global-batch", "1024", "--micro-batch-size", "1", "--json"]
+    assert main(args) == 2
+    assert "--account-for-embedding" in capsys.readouterr().err  # the rule names Megatron's way out
+    assert main(args + ["--layer-split", "auto", "--fsdp"]) == 0
+    out = capsys.readouterr().out
+    assert "--account-for-loss-in-pipeline-split" in out and "--use-megatron-fsdp" in out
+    assert main(args + ["--layer-split", "3,x"]) == 2

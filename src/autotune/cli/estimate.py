@@ -29,6 +29,10 @@ def estimate(
     dist_opt: bool = typer.Option(True, "--distributed-optimizer/--no-distributed-optimizer"),
     shared_overlap: bool = typer.Option(False, "--shared-expert-overlap", help="--moe-shared-expert-overlap"),
     offload: float = typer.Option(0.0, "--optimizer-offload", help="Fraction of optimizer state on the host."),
+    layer_split: str = typer.Option(None, "--layer-split", help="Uneven pipeline split: 'auto' (Megatron's when "
+                                    "layers do not divide: embedding/loss counted, ...) or layers per virtual "
+                                    "stage, e.g. 2,3,3,2."),
+    fsdp: bool = typer.Option(False, "--fsdp", help="Megatron FSDP (parameters, gradients, optimizer sharded)."),
     gpus_per_node: int = PerNodeOpt,
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
@@ -60,6 +64,10 @@ def estimate(
         lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, seq_len,
                              precision_aware_optimizer=precision_aware, distributed_optimizer=dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload)
+    if layer_split:
+        lay = lay.with_(layer_split=_split(layer_split, m.num_layers, lay))
+    if fsdp:
+        lay = lay.with_(fsdp=True)
     validate(m, workload, lay)
     ev = evaluate(m, workload, cluster, LayoutTable.from_layouts([lay]))
     out = report(m, cluster, workload, lay, ev, 0)
@@ -70,6 +78,19 @@ def estimate(
         print_json(out)
     else:
         render(out)
+
+
+def _split(text: str, num_layers: int, lay) -> tuple[int, ...]:
+    from ..errors import BadInput
+    from ..layout.core import legal_splits
+
+    if text == "auto":
+        alts = legal_splits(num_layers, lay.pp, lay.vpp)
+        return alts[0] if alts else ()
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise BadInput(f"--layer-split {text!r}: give 'auto' or layers per virtual stage, e.g. 2,3,3,2") from None
 
 
 def report(m, cluster, workload, lay, ev, i: int) -> dict:
