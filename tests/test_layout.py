@@ -97,7 +97,7 @@ def test_recompute_parse_errors():
 
 # --- uneven pipeline splits ----------------------------------------------------------------------------
 def test_94_layers_over_pp8_vpp4_are_legal_the_way_megatron_makes_them():
-    from autotune.layout.core import legal_splits, megatron_split, split_flags
+    from autotune.layout.splits import legal_splits, megatron_split, split_flags
 
     m = load_model("Qwen3-235B-A22B")
     w = Workload(seq_len=4096, global_batch=1024)
@@ -117,7 +117,7 @@ def test_94_layers_over_pp8_vpp4_are_legal_the_way_megatron_makes_them():
 
 
 def test_first_last_and_explicit_layouts_round_trip_through_arguments():
-    from autotune.layout.core import megatron_split
+    from autotune.layout.splits import megatron_split
 
     fl = megatron_split(61, 4, 1, first=13)  # the other 48 evenly over the 3 later stages
     assert fl == (13, 16, 16, 16) and megatron_split(61, 4, 1, first=13, last=16) == fl

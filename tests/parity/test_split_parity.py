@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
 from autotune.layout import Layout  # noqa: E402
-from autotune.layout.core import megatron_split  # noqa: E402
+from autotune.layout.splits import megatron_split  # noqa: E402
 from parity_harness import build_chunks, predicted_params, rank_coords, run_world, runner_overrides, shrink  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -82,7 +82,7 @@ def estimate(
 
 def _split(text: str, num_layers: int, lay) -> tuple[int, ...]:
     from ..errors import BadInput
-    from ..layout.core import legal_splits
+    from ..layout.splits import legal_splits
 
     if text == "auto":
         alts = legal_splits(num_layers, lay.pp, lay.vpp)

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
 from ..errors import BadInput, ConfigError
 from ..layout import Layout, Recompute, violations
-from ..layout.core import legal_splits, split_flags
+from ..layout.splits import legal_splits, split_flags
 from ._published import REQUIRED_COLUMNS, map_row, train_flops_per_token
 
 __all__ = ["Measurement", "published_measurements", "seed_measurements", "read_measurements", "PUBLISHED_CSV"]

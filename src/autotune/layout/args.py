@@ -13,7 +13,8 @@ from typing import Iterable, Literal
 
 from ..catalog.workload import FP8_RECIPES
 from ..errors import BadInput
-from .core import Layout, Recompute, megatron_split, split_flags
+from .core import Layout, Recompute
+from .splits import megatron_split, split_flags
 
 __all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_from_args"]
 

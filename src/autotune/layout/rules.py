@@ -18,7 +18,8 @@ import numpy as np
 
 from ..catalog import ModelSpec, Workload
 from ..errors import IllegalLayout
-from .core import Layout, legal_splits
+from .core import Layout
+from .splits import legal_splits
 from .table import LayoutTable, split_of
 
 __all__ = ["Rule", "RULES", "Violation", "check", "legal_mask", "violations", "validate", "nearest_legal"]
