@@ -1,11 +1,13 @@
-"""Accuracy of the throughput model against measured rows: the seed page and the public table.
+"""Accuracy of the throughput and memory models against measured rows: the seed page and the public table.
 
-For every row the model can represent (cost.measurements): measured tokens/s/GPU, the uncalibrated
-prediction (factors 1), the shipped calibration's prediction and its error. Then: MAPE over the BF16
-Hopper rows (every row, and once per distinct configuration so container-version repeats do not count
-five times), Spearman rank correlation per model with >= 3 rows (numpy ranks, ties averaged), the seed
-rows and their order, and a leave-one-model-out check: refit without a model's rows and predict them
-(how wrong the calibration is on a model it has never seen). Skipped rows are counted by reason.
+For every row the model can express (cost.measurements): measured tokens/s/GPU, the uncalibrated
+prediction (factors 1), the shipped calibration's, a leave-one-model-out (LOMO) and a leave-one-source-
+out (LOSO) prediction (refit without the model's / the source's rows, predict them: how wrong the model is
+where it has seen nothing alike), and the predicted peak memory against the GPU's (a published row ran,
+so it fit). Then per GPU family and precision: rows expressed and skipped, MAPE in-sample / LOMO / LOSO,
+the mean Spearman rank correlation within each (model, GPU, sequence length) group of 3+ rows, and the
+rows predicted not to fit; the groups one by one; the seed rows and their order; skipped rows by reason.
+FP8 rows are never fitted (calibrate.FIT_PRECISIONS): every FP8 number is out of sample.
 
     python bench/throughput_accuracy.py [--csv PATH] [--no-lomo]
 """
@@ -13,14 +15,18 @@ rows and their order, and a leave-one-model-out check: refit without a model's r
 from __future__ import annotations
 
 import argparse
+import re
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import numpy as np
 
-from autotune.cost.calibrate import (Calibration, fit_kinds, load_calibration, predict, published_measurements,
-                                     seed_measurements)
-
-HOPPER = ("H100", "H200")
+from autotune.catalog import PRECISIONS
+from autotune.cost import evaluate
+from autotune.cost._published import gpu_kind, precision_of
+from autotune.cost.calibrate import (FAMILIES, Calibration, fit_kinds, load_calibration, predict,
+                                     published_measurements, seed_measurements)
+from autotune.layout import LayoutTable
 
 
 def ranks(x: np.ndarray) -> np.ndarray:
@@ -49,67 +55,103 @@ def by_kind(rows, cal_of) -> np.ndarray:
     return out
 
 
-def lomo(rows) -> np.ndarray:
-    """Leave-one-model-out predictions: calibrate without the model's rows, predict them."""
+def held_out(rows, key) -> np.ndarray:
+    """Each row predicted by a calibration fitted without every row sharing its `key` (model, source)."""
     out = np.zeros(len(rows))
-    for model in {m.model for m in rows}:
-        cals = fit_kinds([m for m in rows if m.model != model], sorted({m.gpu for m in rows}))
-        idx = [i for i, m in enumerate(rows) if m.model == model]
-        for i in idx:
-            out[i] = predict([rows[i]], cals.get(rows[i].gpu, Calibration(rows[i].gpu)))[0]
+    for k in {key(m) for m in rows}:
+        cals = fit_kinds([m for m in rows if key(m) != k], sorted({m.gpu for m in rows}))
+        for i in [i for i, m in enumerate(rows) if key(m) == k]:
+            g = rows[i].gpu
+            sib = next((c for kk, c in sorted(cals.items()) if FAMILIES.get(kk) == FAMILIES.get(g)), None)
+            out[i] = predict([rows[i]], cals.get(g) or (replace(sib, gpu=g) if sib else Calibration(g)))[0]
     return out
+
+
+def source_of(m) -> str:
+    return re.split(r"[:;(]", m.source, maxsplit=1)[0].strip()
+
+
+def family(gpu: str | None) -> str:
+    return FAMILIES.get(gpu or "", "other")
+
+
+def peaks(rows) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted peak GPU memory of each row and the GPU's capacity (bytes)."""
+    peak, cap = np.zeros(len(rows)), np.zeros(len(rows))
+    for i, m in enumerate(rows):
+        ev = evaluate(m.spec, m.workload, m.cluster, LayoutTable.from_layouts([m.layout]), load_calibration(m.gpu))
+        peak[i], cap[i] = ev.memory.peak[0], ev.memory.capacity_bytes
+    return peak, cap
+
+
+def rank_groups(rows, mask) -> list[list[int]]:
+    g = defaultdict(list)
+    for i, m in enumerate(rows):
+        if mask[i]:
+            g[(m.model, m.gpu, m.seq_len)].append(i)
+    return [idx for _, idx in sorted(g.items()) if len(idx) >= 3]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=None, help="published table (default: the shipped copy)")
-    ap.add_argument("--no-lomo", action="store_true", help="skip the leave-one-model-out refits")
+    ap.add_argument("--no-lomo", action="store_true", help="skip the leave-one-model/-source-out refits")
     args = ap.parse_args()
     kept, skipped = published_measurements(args.csv)
     rows = seed_measurements() + kept
     meas = np.array([m.tokens_per_s_per_gpu for m in rows])
-    raw = by_kind(rows, Calibration)
-    cal = by_kind(rows, load_calibration)
-    out = np.full(len(rows), np.nan) if args.no_lomo else lomo(rows)
+    raw, cal = by_kind(rows, Calibration), by_kind(rows, load_calibration)
+    nan = np.full(len(rows), np.nan)
+    lomo = nan if args.no_lomo else held_out(rows, lambda m: m.model)
+    loso = nan if args.no_lomo else held_out(rows, source_of)
+    peak, cap = peaks(rows)
     err = lambda p: 100 * (p / meas - 1)  # noqa: E731
-    print(f"{'row':<58}{'gpu':>5}{'measured':>10}{'uncal':>8}{'err%':>7}{'pred':>8}{'err%':>7}{'LOMO%':>7}  source")
+    print(f"{'row':<56}{'gpu':>6}{'prec':>8}{'measured':>9}{'uncal%':>7}{'pred':>8}{'err%':>7}{'LOMO%':>7}"
+          f"{'LOSO%':>7}{'peak/HBM GiB':>13}  source")
     for i, m in enumerate(rows):
-        print(f"{m.label()[:57]:<58}{m.gpu:>5}{meas[i]:>10,.0f}{raw[i]:>8,.0f}{err(raw)[i]:>+7.1f}{cal[i]:>8,.0f}"
-              f"{err(cal)[i]:>+7.1f}{err(out)[i]:>+7.1f}  {m.source.split(';')[0][:48]}")
-    hop = np.array([m.gpu in HOPPER for m in rows])
-    keys = [(m.model, m.gpu, m.count, m.seq_len, m.global_batch, m.layout) for m in rows]
-    first = np.array([keys.index(k) == i for i, k in enumerate(keys)])
+        print(f"{m.label()[:55]:<56}{m.gpu:>6}{m.precision[:7]:>8}{meas[i]:>9,.0f}{err(raw)[i]:>+7.1f}{cal[i]:>8,.0f}"
+              f"{err(cal)[i]:>+7.1f}{err(lomo)[i]:>+7.1f}{err(loso)[i]:>+7.1f}"
+              f"{peak[i] / 2**30:>8.0f}/{cap[i] / 2**30:<4.0f}  {m.source.split(';')[0][:40]}")
 
     def mape(p, mask):
         return float(np.mean(np.abs(err(p)[mask]))) if mask.any() else float("nan")
 
-    print(f"\nMAPE, BF16 Hopper rows ({hop.sum()} rows / {(hop & first).sum()} distinct configurations):")
-    for name, p in (("uncalibrated", raw), ("shipped calibration", cal), ("leave-one-model-out", out)):
-        print(f"  {name:<22} all rows {mape(p, hop):5.1f}%   distinct {mape(p, hop & first):5.1f}%")
-    print(f"  B200 rows ({(~hop).sum()}): calibrated MAPE {mape(cal, ~hop):.1f}%, uncalibrated {mape(raw, ~hop):.1f}%")
-    print("\nSpearman rank correlation per model (>= 3 rows; measured vs predicted):")
-    groups = defaultdict(list)
-    for i, m in enumerate(rows):
-        groups[m.model].append(i)
-        groups[f"{m.model} on {m.gpu}"].append(i)
-    for name, idx in sorted(groups.items()):
-        if len(idx) >= 3:
-            print(f"  {name:<34} n={len(idx):<3} calibrated {spearman(meas[idx], cal[idx]):+.2f}   "
-                  f"uncalibrated {spearman(meas[idx], raw[idx]):+.2f}")
+    fam, prec = np.array([family(m.gpu) for m in rows]), np.array([m.precision for m in rows])
+    skip_fp = [(family(gpu_kind(r.get("gpu", ""))[0]), precision_of(r.get("precision") or "", r.get("source") or "")[0])
+               for r, _ in skipped]
+    with_tp = len(kept) + sum(1 for r, _ in skipped if r.get("tokens_per_s_per_gpu") or r.get("tflops_per_gpu"))
+    print(f"\nrows expressed: {len(kept)} of the {with_tp} published rows with a throughput "
+          f"({100 * len(kept) / with_tp:.0f}%), plus the 3 seed rows; {len(skipped)} skipped")
+    print(f"\n{'family':<10}{'precision':<16}{'rows':>5}{'skip':>5}{'uncal':>7}{'in-sample':>10}{'LOMO':>7}{'LOSO':>7}"
+          f"{'rank':>7}{'groups':>7}{'no fit':>7}")
+    for f, p in [(f, p) for f in ("hopper", "blackwell") for p in PRECISIONS] + [("all", "all")]:
+        mask = np.ones(len(rows), bool) if f == "all" else (fam == f) & (prec == p)
+        nsk = len(skipped) if f == "all" else sum(1 for sf, sp in skip_fp if sf == f and sp == p)
+        if not mask.any() and not nsk:
+            continue
+        rc = [r for r in (spearman(meas[idx], cal[idx]) for idx in rank_groups(rows, mask)) if r == r]
+        print(f"{f:<10}{p:<16}{mask.sum():>5}{nsk:>5}{mape(raw, mask):>6.1f}%{mape(cal, mask):>9.1f}%"
+              f"{mape(lomo, mask):>6.1f}%{mape(loso, mask):>6.1f}%{np.mean(rc) if rc else np.nan:>+7.2f}{len(rc):>7}"
+              f"{int((peak[mask] > cap[mask]).sum()):>7}")
+    print("  MAPE of tokens/s/GPU; rank: mean Spearman within the (model, GPU, seq len) groups of 3+ rows;\n"
+          "  no fit: published rows (they ran) predicted not to fit. Skipped rows of unknown GPUs count under 'all'.")
+    print("\nwithin-group rank correlation, (model, GPU, seq len) groups of 3+ rows: calibrated, LOMO")
+    for idx in rank_groups(rows, np.ones(len(rows), bool)):
+        m = rows[idx[0]]
+        print(f"  {m.model:<22} {m.gpu:<6} {m.seq_len:>6}  n={len(idx):<3} {spearman(meas[idx], cal[idx]):+.2f}"
+              f"  {spearman(meas[idx], lomo[idx]):+.2f}")
     seeds = [i for i, m in enumerate(rows) if m.source.startswith("seed page")]
     if len(seeds) != 3:
         raise SystemExit(f"expected the 3 seed rows, found {len(seeds)}: the seed measurements lost their source")
     order = all(cal[a] > cal[b] for a, b in zip(seeds, seeds[1:]))
     print("\nseed rows (H200, measured order #1 > #2 > #3):")
     for r, i in enumerate(seeds, 1):
-        name = rows[i].source.split(": ")[-1]
-        print(f"  #{r} measured {meas[i]:,.1f}  predicted {cal[i]:,.1f}  ({err(cal)[i]:+.1f}%)  {name}")
-    print(f"  predicted in the measured order: {order}; all within 10%: {bool(np.all(np.abs(err(cal)[seeds]) < 10))}")
+        print(f"  #{r} measured {meas[i]:,.1f}  predicted {cal[i]:,.1f}  ({err(cal)[i]:+.1f}%)  "
+              f"{rows[i].source.split(': ')[-1]}")
+    print(f"  predicted in the measured order: {order}; all within 3%: {bool(np.all(np.abs(err(cal)[seeds]) < 3))}")
     other_gpus()
-    reasons = Counter(why if not why.startswith(("model", "GPU", "precision")) else why.split(" ")[0] + " ..."
-                      for _, why in skipped)
-    print(f"\nrows used {len(rows)} (3 seed + {len(kept)} published); skipped {len(skipped)}:")
-    for why, n in reasons.most_common():
+    print(f"\nskipped {len(skipped)} rows, by reason:")
+    for why, n in Counter(why for _, why in skipped).most_common():
         print(f"  {n:4d}  {why[:110]}")
 
 

@@ -93,3 +93,61 @@ def test_recompute_parse_errors():
     for bad in ("full", "full:uniform", "full:sideways:2", "partial"):
         with pytest.raises(BadInput):
             Recompute.parse(bad)
+
+
+# --- uneven pipeline splits ----------------------------------------------------------------------------
+def test_94_layers_over_pp8_vpp4_are_legal_the_way_megatron_makes_them():
+    from autotune.layout.splits import legal_splits, megatron_split, split_flags
+
+    m = load_model("Qwen3-235B-A22B")
+    w = Workload(seq_len=4096, global_batch=1024)
+    even = Layout(world=256, tp=2, pp=8, vpp=4, ep=32, micro_batch_size=1)
+    assert any(v.code == "layers_pp" and "--account-for-embedding" in v.message for v in violations(m, w, even))
+    split = megatron_split(94, 8, 4, embedding=True, loss=True)  # 96 slots / 32 virtual stages
+    assert split[0] == 2 and split[-1] == 2 and set(split[1:-1]) == {3} and sum(split) == 94
+    assert split in legal_splits(94, 8, 4) and split_flags(split, 94, 8, 4) == {"embedding": True, "loss": True}
+    lay = even.with_(layer_split=split)
+    assert not violations(m, w, lay)
+    args = format_args(layout_args(lay, "megatron"))
+    assert "--account-for-embedding-in-pipeline-split" in args and "--account-for-loss-in-pipeline-split" in args
+    with pytest.raises(BadInput, match="needs the model's layer count"):
+        layout_from_args(args, world=256)
+    assert layout_from_args(args, world=256, num_layers=94).layer_split == split
+    assert LayoutTable.from_layouts([lay, even]).row(0) == lay
+
+
+def test_first_last_and_explicit_layouts_round_trip_through_arguments():
+    from autotune.layout.splits import megatron_split
+
+    fl = megatron_split(61, 4, 1, first=13)  # the other 48 evenly over the 3 later stages
+    assert fl == (13, 16, 16, 16) and megatron_split(61, 4, 1, first=13, last=16) == fl
+    with pytest.raises(BadInput, match="middle stage"):
+        megatron_split(61, 4, 2, first=13)  # first must be a multiple of VPP
+    short = tuple([4] * 15 + [1])  # every stage full, the last one short: --decoder-last-pipeline-num-layers 1
+    args = format_args(layout_args(Layout(world=128, pp=16, micro_batch_size=1, layer_split=short), "megatron"))
+    assert args[args.index("--decoder-last-pipeline-num-layers") + 1] == "1"
+    odd = (1, 3, 3, 1)  # stage 0 holds chunks of 1 and 3: no flag builds it, the pipeline layout string does
+    args = format_args(layout_args(Layout(world=8, pp=2, vpp=2, micro_batch_size=1, layer_split=odd), "megatron"))
+    assert args[args.index("--pipeline-model-parallel-layout") + 1] == "Et|ttt|ttt|tL"
+    assert layout_from_args(args, world=8).layer_split == odd
+    flags = format_args(layout_args(Layout(world=64, pp=4, micro_batch_size=1, layer_split=fl), "megatron"))
+    assert layout_from_args(flags, world=64, num_layers=61).layer_split == fl
+    with pytest.raises(BadInput, match="non-negative layer counts"):
+        Layout(world=8, pp=2, layer_split=(4, 4, 4))
+
+
+def test_the_cost_model_follows_the_split():
+    from autotune.catalog import ClusterSpec
+    from autotune.cost import evaluate
+    from autotune.cost.calibrate import Calibration
+
+    m = load_model("Llama-3.1-405B")
+    w = Workload(seq_len=8192, global_batch=512)
+    c = ClusterSpec.of("H100", 1024)
+    base = Layout(world=1024, tp=8, pp=8, vpp=2, micro_batch_size=1, recompute=Recompute.parse("full:uniform:1"))
+    emb = base.with_(layer_split=(7,) + (8,) * 14 + (7,))  # 126 + embedding + loss = 128 slots
+    front = base.with_(layer_split=(9,) + (8,) * 13 + (7, 6))  # same layers, the first stage heavier
+    ev = evaluate(m, w, c, LayoutTable.from_layouts([emb, front]), Calibration("H100"))
+    mem = ev.memory.terms["weights"]
+    assert mem[1, 0] > mem[0, 0]  # 9 + 8 layers on stage 0 against 7 + 8
+    assert ev.time.step_time[1] > ev.time.step_time[0]  # the slowest stage paces the pipeline

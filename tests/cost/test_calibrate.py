@@ -64,7 +64,10 @@ def test_one_or_two_rows_cannot_run_away():
         rows = [replace(seed, tokens_per_s_per_gpu=float(predict([seed], base)[0]) / slower)]
         cal = fit(rows, base=base)
         ratios = np.array([cal.factors[k] / base.factors[k] for k in cal.factors])
-        assert ratios.max() < 1.6 and ratios.min() > 0.9  # spread over the terms, none runs away
+        # spread over the terms, none runs away (experts, the largest term of this row, moves most)
+        # was < 1.6 before the 405B/DSv3/FSDP rows joined the Hopper pool: H200 now starts from experts x1.5, so
+        # the experts term is the largest lever of this row and moves ~1.8x under a 10x outlier
+        assert ratios.max() < 2.0 and ratios.min() > 0.9
         for k in ("cp_comm", "tp_comm", "dp_comm", "optimizer"):  # no share in this row: untouched
             assert cal.factors[k] == base.factors[k]
         moved = float(predict(rows, base)[0] / predict(rows, cal)[0])
@@ -104,8 +107,7 @@ def test_published_rows_kept_and_skipped_with_reasons():
     kept, skipped = published_measurements()
     assert len(kept) >= 10 and all(m.gpu in GPUS for m in kept)
     reasons = " | ".join(why for _, why in skipped)
-    for text in ("FSDP-only", "illegal for Megatron-core's rules", "NVFP4 is not modelled", "not in the catalog",
-                 "missing field"):
+    for text in ("NVFP4 is not modelled", "not in the catalog", "missing field"):
         assert text in reasons
     gpt = [m for m in kept if m.model == "gpt-oss-120b" and m.gpu == "H100"]
     assert gpt and gpt[0].layout.pp == 4 and gpt[0].layout.ep == 8 and gpt[0].count == 64
@@ -115,6 +117,9 @@ def test_published_rows_kept_and_skipped_with_reasons():
     assert bridge and not any(m.grads_fp32 for m in bridge)  # its perf recipes reduce gradients in bf16
     assert all(m.grads_fp32 for m in kept if not m.source.startswith("Megatron-Bridge perf"))
     assert all(m.weight < 1 for m in kept if "derived from" in m.source)  # TFLOP/s-derived rows count less
+    big = [m for m in kept if m.model == "Llama-3.1-405B" and m.layout.pp * m.layout.vpp == 16]
+    assert big and all(m.layout.layer_split == (7,) + (8,) * 14 + (7,) for m in big)  # embedding + loss counted
+    assert all("assumed layer split" in m.source for m in big)
 
 
 CSV_HEAD = ("source,model,gpu,num_gpus,seq_len,global_batch,micro_batch,tp,pp,cp,vp,ep,etp,precision,recompute,"
@@ -131,12 +136,14 @@ def test_a_user_csv_maps_each_row_or_says_why(tmp_path):
                  + "me,Qwen3-30B-A3B,H100,16,4096,256,1,1,1,1,,8,,NVFP4,,9000,,,fp4\n"
                  + "me,GPT OSS 120B,H100,64,4096,1280,1,1,4,1,,8,,BF16,,5800,,,not a Megatron-Bridge row\n")
     kept, skipped = published_measurements(p)
-    assert len(kept) == 2 and kept[0].layout == Layout(world=16, pp=2, ep=8, sequence_parallel=False,
+    assert len(kept) == 3 and kept[0].layout == Layout(world=16, pp=2, ep=8, sequence_parallel=False,
                                                        micro_batch_size=1)
-    assert kept[1].layout.recompute.granularity == "none" and kept[1].grads_fp32  # presets: their own source only
+    assert kept[2].layout.recompute.granularity == "none" and kept[2].grads_fp32  # presets: their own source only
     why = [w for _, w in skipped]
-    assert "layers do not split evenly" in why[0] and "FSDP-only" in why[1]
-    assert why[2] == "missing field(s): ep" and "NVFP4 is not modelled" in why[3]
+    assert "PP x CP = 5 does not divide the 16 GPUs" in why[0]
+    assert why[1] == "missing field(s): ep" and "NVFP4 is not modelled" in why[2]
+    fsdp = [m for m in kept if m.model == "Llama-3.1-70B"]
+    assert fsdp and fsdp[0].layout.fsdp and fsdp[0].layout.dp == 32  # FSDP=32 x CP2 = 64 GPUs: Megatron FSDP
 
 
 def test_files_round_trip_and_the_env_file_wins(tmp_path, monkeypatch):

@@ -112,5 +112,24 @@ def test_a_user_gpu_file_is_validated_in_one_line(tmp_path, capsys):
     assert main(args + ["-g", str(good), "--precision", "fp8-tensorwise"]) == 0
     out = capsys.readouterr().out
     assert '"precision": "fp8-tensorwise"' in out and "--fp8-recipe" in out
+    assert main(args + ["-g", "H200", "--fp8-param-gather"]) == 2
+    assert "needs an FP8 precision" in capsys.readouterr().err
     assert main(args + ["-g", "H200", "--precision", "mxfp8"]) == 2
     assert "Blackwell only" in capsys.readouterr().err
+
+
+def test_uncertainty_grows_where_the_calibration_saw_nothing():
+    from autotune.cost import uncertainty
+    from autotune.cost.calibrate import load_calibration
+
+    m, lay = load_model(QWEN), SEED
+    out = {}
+    for gpu, prec in (("H200", "bf16"), ("H200", "fp8-tensorwise"), ("H800", "bf16"), ("cpu", "bf16")):
+        c, w, cal = ClusterSpec.of(gpu, 32), Workload(precision=prec), load_calibration(gpu)
+        ev = evaluate(m, w, c, LayoutTable.from_layouts([lay, lay.with_(pp=8)]), cal)
+        out[(gpu, prec)] = uncertainty(ev.time, cal, w)
+        assert out[(gpu, prec)].shape == (2,) and (out[(gpu, prec)] >= 0.07).all()
+    assert out[("H200", "fp8-tensorwise")][0] > out[("H200", "bf16")][0]  # FP8 GEMMs are derived, not fitted
+    assert out[("H800", "bf16")][0] > out[("H200", "bf16")][0]  # borrowed calibration
+    assert out[("cpu", "bf16")][0] >= 0.2  # no calibration: the prior everywhere
+

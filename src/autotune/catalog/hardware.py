@@ -160,6 +160,7 @@ def load_gpu_file(path: str | Path) -> GpuSpec:
     try:
         text = p.read_text()
     except OSError as exc:
-        raise ConfigError(f"--gpu {str(p)!r}: cannot read ({exc.strerror}); give a GPU name or a readable file") from None
+        raise ConfigError(f"--gpu {str(p)!r}: cannot read ({exc.strerror}); "
+                          "give a GPU name or a readable file") from None
     kw = parse_gpu_file(text, str(p), {f.name for f in fields(GpuSpec)})
     return GpuSpec(**kw)

@@ -59,7 +59,8 @@ class Workload:
         if self.precision not in FP8_RECIPES:
             raise BadInput(f"--precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
         if self.fp8_param_gather and not self.fp8:
-            raise BadInput("--fp8-param-gather needs an FP8 precision (e.g. --precision fp8-tensorwise); drop it for bf16")
+            raise BadInput("--fp8-param-gather needs an FP8 precision (e.g. --precision fp8-tensorwise); "
+                           "drop it for bf16")
         if self.optimizer != "adam":
             raise BadInput(f"optimizer {self.optimizer!r}: only adam is modelled; use adam")
         lo, hi = self.window

@@ -128,7 +128,8 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON object instead of t
 
 
 def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len: int, global_batch: int,
-            grads: str = "fp32", precision: str = "bf16", **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
+            grads: str = "fp32", precision: str = "bf16", fp8_param_gather: bool = False,
+            **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
     if grads not in ("fp32", "bf16"):
         raise BadInput(f"--grads {grads!r}: choose fp32 (the seed) or bf16")
     positive_int("--count", count, MAX_COUNT)
@@ -137,7 +138,8 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
     positive_int("--global-batch", global_batch, 2**24)
     m = load_model(model)
     cluster = ClusterSpec.of(gpu, count, gpus_per_node, **cluster_kw)
-    workload = Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32", precision=precision)
+    workload = Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32", precision=precision,
+                        fp8_param_gather=fp8_param_gather)
     workload.check_gpu(cluster.gpu)
     return m, cluster, workload
 

@@ -30,11 +30,17 @@ def estimate(
     dist_opt: bool = typer.Option(True, "--distributed-optimizer/--no-distributed-optimizer"),
     shared_overlap: bool = typer.Option(False, "--shared-expert-overlap", help="--moe-shared-expert-overlap"),
     offload: float = typer.Option(0.0, "--optimizer-offload", help="Fraction of optimizer state on the host."),
+    layer_split: str = typer.Option(None, "--layer-split", help="Uneven pipeline split: 'auto' (Megatron's when "
+                                    "layers do not divide: embedding/loss counted, ...) or layers per virtual "
+                                    "stage, e.g. 2,3,3,2."),
+    fsdp: bool = typer.Option(False, "--fsdp", help="Megatron FSDP (parameters, gradients, optimizer sharded)."),
     gpus_per_node: int = PerNodeOpt,
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
+    fp8_param_gather: bool = typer.Option(False, "--fp8-param-gather", help="FP8 parameters and all-gathers "
+                                          "(Megatron --fp8-param-gather; FP8 precisions only)."),
     recipe: str = typer.Option(None, "--recipe", help="Take model, GPUs, workload and layout from a recipe file."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -55,10 +61,14 @@ def estimate(
 
             raise BadInput(f"missing {', '.join(missing)}: give them, or --recipe PATH (see `autotune estimate --help`)")
         m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
-                                       precision)
+                                       precision, fp8_param_gather)
         lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, seq_len,
                              precision_aware_optimizer=precision_aware, distributed_optimizer=dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload)
+    if layer_split:
+        lay = lay.with_(layer_split=_split(layer_split, m.num_layers, lay))
+    if fsdp:
+        lay = lay.with_(fsdp=True)
     validate(m, workload, lay)
     ev = evaluate(m, workload, cluster, LayoutTable.from_layouts([lay]))
     out = report(m, cluster, workload, lay, ev, 0)
@@ -69,6 +79,19 @@ def estimate(
         print_json(out)
     else:
         render(out)
+
+
+def _split(text: str, num_layers: int, lay) -> tuple[int, ...]:
+    from ..errors import BadInput
+    from ..layout.splits import legal_splits
+
+    if text == "auto":
+        alts = legal_splits(num_layers, lay.pp, lay.vpp)
+        return alts[0] if alts else ()
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise BadInput(f"--layer-split {text!r}: give 'auto' or layers per virtual stage, e.g. 2,3,3,2") from None
 
 
 def report(m, cluster, workload, lay, ev, i: int) -> dict:

@@ -1,6 +1,7 @@
 """Pure, vectorised predictions: memory per stage and step time, as named breakdowns.
 
-`evaluate` runs both models over a LayoutTable with the calibrated coefficients of the GPU kind.
+`evaluate` runs both models over a LayoutTable with the calibrated coefficients of the GPU kind;
+`uncertainty` gives each prediction's relative standard deviation from the calibration's residuals.
 No torch, no ray.
 """
 
@@ -15,6 +16,7 @@ from .flops import mfu, mfu_of, usd_per_million_tokens
 from .memory import TERMS as MEMORY_TERMS
 from .memory import MemoryCoefficients, MemoryResult, estimate_memory
 from .time import MB_TERMS, STEP_TERMS, TimeCoefficients, TimeResult, estimate_time
+from .uncertainty import uncertainty
 
 __all__ = [
     "Evaluation",
@@ -33,6 +35,7 @@ __all__ = [
     "mfu",
     "mfu_of",
     "usd_per_million_tokens",
+    "uncertainty",
 ]
 
 

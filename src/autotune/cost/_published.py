@@ -15,8 +15,13 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
     "FP8 32x32 granularity (MX-style)" and FP8-MX are MXFP8. NVFP4, FP8 rowwise (no TE recipe) and rows
     that name only "alternate granularity" are skipped with the reason.
   - layout: empty VP/CP/ETP mean 1 (Megatron's defaults); an empty EP on an MoE model, or an empty
-    TP/PP/global batch/throughput, is a missing field. FSDP-only rows (FSDP sharding and no TP/PP/EP)
-    have no Megatron layout; FSDP with TP/PP/EP is modelled as the distributed optimizer over DP.
+    TP/PP/global batch/throughput, is a missing field. FSDP (alone or with TP/PP/EP) is Megatron FSDP (optim_grads_params) over DP: torchtitan's
+    FSDP2 and NeMo AutoModel shard the same three things, with TP/PP/EP beside them.
+  - layers that do not divide over PP x VPP (Llama 3.1 405B's 126, DeepSeek-V3's 61) get the first of
+    `layout.core.legal_splits`: the embedding and loss counted as pipeline layers where that divides
+    (Megatron-Bridge's Llama 3.1 405B recipes set both account-for flags), else full virtual stages with
+    the last one short (the shape of Megatron-Bridge's DeepSeek-V3 pipeline layouts); the provenance
+    names the split assumed.
   - settings the Layout cannot express and that move the step time a lot (async TP, EP communication
     overlap) skip the row rather than pretend.
   - throughput: tokens_per_s_per_gpu when given; else a per-GPU figure the table marks "derived" in the
@@ -167,8 +172,6 @@ def map_row(row: dict) -> dict | str:
                               ("ep", ep)) if v is None]
     if missing:
         return f"missing field(s): {', '.join(missing)}"
-    if fsdp_on and tp == 1 and pp == 1 and ep == 1:
-        return "FSDP-only (no TP/PP/EP): no Megatron layout to represent"
     if re.search(r"async TP", notes, re.I):
         return "async TP (TP communication overlapped with GEMMs) is not a Layout setting"
     if re.search(r"EP overlap|overlap-moe-expert-parallel-comm|a2a overlap", notes, re.I):
@@ -200,6 +203,7 @@ def map_row(row: dict) -> dict | str:
         dispatcher=dispatcher if name in _MOE else "alltoall",
         micro_batch_size=_int(row, "micro_batch", 1) or 1,
         distributed_optimizer=True,
+        fsdp=fsdp_on,
     )
     grads_fp32 = not source.startswith("Megatron-Bridge perf")
     # FP8 parameters all-gathered in FP8: torchtitan says so in the row; Megatron-Bridge's FP8 perf recipes set
@@ -209,7 +213,7 @@ def map_row(row: dict) -> dict | str:
                                               and precision in ("fp8-tensorwise", "mxfp8")))
     assumed += [s for s, cond in (("recompute none", not row.get("recompute") and not preset),
                                   ("bf16 gradient reduction (Megatron-Bridge perf recipes)", not grads_fp32),
-                                  ("FSDP as distributed optimizer", fsdp_on), (prec_how, bool(prec_how)),
+                                  ("FSDP: parameters, gradients and optimizer sharded over DP", fsdp_on), (prec_how, bool(prec_how)),
                                   ("FP8 parameter all-gather", fp8_pg)) if cond]
     src = f"{source}; {how}" + (f"; assumed {', '.join(assumed)}" if assumed else "")
     return {

@@ -122,8 +122,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
     sp = t.sp_eff[:, None]
     tok_share = 1.0 / (cp * np.where(sp, tp, 1.0))  # tokens on one GPU's sequence-parallel path
-    L_stage = stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S)
-    moe_stage = stage_sums(lt.is_moe.astype(float), t.pp, t.vpp, S)
+    L_stage = stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split)
+    moe_stage = stage_sums(lt.is_moe.astype(float), t.pp, t.vpp, S, t.split)
     lb = workload.load_balancing_loss
     imb = np.where(ep > 1, mcoef.imbalance_on if lb else mcoef.imbalance_off, 1.0)
     mb: dict[str, np.ndarray] = {}
@@ -152,14 +152,14 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
 
     # --- memory-bound traffic: norms, activations, rope, permutes, router softmax ---------------------
     div = {"seq": tok_share, "tp": 1.0 / (cp * tp), "rep": tok_share, "exph": tok_share * etp, "expf": tok_share}
-    per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S)  # per (PP, VPP) pair: no (n, S, P) table
+    per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S, t.split)  # per pair: no (n, S, P) table
     act_bytes = (np.zeros((n, S)) + fold_activations(per_pair, pair_of, div)) * tokens
     mb["memory_bound"] = 3 * c.mem_touch * act_bytes / (g.hbm_gbps * 1e9)
     # FP8 casts: every TE linear's input (forward) and output gradient (backward) read in BF16 and written
     # in FP8 row- and column-wise (`quant_bytes` per element); per-tensor current scaling reads it once more
     # for the amax. Elements per token ~ the saved linear inputs' BF16 bytes / 2, twice (two passes).
     if fp8:
-        q_pair, q_of = stage_sums_by_pair(lt.act * QUANT_PARTS[None, :], t.pp, t.vpp, S)
+        q_pair, q_of = stage_sums_by_pair(lt.act * QUANT_PARTS[None, :], t.pp, t.vpp, S, t.split)
         q_elems = (np.zeros((n, S)) + fold_activations(q_pair, q_of, div)) * tokens
         q_bytes = c.quant_bytes + (c.amax_bytes if workload.precision == "fp8-tensorwise" else 0.0)
         mb["quantize"] = q_elems * q_bytes / (g.hbm_gbps * 1e9)
@@ -187,7 +187,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     passes = 1.0 + frac * 0.5  # recompute re-runs the forward half
     mb["tp_comm"] = np.where(tp > 1, tp_vol * L_stage * passes / _bw(cluster, tp, c), 0.0)
     kv_bytes = tokens / cp * 2 * model.num_kv_heads * model.head_dim * 2.0 / tp
-    attn_layers = stage_sums((lt.kind != 2).astype(float), t.pp, t.vpp, S)
+    attn_layers = stage_sums((lt.kind != 2).astype(float), t.pp, t.vpp, S, t.split)
     mb["cp_comm"] = np.where(cp > 1, 3 * (cp - 1) * kv_bytes * attn_layers * (1 - c.cp_hidden)
                              / _bw(cluster, tp * cp, c), 0.0)
     if model.is_moe:
@@ -234,6 +234,10 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     ag = 1.0 if workload.fp8_param_gather else 2.0  # --fp8-param-gather all-gathers FP8 parameters
     per_param = np.where(t.dist_opt, g + ag, 2 * g)[:, None]  # grad RS + param AG, or grad all-reduce
     bw = _bw(cluster, (t.world // t.pp)[:, None], c)
+    M = t.num_microbatches(workload.global_batch, workload.seq_len).astype(float)
+    # FSDP gathers the parameters in forward and again in backward and reduce-scatters the gradients, every
+    # micro-batch; layer-by-layer prefetch hides it behind all the micro-batches' compute
+    per_param = np.where(t.fsdp[:, None], (2 * ag + g) * M[:, None], per_param)
     comm = per_param * (dense * (dp - 1) / dp + expert * (edp - 1) / edp) / bw
     comm = np.where(valid, comm, 0.0).max(axis=1)
     held = np.where(valid, owned_params(t, dense, expert), 0.0).max(axis=1)
@@ -248,7 +252,7 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
         mb=mb, dep=dep, valid=valid,
         microbatches=t.num_microbatches(workload.global_batch, workload.seq_len).astype(float),
         bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
-        dp_overlap=np.where(t.overlap_grad, c.dp_overlap, 0.0), optimizer=optimizer,
+        dp_overlap=np.where(t.fsdp, M, np.where(t.overlap_grad, c.dp_overlap, 0.0)), optimizer=optimizer,
         step_overhead=np.full(len(t), c.step_overhead_s), offload=offload,
         tokens_per_step=float(workload.tokens_per_step),
         world=t.world,

@@ -40,14 +40,14 @@ def stage_flops(model: ModelSpec, workload: Workload, t: LayoutTable) -> StageFl
     share = (1.0 / (t.tp * t.cp))[:, None]
     tok = tokens[:, None]
     ctx = np.where(lt.kind == 1, np.minimum(model.sliding_window or s, s / 2), s / 2)  # mean causal context
-    attn = stage_sums(lt.flops_attn_quadratic * ctx, t.pp, t.vpp, S)
+    attn = stage_sums(lt.flops_attn_quadratic * ctx, t.pp, t.vpp, S, t.split)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
     vocab = vocab_per_row(model, t.tp).astype(float)[:, None]
     return StageFlops(
-        dense=stage_sums(lt.flops_dense, t.pp, t.vpp, S) * tok * share,
+        dense=stage_sums(lt.flops_dense, t.pp, t.vpp, S, t.split) * tok * share,
         attention=attn * tok * share,
-        linear_attention=stage_sums(lt.flops_linear_attn, t.pp, t.vpp, S) * tok * share,
-        experts=stage_sums(lt.flops_expert, t.pp, t.vpp, S) * tok * share,
+        linear_attention=stage_sums(lt.flops_linear_attn, t.pp, t.vpp, S, t.split) * tok * share,
+        experts=stage_sums(lt.flops_expert, t.pp, t.vpp, S, t.split) * tok * share,
         output=np.where(last, 2.0 * model.hidden_size * vocab * tok * share, 0.0),
         tokens=tokens,
     )

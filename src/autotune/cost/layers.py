@@ -24,6 +24,7 @@ import numpy as np
 from ..catalog import ModelSpec, padded_vocab
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import layer_items
+from ..layout.table import split_of
 
 __all__ = ["LayerTables", "layer_tables", "PARTS", "PART_CLASS", "stage_sums", "stage_sums_by_pair", "fold_activations",
            "vocab_per_row"]
@@ -172,37 +173,63 @@ def layer_tables(m: ModelSpec) -> LayerTables:
     )
 
 
-def stage_sums(values: np.ndarray, pp: np.ndarray, vpp: np.ndarray, n_stages: int) -> np.ndarray:
-    """Sum a per-layer column (L,) or table (L, K) into per-stage totals for each row's (PP, VPP).
+def stage_sums(values: np.ndarray, pp: np.ndarray, vpp: np.ndarray, n_stages: int,
+               split: np.ndarray | None = None) -> np.ndarray:
+    """Sum a per-layer column (L,) or table (L, K) into per-stage totals for each row's (PP, VPP, split).
 
-    Returns (n, n_stages[, K]); stages beyond a row's PP are zero. Layer i of a model split into PP x VPP
-    chunks sits on stage (i // layers_per_chunk) % PP. Work is done once per distinct (PP, VPP) pair, then
-    gathered (a 1-D unique on pp * 2^20 + vpp: sorting row pairs is the slow part at 10^5 rows).
+    Returns (n, n_stages[, K]); stages beyond a row's PP are zero. Layers fill the PP x VPP virtual stages
+    in order (virtual stage k sits on pipeline stage k % PP): evenly, or as the row's layer split (a code
+    of LayoutTable.split). Work is done once per distinct (PP, VPP, split), then gathered (a 1-D unique on
+    one int64 key: sorting row tuples is the slow part at 10^5 rows).
     """
-    per, inverse = stage_sums_by_pair(values, pp, vpp, n_stages)
+    per, inverse = stage_sums_by_pair(values, pp, vpp, n_stages, split)
     return per[inverse]
 
 
-def stage_sums_by_pair(values: np.ndarray, pp: np.ndarray, vpp: np.ndarray, n_stages: int):
+def stage_sums_by_pair(values: np.ndarray, pp: np.ndarray, vpp: np.ndarray, n_stages: int,
+                       split: np.ndarray | None = None):
     """`stage_sums` before the gather: (per-pair totals (n_pairs, n_stages[, K]), row -> pair index)."""
     values = np.asarray(values, dtype=float)
     L = values.shape[0]
     extra = values.shape[1:]
-    pairs, inverse = _pairs(np.asarray(pp), np.asarray(vpp))
+    pairs, inverse = _pairs(np.asarray(pp), np.asarray(vpp), split)
     per = np.zeros((len(pairs), n_stages) + extra)
-    for k, (p, v) in enumerate(pairs):
-        chunk = max(1, L // (p * v))
-        stage = (np.arange(L) // chunk) % p
+    for k, (p, v, code) in enumerate(pairs):
+        counts = split_of(code)
+        if counts and len(counts) == p * v and sum(counts) == L:
+            stage = np.repeat(np.arange(p * v), counts) % p
+        else:  # the even split (rows whose split does not fit are illegal and dropped by the rules)
+            chunk = max(1, L // (p * v))
+            stage = (np.arange(L) // chunk) % p
         np.add.at(per[k], np.minimum(stage, n_stages - 1), values)
     return per, inverse
 
 
-def _pairs(pp: np.ndarray, vpp: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+_LAST_PAIRS: list = []  # [(pp, vpp, split), result]: one evaluation asks ~15 times for the same table's pairs
+
+
+def _pairs(pp: np.ndarray, vpp: np.ndarray, split: np.ndarray | None = None):
+    if _LAST_PAIRS and all(a is b for a, b in zip(_LAST_PAIRS[0], (pp, vpp, split))):
+        return _LAST_PAIRS[1]  # the same column objects (held here, so their ids cannot be reused)
+    out = _pairs_of(pp, vpp, split)
+    _LAST_PAIRS[:] = [(pp, vpp, split), out]
+    return out
+
+
+def _pairs_of(pp: np.ndarray, vpp: np.ndarray, split: np.ndarray | None):
     key = pp.astype(np.int64) * (1 << 20) + vpp.astype(np.int64)
-    if len(key) and (key == key[0]).all():  # one (PP, VPP) for the whole table: no sort at all
-        return [(int(pp[0]), int(vpp[0]))], np.zeros(len(key), dtype=np.intp)
+    if split is not None:
+        key = key * (1 << 24) + np.asarray(split, dtype=np.int64)
+    if len(key) and (key == key[0]).all():  # one (PP, VPP, split) for the whole table: no sort at all
+        return [_unkey(int(key[0]), split is not None)], np.zeros(len(key), dtype=np.intp)
     uniq, inverse = np.unique(key, return_inverse=True)
-    return [(int(u >> 20), int(u & ((1 << 20) - 1))) for u in uniq], inverse.reshape(-1)
+    return [_unkey(int(u), split is not None) for u in uniq], inverse.reshape(-1)
+
+
+def _unkey(u: int, has_split: bool) -> tuple[int, int, int]:
+    code = u & ((1 << 24) - 1) if has_split else 0
+    u = u >> 24 if has_split else u
+    return u >> 20, u & ((1 << 20) - 1), code
 
 
 def fold_activations(per_pair: np.ndarray, pair_of: np.ndarray, div: dict) -> np.ndarray:

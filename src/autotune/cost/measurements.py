@@ -20,6 +20,7 @@ from pathlib import Path
 from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
 from ..errors import BadInput, ConfigError
 from ..layout import Layout, Recompute, violations
+from ..layout.splits import legal_splits, split_flags
 from ._published import REQUIRED_COLUMNS, map_row, train_flops_per_token
 
 __all__ = ["Measurement", "published_measurements", "seed_measurements", "read_measurements", "PUBLISHED_CSV"]
@@ -134,7 +135,13 @@ def _represent(row: dict, line: int) -> Measurement | str:
     try:
         model = load_model(got["model"])
         lay = Layout(**got["layout"])
-        m = Measurement(layout=lay, source=f"{got['source']} (csv line {line})", **got["measurement"])
+        src = got["source"]
+        splits = legal_splits(model.num_layers, lay.pp, lay.vpp)
+        if splits:  # the layers do not divide: the source ran Megatron's uneven split (see _published.py)
+            lay = replace(lay, layer_split=splits[0])
+            how = split_flags(splits[0], model.num_layers, lay.pp, lay.vpp)
+            src += f"; assumed layer split {list(splits[0])} ({', '.join(how) if how else 'pipeline layout'})"
+        m = Measurement(layout=lay, source=f"{src} (csv line {line})", **got["measurement"])
     except BadInput as exc:
         return f"not representable: {exc}"
     try:

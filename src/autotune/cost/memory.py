@@ -73,6 +73,7 @@ class MemoryCoefficients:
     grad_bytes: float = 4.0  # fp32 main gradients
     optim_bytes: float = 12.0  # fp32 master + Adam m, v
     host_offload_bytes: float = 16.0  # per offloaded parameter in host memory: master, m, v, pinned grad
+    fsdp_layers_in_flight: float = 2.0  # FSDP: unsharded layers held at once (the running one, the prefetched)
 
 
 @dataclass
@@ -134,10 +135,11 @@ def stage_params(model: ModelSpec, t: LayoutTable, S: int) -> tuple[np.ndarray, 
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
     first = np.zeros((len(t), S), dtype=bool)
     first[:, 0] = True
-    dense = stage_sums(lt.params_tp, t.pp, t.vpp, S) / tp + stage_sums(lt.params_rep, t.pp, t.vpp, S)
-    expert = stage_sums(lt.params_exp, t.pp, t.vpp, S) / (t.ep * t.etp)[:, None].astype(float)
+    dense = (stage_sums(lt.params_tp, t.pp, t.vpp, S, t.split) / tp
+             + stage_sums(lt.params_rep, t.pp, t.vpp, S, t.split))
+    expert = stage_sums(lt.params_exp, t.pp, t.vpp, S, t.split) / (t.ep * t.etp)[:, None].astype(float)
     if lt.params_exp_ep.any():  # the experts' fc2 biases: whole on every ETP rank
-        expert = expert + stage_sums(lt.params_exp_ep, t.pp, t.vpp, S) / t.ep[:, None].astype(float)
+        expert = expert + stage_sums(lt.params_exp_ep, t.pp, t.vpp, S, t.split) / t.ep[:, None].astype(float)
     vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * h / tp
     dense = dense + np.where(first, vocab, 0) + np.where(last, h, 0)  # embedding; final norm
     if not model.tie_embeddings:
@@ -199,9 +201,17 @@ def estimate_memory(
     # Embedding, output layer and norms stay BF16.
     linear = params - embedding_params(model, t, S)
     w_bytes = 2.0 * params + (linear if workload.fp8 and not workload.fp8_param_gather else 0.0)
+    g_bytes = (coef.grad_bytes if workload.grads_fp32 else 2.0) * params
+    if t.fsdp.any():  # FSDP: a 1 / DP shard of each, plus the gathered layers in flight (this one, the next)
+        per_layer = params / np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))
+        shard = owned_params(t, p_dense, p_exp) / np.maximum(params, 1.0)
+        shard = np.where(t.dist_opt[:, None], shard, 1.0 / np.maximum(t.dp, 1)[:, None])
+        f = t.fsdp[:, None]
+        w_bytes = np.where(f, w_bytes * shard + 2 * coef.fsdp_layers_in_flight * per_layer, w_bytes)
+        g_bytes = np.where(f, g_bytes * shard + 4.0 * per_layer, g_bytes)
     terms = {
         "weights": w_bytes,
-        "grads": (coef.grad_bytes if workload.grads_fp32 else 2.0) * params,
+        "grads": g_bytes,
         "optimizer": coef.optim_bytes * owned * keep,
     }
 
@@ -214,7 +224,7 @@ def estimate_memory(
     div = {"seq": tok, "tp": 1.0 / (cp * tp), "rep": tok, "exph": tok * etp * imb, "expf": tok * imb}
     # per (PP, VPP) pair, never per row x part: the (n, S, P) table is the slow part at 10^5 rows
     act = lt.act * FP8_SAVED[None, :] if workload.fp8 else lt.act
-    per_pair, pair_of = stage_sums_by_pair(act, t.pp, t.vpp, S)  # (pairs, S, P)
+    per_pair, pair_of = stage_sums_by_pair(act, t.pp, t.vpp, S, t.split)  # (pairs, S, P)
     keep_part = np.ones((n, len(PARTS)), dtype=bool)
     sel = t.rc_gran == 1
     mods = np.where(sel & (t.rc_modules == 0), 1, t.rc_modules)  # Megatron's default: core_attn
@@ -231,7 +241,7 @@ def estimate_memory(
             d = div[PART_CLASS[part]]
             kept += per_pair[pair_of[rs], :, j] * (d[rs] if np.ndim(d) else d) * keep_part[rs, j][:, None]
         kept_layer[rs] = kept
-    L_stage = np.maximum(1.0, (model.num_layers / t.pp)[:, None])
+    L_stage = np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))  # layers per stage
     avg_layer = full_layer / L_stage
     seq_in = 2.0 * h * tok  # a recompute group's checkpointed input
     full = (t.rc_gran == 2)[:, None]

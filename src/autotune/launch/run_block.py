@@ -34,8 +34,9 @@ SEED_ENV = {
 }
 
 # Layout flags placed after the optimizer hyperparameters, in the seed's order.
-_OPTIMIZER = ("--use-distributed-optimizer", "--use-precision-aware-optimizer", "--optimizer-cpu-offload",
-              "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d")
+_OPTIMIZER = ("--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+              "--use-precision-aware-optimizer", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
+              "--overlap-cpu-optimizer-d2h-h2d")
 _AFTER_BACKEND = ("--moe-shared-expert-overlap",)
 _FUSION = ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
 _LAST = ("--moe-token-dispatcher-type",)

@@ -7,12 +7,14 @@ argparse, so `--moe-token-dispatcher-type flex` after MODEL_ARGS overrides allto
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Iterable, Literal
 
 from ..catalog.workload import FP8_RECIPES
 from ..errors import BadInput
 from .core import Layout, Recompute
+from .splits import megatron_split, split_flags
 
 __all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_from_args"]
 
@@ -34,6 +36,7 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192) -> 
     ]
     if layout.sequence_parallel:
         a.append(("--sequence-parallel", None))
+    a += split_args(layout)
     rc = layout.recompute
     if rc.granularity != "none":
         a.append(("--recompute-granularity", rc.granularity))
@@ -50,6 +53,8 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192) -> 
         a.append(("--micro-batch-size", str(layout.micro_batch_size or 1)))
     if layout.distributed_optimizer:
         a.append(("--use-distributed-optimizer", None))
+    if layout.fsdp:
+        a += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params")]
     if layout.precision_aware_optimizer:
         a.append(("--use-precision-aware-optimizer", None))
     if layout.optimizer_offload:
@@ -67,6 +72,43 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192) -> 
     if style == "megatron" or layout.dispatcher != "alltoall":
         a.append(("--moe-token-dispatcher-type", layout.dispatcher))
     return a
+
+
+def split_args(layout: Layout) -> list[tuple[str, str | None]]:
+    """An uneven layer split in Megatron's words: the account-for / first-last flags where they build it,
+    else --pipeline-model-parallel-layout ('E' embedding, 't' decoder layer, 'L' loss, '|' between stages)."""
+    ls = layout.layer_split
+    if not ls:
+        return []
+    kw = split_flags(ls, sum(ls), layout.pp, layout.vpp)
+    if kw is None:
+        stages = ["t" * k for k in ls]
+        stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+        return [("--pipeline-model-parallel-layout", "|".join(stages))]
+    out: list[tuple[str, str | None]] = []
+    if kw.get("embedding"):
+        out.append(("--account-for-embedding-in-pipeline-split", None))
+    if kw.get("loss"):
+        out.append(("--account-for-loss-in-pipeline-split", None))
+    if kw.get("first"):
+        out.append(("--decoder-first-pipeline-num-layers", str(kw["first"])))
+    if kw.get("last"):
+        out.append(("--decoder-last-pipeline-num-layers", str(kw["last"])))
+    return out
+
+
+def _parse_pipeline_layout(text: str) -> tuple[int, ...]:
+    """Decoder layers per virtual stage of a --pipeline-model-parallel-layout string ('t*3' repeats)."""
+    if "(" in text:
+        raise BadInput(f"--pipeline-model-parallel-layout {text!r}: grouped repeats '(...)*N' are not read; "
+                       "write each stage out ('Ettt|tttt|tttL')")
+    out = []
+    for stage in text.replace(",", "|").split("|"):
+        n = 0
+        for tok, rep in re.findall(r"([EtmL])(?:\*(\d+))?", stage):
+            n += int(rep or 1) if tok == "t" else 0
+        out.append(n)
+    return tuple(out)
 
 
 def precision_args(precision: str, fp8_param_gather: bool = False) -> list[tuple[str, str | None]]:
@@ -122,16 +164,24 @@ _SWITCH = {
     "--cross-entropy-loss-fusion": "cross_entropy_fusion",
     "--overlap-grad-reduce": "overlap_grad_reduce",
     "--overlap-param-gather": "overlap_param_gather",
+    "--use-megatron-fsdp": "fsdp",
 }
 
 
-def layout_from_args(argv: str | list[str], world: int | None = None) -> Layout:
-    """Read a layout from a command line (a string, e.g. a recipe's run: block, or a token list)."""
+_SPLIT_SWITCH = {"--account-for-embedding-in-pipeline-split": "embedding",
+                 "--account-for-loss-in-pipeline-split": "loss"}
+_SPLIT_INT = {"--decoder-first-pipeline-num-layers": "first", "--decoder-last-pipeline-num-layers": "last"}
+
+
+def layout_from_args(argv: str | list[str], world: int | None = None, num_layers: int | None = None) -> Layout:
+    """Read a layout from a command line (a string, e.g. a recipe's run: block, or a token list).
+    An uneven layer split's account-for / first-last flags need the model's `num_layers`."""
     if isinstance(argv, str):
         argv = shlex.split(argv.replace("\\\n", " "), comments=True)
     kw: dict = {k: False for k in _SWITCH.values()}
     kw["overlap_grad_reduce"] = kw["overlap_param_gather"] = True
     rc: dict = {}
+    split: dict = {}
     dynamic = False
     nodes = per_node = None
     i = 0
@@ -144,6 +194,14 @@ def layout_from_args(argv: str | list[str], world: int | None = None) -> Layout:
                 i += 1
             elif tok in _SWITCH:
                 kw[_SWITCH[tok]] = True
+            elif tok in _SPLIT_SWITCH:
+                split[_SPLIT_SWITCH[tok]] = True
+            elif tok in _SPLIT_INT and nxt is not None:
+                split[_SPLIT_INT[tok]] = int(nxt)
+                i += 1
+            elif tok == "--pipeline-model-parallel-layout" and nxt is not None:
+                split["layout"] = _parse_pipeline_layout(nxt)
+                i += 1
             elif tok == "--use-dynamic-batch-size":
                 dynamic = True
             elif tok == "--moe-token-dispatcher-type" and nxt is not None:
@@ -184,4 +242,12 @@ def layout_from_args(argv: str | list[str], world: int | None = None) -> Layout:
         kw.pop("micro_batch_size", None)
     else:
         kw.pop("max_tokens_per_gpu", None)
+    if "layout" in split:
+        kw["layer_split"] = split.pop("layout")
+        kw.setdefault("vpp", max(1, len(kw["layer_split"]) // kw.get("pp", 1)))
+    if split:
+        if num_layers is None:
+            raise BadInput(f"{', '.join('--' + k for k in split)}: reading an uneven layer split needs the model's "
+                           "layer count; pass the model")
+        kw["layer_split"] = megatron_split(num_layers, kw.get("pp", 1), kw.get("vpp", 1), **split)
     return Layout(world=world, recompute=Recompute(**rc) if rc else Recompute(), **kw)

@@ -106,6 +106,13 @@ class Layout:
     cross_entropy_fusion: bool = True
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
+    # decoder layers per virtual pipeline stage in layer order (virtual stage k is chunk k // PP of stage
+    # k % PP); () = Megatron's even split. Built by splits.megatron_split from its flags, or any split
+    # --pipeline-model-parallel-layout can write (a stage may hold only the embedding or the loss)
+    layer_split: tuple[int, ...] = ()
+    # Megatron FSDP (--use-megatron-fsdp, sharding optim_grads_params): parameters and gradients sharded over
+    # DP (experts over expert-DP) besides the optimizer state, parameters all-gathered layer by layer
+    fsdp: bool = False
 
     def __post_init__(self):
         for name in ("world", "tp", "pp", "vpp", "cp", "ep", "etp"):
@@ -122,6 +129,10 @@ class Layout:
             raise BadInput(f"--micro-batch-size {self.micro_batch_size}: must be positive")
         if not 0.0 <= self.optimizer_offload <= 1.0:
             raise BadInput(f"optimizer offload fraction {self.optimizer_offload}: must be within [0, 1]")
+        object.__setattr__(self, "layer_split", tuple(int(x) for x in self.layer_split))
+        if self.layer_split and (len(self.layer_split) != self.pp * self.vpp or min(self.layer_split) < 0):
+            raise BadInput(f"layer split {list(self.layer_split)}: give PP x VPP = {self.pp * self.vpp} "
+                           "non-negative layer counts (one per virtual pipeline stage)")
 
     # --- derived degrees -------------------------------------------------------------------------
     @property
@@ -205,6 +216,7 @@ class Layout:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["layer_split"] = list(self.layer_split)
         d["recompute"] = asdict(self.recompute)
         d["recompute"]["modules"] = list(self.recompute.modules)
         d.update(dp=self.dp, expert_dp=self.expert_dp, label=self.label())
@@ -216,6 +228,8 @@ class Layout:
         rc = d.pop("recompute", None) or {}
         if isinstance(rc, dict):
             rc = Recompute(**{**rc, "modules": tuple(rc.get("modules") or ())})
+        if "layer_split" in d:
+            d["layer_split"] = tuple(d["layer_split"] or ())
         return cls(recompute=rc, **d)
 
     def summary(self, seq_len: int = 8192) -> str:

@@ -19,7 +19,8 @@ import numpy as np
 from ..catalog import ModelSpec, Workload
 from ..errors import IllegalLayout
 from .core import Layout
-from .table import LayoutTable
+from .splits import legal_splits
+from .table import LayoutTable, split_of
 
 __all__ = ["Rule", "RULES", "Violation", "check", "legal_mask", "violations", "validate", "nearest_legal"]
 
@@ -42,7 +43,33 @@ def _div(a, b):
 
 
 def _layers_per_chunk(m: ModelSpec, t: LayoutTable):
-    return m.num_layers // (t.pp * t.vpp)
+    """Decoder layers of the smallest non-empty virtual stage (the even split's chunk otherwise)."""
+    out = m.num_layers // (t.pp * t.vpp)
+    if t.split.any():
+        for code in np.unique(t.split[t.split > 0]):
+            sp = [x for x in split_of(code) if x > 0]
+            out = np.where(t.split == code, min(sp) if sp else 0, out)
+    return out
+
+
+def _split_ok(m: ModelSpec, w: Workload, t: LayoutTable):
+    """Even split when no split is given; a given split covers PP x VPP virtual stages and every layer."""
+    ok = _div(m.num_layers, t.pp * t.vpp) & (t.split == 0)
+    for code in np.unique(t.split[t.split > 0]):
+        sp = split_of(code)
+        ok = ok | ((t.split == code) & (t.pp * t.vpp == len(sp)) & (sum(sp) == m.num_layers))
+    return ok
+
+
+def _split_message(m: ModelSpec, w: Workload, l: Layout) -> str:
+    S = l.pp * l.vpp
+    if l.layer_split:
+        return (f"layer split {list(l.layer_split)} has {len(l.layer_split)} stages for PP x VPP = {S} and "
+                f"{sum(l.layer_split)} layers for {m.num_layers}")
+    alts = legal_splits(m.num_layers, l.pp, l.vpp)
+    hint = (f"; give an uneven split (Megatron: --account-for-embedding/loss-in-pipeline-split, "
+            f"--decoder-first/last-pipeline-num-layers), e.g. {list(alts[0])}") if alts else ""
+    return f"{m.num_layers} layers do not split evenly over PP x VPP = {S} stages{hint}"
 
 
 def _mla(m: ModelSpec) -> bool:
@@ -72,8 +99,7 @@ RULES: list[Rule] = [
          lambda m, w, l: f"Gated DeltaNet does not support context parallelism (CP {l.cp}); use CP 1"),
     Rule("cp_seq", lambda m, w, t: _div(w.seq_len, 2 * t.cp) | (t.cp == 1),
          lambda m, w, l: f"sequence length {w.seq_len} is not divisible by 2 x CP = {2 * l.cp}"),
-    Rule("layers_pp", lambda m, w, t: _div(m.num_layers, t.pp * t.vpp),
-         lambda m, w, l: f"{m.num_layers} layers do not split evenly over PP x VPP = {l.pp * l.vpp} stages"),
+    Rule("layers_pp", _split_ok, _split_message),
     Rule("vpp_needs_pp", lambda m, w, t: (t.vpp == 1) | (t.pp > 1),
          lambda m, w, l: f"VPP {l.vpp} needs pipeline parallelism (PP > 1), got PP {l.pp}"),
     Rule("interleaved_microbatches",
@@ -106,7 +132,8 @@ RULES: list[Rule] = [
     Rule("recompute_layers",
          lambda m, w, t: (t.rc_gran != 2) | ((t.rc_layers >= 1) & (t.rc_layers <= _layers_per_chunk(m, t))),
          lambda m, w, l: f"recompute over {l.recompute.num_layers} layers exceeds the "
-                         f"{m.num_layers // (l.pp * l.vpp)} layers per pipeline chunk"),
+                         f"{min([x for x in l.layer_split if x] or [m.num_layers // (l.pp * l.vpp)])} layers "
+                         "per pipeline chunk"),
     Rule("shared_overlap_alltoall", lambda m, w, t: ~t.shared_overlap | (t.dispatcher == 0),
          lambda m, w, l: f"--moe-shared-expert-overlap works only with the alltoall dispatcher, not {l.dispatcher}"),
     Rule("flex_needs_tp_ep", lambda m, w, t: (t.dispatcher != 2) | (t.tp * t.ep > 1),

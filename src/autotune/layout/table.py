@@ -2,7 +2,8 @@
 
 A `Layout` is one row; `LayoutTable.from_layouts` and `.row(i)` convert. Categorical fields are small
 integer codes (see DISPATCHERS, GRANULARITIES, METHODS in core.py); selective recompute modules are a
-bitmask over SELECTIVE_MODULES.
+bitmask over SELECTIVE_MODULES. An uneven layer split is a code into a process-wide registry of
+splits (`split_code` / `split_of`; 0 = Megatron's even split): the splits in use are few, the rows many.
 """
 
 from __future__ import annotations
@@ -13,11 +14,27 @@ import numpy as np
 
 from .core import DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
 
-__all__ = ["LayoutTable"]
+__all__ = ["LayoutTable", "split_code", "split_of"]
 
 _INT_COLS = ("tp", "pp", "vpp", "cp", "ep", "etp", "rc_gran", "rc_method", "rc_layers", "rc_modules",
-             "dispatcher", "max_tokens", "mbs")
-_BOOL_COLS = ("sp", "dist_opt", "precision_aware", "shared_overlap", "ce_fusion", "overlap_grad", "overlap_param")
+             "dispatcher", "max_tokens", "mbs", "split")
+_SPLITS: list[tuple[int, ...]] = [()]
+_SPLIT_IDS: dict[tuple[int, ...], int] = {(): 0}
+
+
+def split_code(layer_split: tuple[int, ...]) -> int:
+    """The table code of a layer split (interned; 0 is the even split)."""
+    key = tuple(layer_split)
+    if key not in _SPLIT_IDS:
+        _SPLIT_IDS[key] = len(_SPLITS)
+        _SPLITS.append(key)
+    return _SPLIT_IDS[key]
+
+
+def split_of(code: int) -> tuple[int, ...]:
+    return _SPLITS[int(code)]
+_BOOL_COLS = ("sp", "dist_opt", "precision_aware", "shared_overlap", "ce_fusion", "overlap_grad", "overlap_param",
+              "fsdp")
 
 
 @dataclass
@@ -44,6 +61,8 @@ class LayoutTable:
     ce_fusion: np.ndarray
     overlap_grad: np.ndarray
     overlap_param: np.ndarray
+    split: np.ndarray  # layer split code (split_of); 0: even
+    fsdp: np.ndarray  # Megatron FSDP (parameters and gradients sharded too)
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -120,7 +139,8 @@ class LayoutTable:
             distributed_optimizer=bool(self.dist_opt[i]), precision_aware_optimizer=bool(self.precision_aware[i]),
             optimizer_offload=float(self.offload[i]), moe_shared_expert_overlap=bool(self.shared_overlap[i]),
             cross_entropy_fusion=bool(self.ce_fusion[i]), overlap_grad_reduce=bool(self.overlap_grad[i]),
-            overlap_param_gather=bool(self.overlap_param[i]),
+            overlap_param_gather=bool(self.overlap_param[i]), layer_split=split_of(self.split[i]),
+            fsdp=bool(self.fsdp[i]),
         )
 
 
@@ -138,5 +158,6 @@ def _encode(lay: Layout) -> dict:
         dist_opt=lay.distributed_optimizer, precision_aware=lay.precision_aware_optimizer,
         offload=float(lay.optimizer_offload), shared_overlap=lay.moe_shared_expert_overlap,
         ce_fusion=lay.cross_entropy_fusion, overlap_grad=lay.overlap_grad_reduce,
-        overlap_param=lay.overlap_param_gather,
+        overlap_param=lay.overlap_param_gather, split=split_code(lay.layer_split),
+        fsdp=lay.fsdp,
     )

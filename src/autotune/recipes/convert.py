@@ -109,7 +109,8 @@ def load_balancing_of(recipe: Recipe) -> bool:
 
 def run_layout(recipe: Recipe) -> Layout:
     """The Layout the `run:` command line sets (world from --actor-num-nodes x --actor-num-gpus-per-node)."""
-    return layout_from_args(recipe.run)
+    m = model_of(recipe)
+    return layout_from_args(recipe.run, num_layers=m.num_layers if m is not None else None)
 
 
 def workload_of(recipe: Recipe) -> Workload:

@@ -71,7 +71,7 @@ def _layout_section(layout: Layout, workload: Workload, moe: bool) -> dict:
     return {
         "label": layout.label(moe), "summary": summarize(layout, workload, moe), "highlights": highlights(layout, workload, moe),
         "tp": layout.tp, "pp": layout.pp, "vpp": layout.vpp, "cp": layout.cp, "ep": layout.ep, "etp": layout.etp,
-        "dp": layout.dp, "sequence_parallel": layout.sp, "layer_split": None,
+        "dp": layout.dp, "sequence_parallel": layout.sp, "layer_split": list(layout.layer_split) or None,
         "max_tokens_per_gpu": layout.max_tokens_per_gpu, "rows_per_microbatch": layout.rows_per_microbatch(workload.seq_len),
         "recompute": recompute,
         "offload": {"optimizer_fraction": layout.optimizer_offload} if layout.optimizer_offload else None,

@@ -1,0 +1,45 @@
+"""How far to trust a prediction: a relative standard deviation of tokens/s for every layout.
+
+Two parts, added in quadrature (log space, so a relative std):
+  - the calibration's residual: the RMS log error of the rows it was fitted on (`rms_log_error_after` in
+    its report), inflated by HELD_OUT for layouts unlike those rows (bench/throughput_accuracy.py: the
+    leave-one-model-out error runs at about twice the in-sample error), floored at the rows' own noise;
+  - each step-time term no calibration row constrained (not in the report's `fitted_terms`, or derived
+    rather than fitted: the FP8 GEMM and cast terms, since FP8 rows are never fitted) contributes its share
+    of the step time x the fit's prior width (0.2 in log-factor: what an unconstrained factor may be off).
+A GPU kind that borrows a sibling's calibration (no rows of its own) adds BORROWED. The search can use
+`uncertainty(...)` as its prior sigma per candidate. No torch, no ray.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..catalog import Workload
+from .calibrate import Calibration
+from .time import STEP_TERMS, TimeResult
+
+__all__ = ["uncertainty", "HELD_OUT", "PRIOR", "BORROWED", "FLOOR"]
+
+HELD_OUT = 2.0  # held-out / in-sample error ratio measured by the bench (LOMO vs in-sample MAPE)
+PRIOR = 0.2  # log-factor prior width of calibrate.fit: one sigma for a term no row has constrained
+BORROWED = 0.10  # a kind on a sibling's factors (same SM, other memory / network): measured nothing itself
+FLOOR = 0.07  # calibrate.fit's row noise: run-to-run and software-version spread
+FP8_DERIVED = ("compute_dense", "compute_experts", "quantize")  # under FP8: derived constants, never fitted
+
+
+def uncertainty(time: TimeResult, calibration: Calibration, workload: Workload | None = None) -> np.ndarray:
+    """Relative standard deviation of each layout's predicted tokens/s (n,)."""
+    rep = calibration.report or {}
+    rms = float(rep.get("rms_log_error_after") or 0.0)
+    base = max(FLOOR, HELD_OUT * rms) if rep else PRIOR  # uncalibrated: every term at its prior width
+    fitted = set(rep.get("fitted_terms") or [])
+    if workload is not None and workload.fp8:
+        fitted -= set(FP8_DERIVED)
+    total = np.maximum(time.step_time, 1e-12)
+    free = np.zeros(len(total))
+    for k in STEP_TERMS:
+        if k not in fitted:
+            free += (time.step_terms[k] / total * PRIOR) ** 2
+    borrowed = BORROWED if "has none of its own" in calibration.provenance else 0.0
+    return np.sqrt(base ** 2 + free + borrowed ** 2)

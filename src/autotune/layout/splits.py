@@ -1,0 +1,95 @@
+"""Uneven pipeline splits: how Megatron places decoder layers on virtual pipeline stages when they do not
+divide evenly, as `Layout.layer_split` tuples (layers per virtual stage, in layer order).
+
+`megatron_split` builds the tuple from Megatron's flags (--decoder-first/last-pipeline-num-layers,
+--account-for-embedding/loss-in-pipeline-split) and refuses what Megatron refuses; `split_flags` finds the
+flags that build a tuple (None: only --pipeline-model-parallel-layout can say it); `legal_splits` lists
+the splits Megatron accepts for a model whose layers do not divide, for the space and the published rows.
+Checked against megatron-core's own layer placement in tests/parity/test_split_parity.py.
+"""
+
+from __future__ import annotations
+
+from ..errors import BadInput
+
+__all__ = ["megatron_split", "split_flags", "legal_splits"]
+
+
+def megatron_split(num_layers: int, pp: int, vpp: int = 1, first: int = 0, last: int = 0,
+                   embedding: bool = False, loss: bool = False) -> tuple[int, ...]:
+    """Layers per virtual stage as Megatron builds them from its flags (BadInput when it would refuse):
+    --decoder-first/last-pipeline-num-layers put `first` / `last` layers on the first / last pipeline
+    stage (split evenly over its VPP chunks) and the rest evenly over the middle stages;
+    --account-for-embedding/loss-in-pipeline-split count the embedding / loss as one layer each, so the
+    first / last virtual stage holds one decoder layer fewer. () when the even split needs no flag."""
+    S = pp * vpp
+    if (first or last) and (embedding or loss):
+        raise BadInput("--decoder-first/last-pipeline-num-layers and --account-for-*-in-pipeline-split "
+                       "cannot be combined; use one or the other")
+    if first or last:
+        middle = pp - (first > 0) - (last > 0)
+        rest = num_layers - first - last
+        if pp < 2 or first % vpp or last % vpp or rest < 0 or (middle == 0 and rest) or \
+                (middle and rest % (middle * vpp)):
+            raise BadInput(f"first/last pipeline stage layers {first}/{last}: the other {rest} of {num_layers} "
+                           f"layers must split evenly over {max(middle, 0)} middle stage(s) x VPP {vpp}, and "
+                           f"first/last must be multiples of VPP {vpp}")
+        per = rest // (middle * vpp) if middle else 0
+        stage = [first // vpp if first else per] + [per] * (pp - 2) + [last // vpp if last else per]
+        return tuple(stage[k % pp] for k in range(S))
+    total = num_layers + embedding + loss
+    if total % S:
+        raise BadInput(f"{num_layers} layers{' + embedding' if embedding else ''}{' + loss' if loss else ''} "
+                       f"do not split evenly over PP x VPP = {S} virtual stages")
+    if not (embedding or loss):
+        return ()
+    out = [total // S] * S
+    out[0] -= embedding
+    out[-1] -= loss
+    return tuple(out)
+
+
+def split_flags(layer_split: tuple[int, ...], num_layers: int, pp: int, vpp: int) -> dict | None:
+    """The Megatron flags that build `layer_split`: {"embedding": .., "loss": ..} or {"first": .., "last": ..},
+    None when only --pipeline-model-parallel-layout can say it ({} for the even split)."""
+    if not layer_split:
+        return {}
+    for kw in ({"embedding": True, "loss": True}, {"embedding": True}, {"loss": True}):
+        try:
+            if megatron_split(num_layers, pp, vpp, **kw) == layer_split:
+                return kw
+        except BadInput:
+            pass
+    first, last = layer_split[0] * vpp, layer_split[-1] * vpp
+    for kw in ({"first": first, "last": last}, {"first": first}, {"last": last}):
+        try:
+            if megatron_split(num_layers, pp, vpp, **kw) == layer_split:
+                return kw
+        except BadInput:
+            pass
+    return None
+
+
+def legal_splits(num_layers: int, pp: int, vpp: int = 1) -> list[tuple[int, ...]]:
+    """Splits Megatron accepts when the layers do not divide evenly: the embedding / loss counted as layers,
+    fewer layers on the first / last stage, and the balanced split --pipeline-model-parallel-layout writes
+    (the first virtual stages one layer more). Empty when the even split works."""
+    S = pp * vpp
+    if num_layers % S == 0 or pp < 2:
+        return []
+    out: list[tuple[int, ...]] = []
+    for kw in ({"embedding": True, "loss": True}, {"embedding": True}, {"loss": True}):
+        try:
+            out.append(megatron_split(num_layers, pp, vpp, **kw))
+        except BadInput:
+            pass
+    per = -(-num_layers // S)  # every virtual stage full, the last stage short
+    for kw in ({"last": num_layers - (pp - 1) * per * vpp}, {"first": num_layers - (pp - 1) * per * vpp}):
+        try:
+            if min(kw.values()) > 0:
+                out.append(megatron_split(num_layers, pp, vpp, **kw))
+        except BadInput:
+            pass
+    base, extra = divmod(num_layers, S)
+    out.append(tuple(base + (k < extra) for k in range(S)))
+    return list(dict.fromkeys(out))
