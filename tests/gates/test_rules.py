@@ -19,7 +19,7 @@ from autotune.errors import ConfigError
 from autotune.gates.arguments import parse_arguments, recipe_arguments
 from autotune.gates.rules import CLASSES, load_rules
 from autotune.layout import Layout, Recompute, format_args, layout_args
-from autotune.recipes.emit import SEED_ENV, build_run_block
+from autotune.launch import SEED_ENV, build_run_block
 from autotune.recipes.export import megatron_args
 from autotune.recipes.io import load_recipe
 from autotune.trials.backends import slime as slime_backend
