@@ -117,3 +117,9 @@ class ResidualModel:
         error every layout shares, such as the intercept, cancels)."""
         D = self.Xc - self.Xc[ref]
         return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", D, self.cov, D), 0.0))
+
+    def correlation(self, i: int) -> np.ndarray:
+        """Posterior correlation of every candidate's log-correction with candidate i's."""
+        ci = self.Xc @ (self.cov @ self.Xc[i])
+        sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", self.Xc, self.cov, self.Xc), 1e-30))
+        return ci / (sd * sd[i])
