@@ -28,7 +28,7 @@ STOP_CHANCE = 0.05  # stop when the chance that any untried candidate beats the 
 MIN_TRIALS = 3  # never stop before a few trials have tested the model
 # Seconds a trial spends outside its timed steps (launch, model build, checkpoint-free warm-up), from the
 # seed page: 8.96 GPU-hours per 20-step trial on 32 H200 is 1,008 s per trial, of which 20 steps of the
-# 2,451 tokens/s/GPU layout (8,192 x 128 tokens per step) are 274 s.
+# 2,451 tokens/s/GPU layout (8,192 x 128 tokens per step) are 267 s.
 TRIAL_STARTUP_S = 8.96 * 3600 / 32 - 20 * 8192 * 128 / (2451.4 * 32)
 
 _SQRT2 = math.sqrt(2.0)
