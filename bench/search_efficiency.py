@@ -188,7 +188,8 @@ def main(argv=None) -> int:
     ap.add_argument("--planners", default=None, help="comma list (tpe and gp are the optuna planner's samplers)")
     ap.add_argument("--realities", default=",".join(REALITIES))
     ap.add_argument("--pairs", type=int, default=len(PAIRS), help="how many model/cluster pairs to run")
-    ap.add_argument("--gp-seeds", type=int, default=None, help="seeds for the (slow) GP sampler (default: --seeds)")
+    ap.add_argument("--gp-seeds", type=int, default=10,
+                    help="seeds for the GP sampler (each ask takes about a second: 30 seeds x 5 realities is an hour)")
     ap.add_argument("--quick", action="store_true", help="10 seeds, model and random only, two realities")
     args = ap.parse_args(argv)
     import optuna
@@ -211,7 +212,7 @@ def main(argv=None) -> int:
         for s in setups:
             row = {}
             for planner in planners:
-                seeds = args.gp_seeds if (planner == "gp" and args.gp_seeds) else args.seeds
+                seeds = min(args.seeds, args.gp_seeds) if planner == "gp" else args.seeds
                 trials, hours, t0 = [], [], time.time()
                 for seed in range(seeds):
                     reality = Reality(kind, s.model, s.cluster, s.workload, s.table, np.random.default_rng(seed),
