@@ -20,8 +20,8 @@ Prints, per reality, model/cluster pair and planner: median and p90 trials and G
 and the share of runs that reached it within the cap (a run that never did counts as cap + 1 trials and
 the GPU-hours it spent; GPU-h/hit is all GPU-hours spent over the runs that reached the goal, the cost of a
 success when a planner that misses must be run again). A proposal outside the candidates costs nothing
-but counts toward a stall (MAX_SCREENED_IN_A_ROW). CMA-ES is listed as not applicable: every searched dimension is categorical,
-which optuna's CmaEsSampler hands to its independent (random) sampler.
+but counts toward a stall (MAX_SCREENED_IN_A_ROW). CMA-ES is listed as not applicable: every searched
+dimension is categorical, which optuna's CmaEsSampler hands to its independent (random) sampler.
 
     python bench/search_efficiency.py [--quick] [--seeds 30] [--cap 20] [--realities lomo,f20+int]
         [--planners model,random,tpe,gp,...]   (default: model, random, tpe, gp and every other
@@ -102,7 +102,8 @@ class Setup:
         self.table = res.table.take(res.kept)
         self.keys = [layout_key(self.table.row(i)) for i in range(len(self.table))]
         self.base_cal = load_calibration(gpu)
-        self.base_pred = evaluate(self.model, self.workload, self.cluster, self.table, self.base_cal).time.tokens_per_s_per_gpu
+        ev = evaluate(self.model, self.workload, self.cluster, self.table, self.base_cal)
+        self.base_pred = ev.time.tokens_per_s_per_gpu
 
     def learn(self, measured: list[tuple[int, float]], noise: float):
         """What the driver does after measured trials: refit the calibration, then the residual model."""

@@ -82,11 +82,13 @@ def main(argv=None) -> int:
                    f"{got:9,.1f} {100 * (got / ref - 1):+6.2f}%")
             if args.live:
                 live = run(spec_for(lay, 100 + n, rule), Path(tmp) / f"live-{n}")
-                row += f" {len(live.steps):10d} {live.tokens_per_s_per_gpu:10,.1f} {100 * (live.tokens_per_s_per_gpu / ref - 1):+6.2f}%"
+                got = live.tokens_per_s_per_gpu
+                row += f" {len(live.steps):10d} {got:10,.1f} {100 * (got / ref - 1):+6.2f}%"
             print(row, flush=True)
             runs.append((lay.world, full.steps, ref))
     print(f"mean steps per trial {statistics.fmean(used):.1f} (cap {STEPS}); tokens/s vs the 20-step window: "
-          f"mean |diff| {100 * statistics.fmean(abs(d) for d in diffs):.2f}%, worst {100 * max(abs(d) for d in diffs):.2f}%")
+          f"mean |diff| {100 * statistics.fmean(abs(d) for d in diffs):.2f}%, "
+          f"worst {100 * max(abs(d) for d in diffs):.2f}%")
     print("\nthe same runs replayed at other thresholds (what a looser rule would have cost in accuracy):")
     print(f"{'CV <=':>7s} {'mean steps':>10s} {'mean |diff|':>11s} {'worst':>7s}")
     for cv in (1.0, 2.0, 5.0, 10.0, 20.0, 50.0):

@@ -80,9 +80,9 @@ def early_stop_reason(plan: TrialPlan, times: list[float]) -> tuple[str, tuple[i
         best = clearly_losing(times, warm, plan.tokens_per_step, plan.spec.count, rule.incumbent_tokens_per_s_per_gpu,
                               rule.min_steps, rule.confidence)
         if best is not None:
-            return (f"losing: at best {best:,.1f} tokens/s/GPU ({rule.confidence:.0%} bound) against the incumbent's "
-                    f"{rule.incumbent_tokens_per_s_per_gpu:,.1f}, stopped at {len(times)} of {plan.spec.steps} steps"), \
-                (warm, len(times) - 1)
+            why = (f"losing: at best {best:,.1f} tokens/s/GPU ({rule.confidence:.0%} bound) against the incumbent's "
+                   f"{rule.incumbent_tokens_per_s_per_gpu:,.1f}, stopped at {len(times)} of {plan.spec.steps} steps")
+            return why, (warm, len(times) - 1)
     return None
 
 
