@@ -1,134 +1,243 @@
-"""How many trials does each planner need to find a layout within 2% of the best, when reality differs
-from the model?
+"""How many trials and GPU-hours does each planner need to find a layout within 2% of the best, when
+reality differs from the model?
 
-"Reality" is the cost model with every time term multiplied by its own random factor (uniform in
-[1 - spread, 1 + spread], spread 0.3 by default) and 2% multiplicative noise on each measured trial. The
-real search driver runs against it (the same loop, study and calibration refits as on a cluster); a trial
-"reaches" the goal when its noise-free reality throughput is within 2% of reality's best over the
-candidates the model keeps. Prints, per model/cluster pair and planner, the median, mean and 90th
-percentile of trials needed and the share of runs that got there within the trial cap.
+A "reality" is the shipped cost model with errors of a stated family, plus 2% noise per measured trial:
 
-    python bench/search_efficiency.py [--seeds 30] [--cap 20] [--planners model,random,optuna]
+  terms        every time term x its own factor U[0.7, 1.3] (the ranking barely moves)
+  terms+f10    terms, and x U[0.9, 1.1] per value of each layout feature (the issue's first hard case)
+  f10+int      terms, x U[0.9, 1.1] per feature value and per value of EP x nodes, PP x recompute, TP x hidden
+  f20+int      the same at U[0.8, 1.2]
+  lomo         terms, and lognormal factors per feature value and interaction whose spreads (drawn per
+               feature, then scaled) make the total log error match the calibration's leave-one-model-out
+               RMS (search/priors.lomo_residuals: measured, not chosen here)
+
+The loop is the product's: planners are driven through PlanContext/Planner; measured trials refit the
+calibration (cost.calibrate.fit, as the driver does) and the residual model (search/residual.py), which
+give the predictions and uncertainties the next proposal sees. A run "reaches" the goal at the first trial
+whose noise-free reality throughput is within 2% of reality's best over the candidates. GPU-hours per
+trial are reality's: (start-up + 20 steps) x GPUs (acquisition.TRIAL_STARTUP_S, from the seed page).
+Prints, per reality, model/cluster pair and planner: median and p90 trials and GPU-hours to the goal,
+and the share of runs that reached it within the cap (a run that never did counts as cap + 1 trials and
+the GPU-hours it spent; GPU-h/hit is all GPU-hours spent over the runs that reached the goal, the cost of a
+success when a planner that misses must be run again). A proposal outside the candidates costs nothing
+but counts toward a stall (MAX_SCREENED_IN_A_ROW). CMA-ES is listed as not applicable: every searched
+dimension is categorical, which optuna's CmaEsSampler hands to its independent (random) sampler.
+
+    python bench/search_efficiency.py [--quick] [--seeds 30] [--cap 20] [--realities lomo,f20+int]
+        [--planners model,random,tpe,gp,...]   (default: model, random, tpe, gp and every other
+        registered planner but llm, which runs only when AUTOTUNE_LLM_BASE_URL is set)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
 from autotune.catalog import ClusterSpec, Workload, load_model
 from autotune.cost import STEP_TERMS, evaluate, load_calibration
-from autotune.layout import Layout, LayoutTable
-from autotune.search.driver import SearchConfig, SearchDriver
-from autotune.search.study import StudyDir
+from autotune.cost.calibrate import fit
+from autotune.cost.measurements import Measurement
+from autotune.layout.dimensions import layout_key
+from autotune.search.acquisition import TRIAL_STARTUP_S
+from autotune.search.planners import PLANNERS, PlanContext, PlannerOptions, TrialRecord, get_planner
+from autotune.search.priors import lomo_residuals
+from autotune.search.residual import ResidualModel
 from autotune.space import explore, load_space
-from autotune.trials.backends.base import Backend, Handle
-from autotune.trials.spec import TrialResult, TrialSpec
 
 PAIRS = [("Qwen3.5-122B-A10B", "H200", 32), ("Qwen3-235B-A22B", "H100", 64), ("Llama-3.1-70B", "H100", 32)]
+REALITIES = ("terms", "terms+f10", "f10+int", "f20+int", "lomo")
+FEATURES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dispatcher", "rc_gran", "rc_layers", "rc_modules", "max_tokens",
+            "offload", "dist_opt", "precision_aware", "shared_overlap")
+GOAL = 0.98
+MAX_SCREENED_IN_A_ROW = 30  # proposals outside the candidates in a row before a planner counts as stalled
+# (the driver allows 300; a GP ask takes about a second, so the bench stops sooner: wall time, not trials)
 
 
-class RealityBackend(Backend):
-    """A cluster whose throughput is the model with perturbed terms, plus per-trial noise."""
+class Reality:
+    """The cluster's true throughput for every candidate, and noisy measurements of it."""
 
-    name = "reality"
-    measured = True
-
-    def __init__(self, model, cluster, workload, scale: dict, noise: float, rng: np.random.Generator,
-                 feature_spread: float = 0.0):
-        self.model, self.cluster, self.workload = model, cluster, workload
-        # "feature" reality: one more factor per value of each layout feature, so layouts are not all
-        # perturbed alike (the model's error then depends on the layout, as on a real cluster)
-        frng = np.random.default_rng(rng.integers(1 << 31))
-        self.features = {f: {} for f in ("tp", "pp", "vpp", "ep", "etp", "dispatcher", "rc_gran", "rc_layers", "max_tokens")}
-        self.feature_spread, self._frng = feature_spread, frng
+    def __init__(self, kind: str, model, cluster, workload, table, rng: np.random.Generator, lomo_rms: float):
         base = load_calibration(cluster.gpu.name)
-        merged = {k: base.time.scale.get(k, 1.0) * v for k, v in scale.items()}
-        self.cal = dataclasses.replace(base, time=dataclasses.replace(base.time, scale=merged))
-        self.noise, self.rng = noise, rng
+        scale = {t: base.time.scale.get(t, 1.0) * float(rng.uniform(0.7, 1.3)) for t in STEP_TERMS}
+        cal = dataclasses.replace(base, time=dataclasses.replace(base.time, scale=scale))
+        ev = evaluate(model, workload, cluster, table, cal)
+        log_f = np.zeros(len(table))
+        cols = [getattr(table, f) for f in FEATURES]
+        if kind != "terms":
+            nodes = np.ceil(table.ep * table.etp / cluster.gpus_per_node)
+            rc = table.rc_gran * 100 + table.rc_layers
+            cols += [] if kind == "terms+f10" else [table.ep * 1000 + nodes, table.pp * 1000 + rc,
+                                                    table.tp * 100_000 + model.hidden_size // 1024]
+            if kind == "lomo":  # per-feature spreads drawn, then scaled so the total matches the measured RMS
+                sd = rng.lognormal(0.0, 0.5, len(cols))
+                sd *= lomo_rms / np.sqrt(np.sum(sd**2))
+            else:
+                sd = np.full(len(cols), 0.2 if kind == "f20+int" else 0.1)
+            for c, s in zip(cols, sd):
+                vals, inv = np.unique(c, return_inverse=True)
+                draw = rng.normal(0.0, s, len(vals)) if kind == "lomo" else np.log(rng.uniform(1 - s, 1 + s, len(vals)))
+                log_f += draw[inv]
+        self.truth = ev.time.tokens_per_s_per_gpu * np.exp(log_f)
+        self.noise_rng = np.random.default_rng(rng.integers(1 << 31))
+        step = workload.tokens_per_step / (self.truth * cluster.count)
+        self.gpu_hours = (TRIAL_STARTUP_S + workload.steps * step) * cluster.count / 3600
 
-    def truth(self, table: LayoutTable) -> np.ndarray:
-        tps = evaluate(self.model, self.workload, self.cluster, table, self.cal).time.tokens_per_s_per_gpu
-        if self.feature_spread:
-            for f, seen in self.features.items():
-                col = getattr(table, f)
-                for v in np.unique(col):
-                    if v not in seen:
-                        seen[v] = float(self._frng.uniform(1 - self.feature_spread, 1 + self.feature_spread))
-                tps = tps * np.array([seen[v] for v in col])
-        return tps
-
-    def submit(self, spec: TrialSpec, trial_dir: Path) -> Handle:
-        return Handle(spec, trial_dir)
-
-    def poll(self, handle: Handle) -> TrialResult:
-        lay = Layout.from_dict(handle.spec.layout)
-        tps = float(self.truth(LayoutTable.from_layouts([lay]))[0]) * (1 + self.noise * self.rng.standard_normal())
-        step = self.workload.tokens_per_step / tps / self.cluster.count
-        return TrialResult(study=handle.spec.study, number=handle.spec.number, status="ok", source="measured",
-                           backend=self.name, tokens_per_s_per_gpu=tps, step_time_s=step,
-                           gpu_hours=(step * 20 + 600) * self.cluster.count / 3600)
-
-    def cancel(self, handle: Handle) -> None:
-        pass
+    def measure(self, i: int, noise: float) -> float:
+        return float(self.truth[i] * (1 + noise * self.noise_rng.standard_normal()))
 
 
-def one_run(pair, seed: int, planner: str, cap: int, spread: float, noise: float, root: Path,
-            feature_spread: float = 0.0) -> tuple[int | None, int]:
-    name, gpu, count = pair
-    model, cluster, workload = load_model(name), ClusterSpec.of(gpu, count), Workload()
-    rng = np.random.default_rng(seed)
-    scale = {t: float(rng.uniform(1 - spread, 1 + spread)) for t in STEP_TERMS}
-    backend = RealityBackend(model, cluster, workload, scale, noise, np.random.default_rng(seed + 10_000), feature_spread)
-    space = load_space(None, model)
-    res = explore(space, model, workload, cluster)
-    truth = backend.truth(res.table.take(res.kept))
-    goal = 0.98 * truth.max()
-    sd = StudyDir(root, f"{name}-{seed}-{planner}")
-    cfg = SearchConfig(trials=cap, planner=planner, seed=seed, poll_s=0.0, noise=noise, sampler="tpe")
-    driver = SearchDriver(model, cluster, workload, space, backend, sd, cfg)
-    out = driver.run()
-    dispatched = [r for r in out.records if r.status != "screened"]
-    for k, r in enumerate(dispatched, 1):
-        if float(backend.truth(LayoutTable.from_layouts([r.layout]))[0]) >= goal:
-            return k, len(dispatched)
-    return None, len(dispatched)
+class Setup:
+    """One model/cluster pair: its candidates, computed once."""
+
+    def __init__(self, pair):
+        name, gpu, count = pair
+        self.name = name
+        self.model, self.cluster, self.workload = load_model(name), ClusterSpec.of(gpu, count), Workload()
+        res = explore(load_space(None, self.model), self.model, self.workload, self.cluster)
+        self.table = res.table.take(res.kept)
+        self.keys = [layout_key(self.table.row(i)) for i in range(len(self.table))]
+        self.base_cal = load_calibration(gpu)
+        ev = evaluate(self.model, self.workload, self.cluster, self.table, self.base_cal)
+        self.base_pred = ev.time.tokens_per_s_per_gpu
+
+    def learn(self, measured: list[tuple[int, float]], noise: float):
+        """What the driver does after measured trials: refit the calibration, then the residual model."""
+        residual = ResidualModel(self.table, sigma_n=noise, hidden=self.model.hidden_size,
+                                 gpus_per_node=self.cluster.gpus_per_node)
+        if not measured:
+            corr, std = residual.predict()
+            return self.base_pred * corr, std, residual
+        c, w = self.cluster, self.workload
+        ms = [Measurement(model=self.name, gpu=c.gpu.name, count=c.count, layout=self.table.row(i),
+                          tokens_per_s_per_gpu=v, gpus_per_node=c.gpus_per_node) for i, v in measured]
+        cal = fit(ms, base=self.base_cal)
+        base = evaluate(self.model, w, c, self.table, cal).time.tokens_per_s_per_gpu
+        idx = np.array([i for i, _ in measured])
+        residual.fit(self.table.take(idx), np.log(np.array([v for _, v in measured]) / base[idx]))
+        corr, std = residual.predict()
+        return base * corr, std, residual
+
+
+def planner_for(name: str, seed: int):
+    if name in ("tpe", "gp"):
+        return get_planner("optuna", PlannerOptions(seed=seed, sampler=name))
+    return get_planner(name, PlannerOptions(seed=seed))
+
+
+def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, noise: float, parallel: int = 1):
+    """(trials to the goal or None, GPU-hours spent until then, trials run)."""
+    goal = GOAL * reality.truth.max()
+    p = planner_for(planner, seed)
+    uses_model = planner not in ("random", "tpe", "gp")
+    index = {k: i for i, k in enumerate(setup.keys)}
+    measured: list[tuple[int, float]] = []
+    history: list[TrialRecord] = []
+    tried: set[str] = set()
+    pred, std, residual = setup.learn([], noise) if uses_model else (setup.base_pred, 0.1, None)
+    gpu_hours, screened = 0.0, 0
+    while len(measured) < cap and screened < MAX_SCREENED_IN_A_ROW:
+        ctx = PlanContext(setup.model, setup.cluster, setup.workload, setup.table, pred, setup.keys, set(tried),
+                          list(history), sigma=std, rng=np.random.default_rng(seed * 1000 + len(history)),
+                          residual=residual, noise=noise)
+        props = p.propose(ctx, min(parallel, cap - len(measured)))
+        if not props:
+            break
+        for prop in props:
+            key = layout_key(prop.layout)
+            i = index.get(key)
+            if i is None or key in tried:  # screened out (outside the candidates) or repeated
+                rec = TrialRecord(len(history), prop.layout, "screened", "predicted", None, None)
+                history.append(rec)
+                p.observe(rec)
+                screened += 1
+                continue
+            screened = 0
+            v = reality.measure(i, noise)
+            gpu_hours += float(reality.gpu_hours[i])
+            tried.add(key)
+            measured.append((i, v))
+            rec = TrialRecord(len(history), prop.layout, "ok", "measured", v, float(pred[i]))
+            history.append(rec)
+            p.observe(rec)
+            if reality.truth[i] >= goal:
+                return len(measured), gpu_hours, len(measured)
+        if uses_model:
+            pred, std, residual = setup.learn(measured, noise)
+    return None, gpu_hours, len(measured)
+
+
+def default_planners() -> list[str]:
+    out = ["model", "random", "tpe", "gp"]
+    for name in PLANNERS:
+        if name in ("model", "random", "optuna") or (name == "llm" and not os.environ.get("AUTOTUNE_LLM_BASE_URL")):
+            continue
+        out.append(name)
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--cap", type=int, default=20, help="trial budget per run")
-    ap.add_argument("--spread", type=float, default=0.3)
     ap.add_argument("--noise", type=float, default=0.02)
-    ap.add_argument("--planners", default="model,random,optuna")
+    ap.add_argument("--parallel", type=int, default=1, help="proposals per round (the batch rule)")
+    ap.add_argument("--planners", default=None, help="comma list (tpe and gp are the optuna planner's samplers)")
+    ap.add_argument("--realities", default=",".join(REALITIES))
     ap.add_argument("--pairs", type=int, default=len(PAIRS), help="how many model/cluster pairs to run")
-    ap.add_argument("--feature-spread", type=float, default=0.0,
-                    help="also perturb per layout feature value (harder: layouts no longer err alike), e.g. 0.1")
+    ap.add_argument("--gp-seeds", type=int, default=10,
+                    help="seeds for the GP sampler (each ask takes about a second: 30 seeds x 5 realities is an hour)")
+    ap.add_argument("--quick", action="store_true", help="10 seeds, model and random only, two realities")
     args = ap.parse_args(argv)
-    planners = args.planners.split(",")
-    print(f"reality: each of {len(STEP_TERMS)} time terms x U[{1 - args.spread:.1f}, {1 + args.spread:.1f}], "
-          f"{args.noise:.0%} noise per trial" + (f", x U[+/-{args.feature_spread:.0%}] per layout feature value" if args.feature_spread else "") + f"; goal: within 2% of reality's best; cap {args.cap} trials; {args.seeds} seeds")
-    print(f"{'model / cluster':34s} {'planner':8s} {'median':>7s} {'mean':>6s} {'p90':>5s} {'reached':>8s} {'s/run':>6s}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for pair in PAIRS[: args.pairs]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.quick:
+        args.seeds, args.realities = min(args.seeds, 10), "f20+int,lomo"
+        args.planners = args.planners or "model,random"
+    planners = args.planners.split(",") if args.planners else default_planners()
+    _, r = lomo_residuals()
+    lomo_rms = float(np.sqrt(np.mean(r**2)))
+    print(f"goal: within {1 - GOAL:.0%} of reality's best; cap {args.cap} trials; {args.seeds} seeds; "
+          f"{args.noise:.0%} noise; leave-one-model-out RMS log error {lomo_rms:.3f}; CMA-ES: not applicable "
+          "(categorical space)")
+    print(f"{'reality':10s} {'model / cluster':32s} {'planner':10s} {'trials med':>10s} {'p90':>5s} "
+          f"{'GPU-h med':>10s} {'p90':>7s} {'reached':>8s} {'GPU-h/hit':>9s} {'s/run':>6s}")
+    setups = [Setup(p) for p in PAIRS[: args.pairs]]
+    summary = []
+    for kind in args.realities.split(","):
+        for s in setups:
+            row = {}
             for planner in planners:
-                needed, t0 = [], time.time()
-                for seed in range(args.seeds):
-                    k, _ = one_run(pair, seed, planner, args.cap, args.spread, args.noise, Path(tmp), args.feature_spread)
-                    needed.append(k if k is not None else args.cap + 1)
-                arr = np.array(needed)
-                reached = float(np.mean(arr <= args.cap))
-                label = f"{pair[0]} / {pair[2]} x {pair[1]}"
-                print(f"{label:34s} {planner:8s} {np.median(arr):7.1f} {arr.mean():6.1f} {np.percentile(arr, 90):5.1f} "
-                      f"{reached:8.0%} {(time.time() - t0) / args.seeds:6.2f}", flush=True)
-    print("(a run that never reached the goal counts as cap + 1)")
+                seeds = min(args.seeds, args.gp_seeds) if planner == "gp" else args.seeds
+                trials, hours, t0 = [], [], time.time()
+                for seed in range(seeds):
+                    reality = Reality(kind, s.model, s.cluster, s.workload, s.table, np.random.default_rng(seed),
+                                      lomo_rms)
+                    k, h, _ = one_run(s, reality, planner, seed, args.cap, args.noise, args.parallel)
+                    trials.append(k if k is not None else args.cap + 1)
+                    hours.append(h)
+                t, h = np.array(trials), np.array(hours)
+                hits = int(np.sum(t <= args.cap))
+                # GPU-hours per run that reached the goal (all spent / runs that got there): a planner that
+                # stalls or misses pays for its misses; inf when none reached it
+                row[planner] = per_hit = float(h.sum() / hits) if hits else float("inf")
+                label = f"{s.name} / {s.cluster.count} x {s.cluster.gpu.name}"
+                print(f"{kind:10s} {label:32s} {planner:10s} {np.median(t):10.1f} {np.percentile(t, 90):5.1f} "
+                      f"{np.median(h):10.1f} {np.percentile(h, 90):7.1f} {np.mean(t <= args.cap):8.0%} "
+                      f"{per_hit:9.1f} {(time.time() - t0) / seeds:6.2f}", flush=True)
+            base = [row[p] for p in ("random", "tpe", "gp") if p in row]
+            if "model" in row and base:
+                summary.append((kind, s.name, min(base) / max(row["model"], 1e-9)))
+    if summary:
+        print("\nGPU-hours per run that reached the goal, best of random/TPE/GP over model-guided:")
+        for kind, name, ratio in summary:
+            print(f"  {kind:10s} {name:24s} " + (f"{ratio:5.1f}x" if np.isfinite(ratio) else
+                                                  "  inf (no baseline reached the goal in any run)"))
     return 0
 
 

@@ -1,9 +1,16 @@
-"""The timed training steps of a trial and their summary.
+"""The timed training steps of a trial, when to stop them early, and their summary.
 
 Each step: the DP rank's rows as micro-batches, megatron's forward_backward_func (1F1B, interleaved
 with VPP, or no pipelining), the optimizer step and the LR schedule. Then, outside the timed part, a
 few small collectives put the global lm loss, the slowest rank's step time and every rank's peak memory
 on all ranks, so that every rank sees a NaN at the same step and rank 0 can write the StepRecord.
+
+With spec.early_stop set, a trial ends before its step cap (spec.steps) when (steady_window) the
+step time's coefficient of variation over the last `window` scored steps is at most cv_threshold_percent
+(default 1%: the window mean's standard error is then cv / sqrt(5) < 0.5%, half the 1% accuracy a trial
+must keep against a full window), or when (clearly_losing) its scored steps so far put it below the
+incumbent with probability `confidence`. Both read the slowest rank's step time, which every rank holds
+after the all-reduce, so every rank stops at the same step.
 """
 
 from __future__ import annotations
@@ -22,7 +29,61 @@ from ..trials.spec import StepRecord, TrialResult
 from .build import Built
 from ..trials.plan import TrialPlan
 
-__all__ = ["train", "summarize", "peak_memory_bytes"]
+__all__ = ["train", "summarize", "peak_memory_bytes", "steady_window", "clearly_losing", "early_stop_reason"]
+
+_Z = {0.9: 1.2816, 0.95: 1.6449, 0.975: 1.96, 0.99: 2.3263, 0.995: 2.5758, 0.999: 3.0902}
+
+
+def _z(confidence: float) -> float:
+    """One-sided normal quantile (a few tabulated levels; others by the nearest lower one)."""
+    return _Z[max((c for c in _Z if c <= confidence), default=0.9)]
+
+
+def steady_window(times: list[float], warmup: int, window: int, cv_threshold_percent: float) -> tuple[int, int] | None:
+    """(first, last) step of the last `window` steps when they are all scored (after `warmup`) and their
+    step-time CV is at most the threshold; else None. `times[i]` is step i's time."""
+    last = len(times) - 1
+    first = last - window + 1
+    if first < warmup or window < 2:
+        return None
+    w = times[first:]
+    mean = statistics.fmean(w)
+    cv = statistics.stdev(w) / mean * 100 if mean > 0 else float("inf")
+    return (first, last) if cv <= cv_threshold_percent else None
+
+
+def clearly_losing(times: list[float], warmup: int, tokens_per_step: int, count: int, incumbent: float,
+                   min_steps: int = 3, confidence: float = 0.99) -> float | None:
+    """The trial's optimistic tokens/s/GPU (the mean step time minus z standard errors) when even that is
+    below `incumbent`, else None. Needs `min_steps` scored steps."""
+    scored = times[warmup:]
+    if len(scored) < max(min_steps, 2):
+        return None
+    mean = statistics.fmean(scored)
+    se = statistics.stdev(scored) / math.sqrt(len(scored))
+    fastest = max(mean - _z(confidence) * se, 1e-12)
+    best_case = tokens_per_step / fastest / count
+    return best_case if best_case < incumbent else None
+
+
+def early_stop_reason(plan: TrialPlan, times: list[float]) -> tuple[str, tuple[int, int]] | None:
+    """Why to stop after the steps timed so far (with the window to score), or None to go on."""
+    rule = plan.spec.early_stop
+    if rule is None or len(times) >= plan.spec.steps:
+        return None
+    warm = plan.spec.warmup_steps
+    win = steady_window(times, warm, rule.window, rule.cv_threshold_percent)
+    if win is not None:
+        return (f"steady: step-time CV <= {rule.cv_threshold_percent:g}% over steps {win[0]}..{win[1]}, "
+                f"stopped at {len(times)} of {plan.spec.steps} steps"), win
+    if rule.incumbent_tokens_per_s_per_gpu:
+        best = clearly_losing(times, warm, plan.tokens_per_step, plan.spec.count, rule.incumbent_tokens_per_s_per_gpu,
+                              rule.min_steps, rule.confidence)
+        if best is not None:
+            why = (f"losing: at best {best:,.1f} tokens/s/GPU ({rule.confidence:.0%} bound) against the incumbent's "
+                   f"{rule.incumbent_tokens_per_s_per_gpu:,.1f}, stopped at {len(times)} of {plan.spec.steps} steps")
+            return why, (warm, len(times) - 1)
+    return None
 
 
 def peak_memory_bytes(cuda: bool) -> int:
@@ -68,7 +129,9 @@ def _forward_step(data_iterator, model):
     return output, loss_func
 
 
-def train(plan: TrialPlan, built: Built, source, cuda: bool, on_step: Callable[[StepRecord], None]) -> list[StepRecord]:
+def train(plan: TrialPlan, built: Built, source, cuda: bool, on_step: Callable[[StepRecord], None],
+          stopped: dict | None = None) -> list[StepRecord]:
+    """Run the timed steps; with spec.early_stop, `stopped` receives {"reason", "window"} on an early end."""
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -120,12 +183,19 @@ def train(plan: TrialPlan, built: Built, source, cuda: bool, on_step: Callable[[
         on_step(record)
         if not math.isfinite(loss) or (norm is not None and not math.isfinite(norm)):
             raise NonFiniteLoss(f"step {step}: lm loss {loss}, grad norm {norm}")
+        early = early_stop_reason(plan, [r.time_s for r in records])
+        if early is not None:
+            if stopped is not None:
+                stopped.update(reason=early[0], window=early[1])
+            break
     return records
 
 
-def summarize(plan: TrialPlan, records: list[StepRecord], **fields) -> TrialResult:
-    """An ok TrialResult: tokens/s/GPU and step-time CV over the window after the warm-up steps."""
-    lo, hi = plan.window
+def summarize(plan: TrialPlan, records: list[StepRecord], window: tuple[int, int] | None = None,
+              stopped_early: str | None = None, **fields) -> TrialResult:
+    """An ok TrialResult: tokens/s/GPU and step-time CV over the window after the warm-up steps (or the
+    window an early stop used)."""
+    lo, hi = window or plan.window
     window = [r for r in records if lo <= r.step <= hi]
     times = [r.time_s for r in window]
     mean = statistics.fmean(times)
@@ -136,4 +206,4 @@ def summarize(plan: TrialPlan, records: list[StepRecord], **fields) -> TrialResu
     return TrialResult(
         study=spec.study, number=spec.number, status="ok", tokens_per_s_per_gpu=tokens / sum(times) / spec.count,
         step_time_s=mean, step_time_cv_percent=cv, peak_memory_bytes=peak, window=(lo, hi), steps=records,
-        proxy=spec.proxy, **fields)
+        proxy=spec.proxy, stopped_early=stopped_early, **fields)

@@ -71,10 +71,11 @@ def run_rank(plan: TrialPlan, env: RankEnv, out_dir: Path) -> int:
         if rank == 0:
             print(f"rank 0: {plan.layout.label(plan.model.is_moe)} of {plan.model.name}, "
                   f"{'TE' if built.use_te else 'local'} layer spec, {dtype_name}; " + "; ".join(notes), flush=True)
-        train(plan, built, make_source(plan), cuda, on_step)
+        stopped: dict = {}
+        train(plan, built, make_source(plan), cuda, on_step, stopped)
         if rank == 0:
-            result = summarize(plan, records, stack=stack, reason="; ".join(notes) or None,
-                               wall_s=round(time.monotonic() - started, 3))
+            result = summarize(plan, records, stopped.get("window"), stopped.get("reason"), stack=stack,
+                               reason="; ".join(notes) or None, wall_s=round(time.monotonic() - started, 3))
             write_json_atomic(out_dir / "trial_result.json", result)
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

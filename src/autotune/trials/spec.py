@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ConfigError
 from ..fsutil import write_text_atomic
 
-__all__ = ["TrialSpec", "TrialResult", "StepRecord", "Prediction", "FailureClass", "write_json_atomic", "read_model"]
+__all__ = ["EarlyStop", "TrialSpec", "TrialResult", "StepRecord", "Prediction", "FailureClass", "write_json_atomic", "read_model"]
 
 FailureClass = Literal["ok", "oom", "timeout", "nccl", "nan", "crash", "infra"]
 
@@ -47,6 +47,19 @@ class DataSpec(_Strict):
     path: str | None = None  # a .npy / .bin of token ids for "pretokenized"
 
 
+class EarlyStop(_Strict):
+    """When a trial may end before `steps` (runner/loop.py: steady_window, clearly_losing). `steps` stays the
+    cap. Steady: the step time's CV over the last `window` scored steps is at most cv_threshold_percent.
+    Losing: after min_steps scored steps, the trial beats incumbent_tokens_per_s_per_gpu with probability
+    below 1 - confidence."""
+
+    cv_threshold_percent: float = Field(default=1.0, gt=0)
+    window: int = Field(default=5, ge=2)
+    min_steps: int = Field(default=3, ge=2)  # scored steps before the losing rule may fire
+    incumbent_tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
+    confidence: float = Field(default=0.99, gt=0.5, lt=1)
+
+
 class TrialSpec(_Strict):
     """Everything a backend needs to run one trial; written as trial_spec.json before dispatch.
     Numbers are range-checked (finite, positive where they must be, bounded far above real use)."""
@@ -71,6 +84,7 @@ class TrialSpec(_Strict):
     command: list[str] | None = None  # the exact command a backend ran (filled in by the backend)
     env: dict[str, str] = Field(default_factory=dict)
     predicted: Prediction | None = None  # the cost model's prediction at dispatch
+    early_stop: EarlyStop | None = None  # end the trial once steady, or once clearly losing (None: run all steps)
 
 
 class StepRecord(_Strict):
@@ -105,6 +119,7 @@ class TrialResult(_Strict):
     wall_s: float | None = None
     gpu_hours: float | None = None
     attempts: int = 1
+    stopped_early: str | None = None  # why the trial ended before its step cap ("steady: ...", "losing: ...")
 
     @property
     def ok(self) -> bool:

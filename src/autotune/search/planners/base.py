@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -66,6 +66,11 @@ class PlanContext:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     breakdown: Callable[[int], Prediction] | None = None  # candidate i's predicted breakdowns
     funnel: list[tuple[str, int]] = field(default_factory=list)  # the space's pruning funnel
+    # the residual model behind `predicted` and `sigma` (search/residual.py): posterior correlations
+    # between candidates for batch proposals; None when the caller has none
+    residual: Any = None
+    noise: float = 0.02  # trial-to-trial noise: a gain below it is not a win
+    trial_steps: int | None = None  # timed steps per trial (default: the workload's), for GPU-hour costs
 
     def prediction(self, i: int) -> Prediction:
         """Candidate i's prediction with its memory and step-time terms."""
@@ -79,6 +84,21 @@ class PlanContext:
     def uncertainty(self) -> np.ndarray:
         """Per-candidate relative uncertainty: the prior far from measured layouts, smaller near them."""
         return np.broadcast_to(np.asarray(self.sigma, dtype=float), (len(self.keys),))
+
+
+    def trial_cost(self) -> np.ndarray:
+        """GPU-hours one trial of each candidate costs at its predicted speed."""
+        from ..acquisition import trial_gpu_hours
+
+        steps = self.trial_steps or self.workload.steps
+        return trial_gpu_hours(self.predicted, self.workload.tokens_per_step, self.cluster.count, steps)
+
+    def correlation(self, i: int) -> np.ndarray:
+        """Every candidate's posterior correlation with candidate i: the residual model's when there is
+        one, else the share of equal layout dimensions (a crude stand-in)."""
+        if self.residual is not None and hasattr(self.residual, "correlation"):
+            return self.residual.correlation(i)
+        return similarity(self.table, self.table.row(i)) ** 2
 
 
 def similarity(t: LayoutTable, lay: Layout) -> np.ndarray:

@@ -1,18 +1,21 @@
-"""The model-guided planner (the default): spend trials where the cost model says they can change the
-answer.
+"""The model-guided planner (the default): spend trials where they can change the answer.
 
-Each untried candidate gets an optimistic score, predicted tokens/s x (1 + kappa x uncertainty), where
-uncertainty is the model's relative error for layouts unlike anything measured and shrinks near measured
-layouts. The highest score goes first; a batch is spread out by damping candidates similar to the ones
-already picked, so parallel trials teach different things. As measurements arrive the driver refits the
-calibration and the predictions (and so the ranking) move.
+Each untried candidate's throughput is uncertain: the calibrated cost model, corrected by the residual
+model, with the residual model's per-candidate uncertainty (ctx.uncertainty(); wide for layouts unlike
+anything measured, narrow near measured ones). The planner ranks candidates by the expected amount by
+which they beat the incumbent per GPU-hour their trial costs (search/acquisition.py); a batch for
+`--parallel` is picked with the believer rule, so parallel trials test different hypotheses. Before any
+measurement the "incumbent" is the best prediction: the first trial goes where the model, widened by its
+uncertainty, expects the most. As measurements arrive the driver refits the calibration and the residual
+model, and the predictions, uncertainties and so the ranking move.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .base import PlanContext, Planner, PlannerOptions, Proposal, similarity
+from ..acquisition import expected_improvement, prob_improvement, select_batch
+from .base import PlanContext, Planner, PlannerOptions, Proposal
 
 __all__ = ["ModelPlanner"]
 
@@ -20,24 +23,30 @@ __all__ = ["ModelPlanner"]
 class ModelPlanner(Planner):
     name = "model"
 
-    def __init__(self, options: PlannerOptions | None = None, kappa: float = 1.0):
-        self.kappa = kappa
+    def __init__(self, options: PlannerOptions | None = None):
+        self.options = options or PlannerOptions()
+
+    @staticmethod
+    def incumbent(ctx: PlanContext) -> float | None:
+        vals = [r.value for r in ctx.history if r.status == "ok" and r.value]
+        return max(vals) if vals else None
 
     def propose(self, ctx: PlanContext, k: int) -> list[Proposal]:
         open_ = ctx.untried()
         if not open_.any():
             return []
-        sigma = ctx.uncertainty()
-        score = np.where(open_, ctx.predicted * (1 + self.kappa * sigma), -np.inf)
+        sigma = np.asarray(ctx.uncertainty(), dtype=float)
+        best = self.incumbent(ctx)
+        cost = ctx.trial_cost()
+        picks = select_batch(ctx.predicted, sigma, best, cost, open_, k, ctx.correlation)
+        ref = best if best is not None else float(np.max(ctx.predicted[open_]))
+        ei = expected_improvement(ctx.predicted[picks], sigma[picks], ref)
+        pi = prob_improvement(ctx.predicted[picks], sigma[picks], ref, ctx.noise)
+        what = "the best measured" if best is not None else "the best prediction"
         out = []
-        for _ in range(k):
-            i = int(np.argmax(score))
-            if not np.isfinite(score[i]):
-                break
-            lay = ctx.table.row(i)
-            out.append(Proposal(lay, f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (+/-{sigma[i]:.0%}), "
-                                     f"the best optimistic score among {int(open_.sum())} untried"))
-            score[i] = -np.inf
-            near = similarity(ctx.table, lay)
-            score = np.where(near >= 0.8, score * (1 - 0.5 * sigma), score)
+        for n, i in enumerate(picks):
+            out.append(Proposal(ctx.table.row(i), (
+                f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (+/-{sigma[i]:.0%}); {pi[n]:.0%} chance to beat "
+                f"{what} ({ref:,.0f}) by > {ctx.noise:.0%}, expected gain {ei[n]:.1%} for {cost[i]:.1f} GPU-h: "
+                f"the most per GPU-hour among {int(open_.sum())} untried")))
         return out

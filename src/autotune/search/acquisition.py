@@ -1,0 +1,113 @@
+"""Where the next trial is worth its GPU-hours, and when no trial is: pure functions over arrays.
+
+A candidate's throughput is lognormal around its prediction: log y ~ N(log pred, std^2), std the
+residual model's relative uncertainty (search/residual.py). Against the incumbent (the best measured
+value) each candidate has
+
+- a probability of improvement, P(y > best x (1 + noise)): beating it by more than trial noise;
+- an expected improvement, E[max(0, log y - log best)] (a relative gain; EI of a normal in log space);
+- a cost, the GPU-hours its trial takes: (start-up + steps x predicted step time) x GPUs.
+
+The planner ranks by expected improvement per GPU-hour; a batch (k > 1, `--parallel`) is chosen one at a
+time, each pick "believed" (its prediction taken as if measured: the incumbent becomes at least its
+prediction and the candidates it is correlated with lose the uncertainty it would resolve), so parallel
+trials test different hypotheses. The search stops when the chance that any untried candidate beats the
+best by more than the noise falls under STOP_CHANCE.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["prob_improvement", "expected_improvement", "trial_gpu_hours", "ei_per_gpu_hour", "select_batch",
+           "chance_any_beats", "stop_reason", "STOP_CHANCE", "MIN_TRIALS", "TRIAL_STARTUP_S"]
+
+STOP_CHANCE = 0.05  # stop when the chance that any untried candidate beats the best is below this
+MIN_TRIALS = 3  # never stop before a few trials have tested the model
+# Seconds a trial spends outside its timed steps (launch, model build, checkpoint-free warm-up), from the
+# seed page: 8.96 GPU-hours per 20-step trial on 32 H200 is 1,008 s per trial, of which 20 steps of the
+# 2,451 tokens/s/GPU layout (8,192 x 128 tokens per step) are 267 s.
+TRIAL_STARTUP_S = 8.96 * 3600 / 32 - 20 * 8192 * 128 / (2451.4 * 32)
+
+_SQRT2 = math.sqrt(2.0)
+
+
+def _phi(z: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def _Phi(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.vectorize(math.erf, otypes=[float])(np.asarray(z, dtype=float) / _SQRT2))
+
+
+def prob_improvement(pred, std, best: float, noise: float = 0.0) -> np.ndarray:
+    """P(candidate > best x (1 + noise)) per candidate."""
+    s = np.maximum(np.asarray(std, dtype=float), 1e-9)
+    return _Phi((np.log(np.asarray(pred, dtype=float)) - math.log(best * (1 + noise))) / s)
+
+
+def expected_improvement(pred, std, best: float) -> np.ndarray:
+    """E[max(0, log(candidate / best))]: the expected relative gain over the incumbent."""
+    s = np.maximum(np.asarray(std, dtype=float), 1e-9)
+    d = np.log(np.asarray(pred, dtype=float)) - math.log(best)
+    z = d / s
+    return np.maximum(s * _phi(z) + d * _Phi(z), 0.0)
+
+
+def trial_gpu_hours(pred_tokens_per_s_per_gpu, tokens_per_step: float, gpus: int, steps: int,
+                    startup_s: float = TRIAL_STARTUP_S) -> np.ndarray:
+    """GPU-hours one trial of each candidate costs at its predicted speed."""
+    step_s = tokens_per_step / (np.asarray(pred_tokens_per_s_per_gpu, dtype=float) * gpus)
+    return (startup_s + steps * step_s) * gpus / 3600.0
+
+
+def ei_per_gpu_hour(pred, std, best: float | None, cost) -> np.ndarray:
+    """The acquisition: expected relative gain per GPU-hour. With no incumbent yet, the gain is over the
+    best prediction (so the first trial goes where the model, with its uncertainty, expects the most)."""
+    ref = float(np.max(pred)) if best is None else best
+    return expected_improvement(pred, std, ref) / np.asarray(cost, dtype=float)
+
+
+def select_batch(pred, std, best: float | None, cost, open_mask, k: int, correlation=None) -> list[int]:
+    """k candidate indices by EI per GPU-hour with the believer rule (module docstring).
+    `correlation(i)` returns every candidate's posterior correlation with candidate i (None: independent)."""
+    pred = np.asarray(pred, dtype=float)
+    std = np.array(std, dtype=float)
+    open_ = np.array(open_mask, dtype=bool)
+    out: list[int] = []
+    for _ in range(k):
+        if not open_.any():
+            break
+        score = np.where(open_, ei_per_gpu_hour(pred, std, best, cost), -np.inf)
+        i = int(np.argmax(score))
+        out.append(i)
+        open_[i] = False
+        best = float(pred[i]) if best is None else max(best, float(pred[i]))
+        if correlation is not None:
+            rho = np.clip(np.asarray(correlation(i), dtype=float), 0.0, 1.0)
+            std = std * np.sqrt(1.0 - rho**2)
+    return out
+
+
+def chance_any_beats(pred, std, open_mask, best: float, noise: float) -> float:
+    """P(at least one untried candidate beats best x (1 + noise)), taking candidates as independent
+    (an upper bound when they are positively correlated: the rule stops later, never earlier)."""
+    p = prob_improvement(np.asarray(pred)[open_mask], np.asarray(std)[open_mask], best, noise)
+    return float(1.0 - np.exp(np.sum(np.log1p(-np.clip(p, 0.0, 1.0 - 1e-12))))) if p.size else 0.0
+
+
+def stop_reason(pred, std, untried_mask, best_value: float | None, noise: float, n_done: int,
+                min_trials: int = MIN_TRIALS, chance: float = STOP_CHANCE) -> str | None:
+    """Why the search should stop now, or None. Pure: the driver passes the current predictions."""
+    open_ = np.asarray(untried_mask, dtype=bool)
+    if not open_.any():
+        return "exhausted: every candidate was tried"
+    if best_value is None or n_done < min_trials:
+        return None
+    p = chance_any_beats(pred, std, open_, best_value, noise)
+    if p < chance:
+        return (f"converged: the chance that any of the {int(open_.sum())} untried candidates beats the best "
+                f"({best_value:,.1f} tokens/s/GPU) by more than the {noise:.0%} noise is {p:.1%}")
+    return None

@@ -1,0 +1,140 @@
+"""The residual model's prior widths, derived from the calibration's own leave-one-model-out residuals.
+
+How (derive_priors): take every measured BF16 Hopper row the cost model represents (the seed page's plus
+the published table's, cost.calibrate), refit the calibration without each model's rows and predict them
+(leave-one-model-out: how wrong the calibrated model is on a model it has never seen), and regress
+r = log(measured / predicted) on the residual model's own features (residual.feature_groups) as a
+Gaussian process with one variance per group:
+
+    Cov(r_i, r_j) = tau_0^2 + sum_g tau_g^2 [i and j share g's value] + sigma^2 / w_i [i = j]
+
+The widths maximise the marginal likelihood (type-II maximum likelihood, empirical Bayes), first with all
+layout features sharing one width and all interactions another ("feature", "interaction"), then per group
+with a log-normal hyperprior (sd 0.5) around the shared value, so a group the rows barely inform keeps the
+shared width instead of collapsing to zero. A group whose value never varies over the rows is not
+identified and uses the shared width.
+
+Why no per-model offset in that regression: the rows cannot tell one from layout-dependent error (each
+model was measured on one or two layouts, so a model's offset and its layout's features are confounded;
+with an offset term every feature width collapses to zero and the search would trust the model on every
+layout, the failure this replaces). So the feature widths take the conservative reading: the whole
+cross-model error is layout-dependent. The intercept width takes the other: the whole error may be one
+offset (the RMS of the residuals); an offset is learnt from the first trial and never changes the ranking.
+
+PRIOR_WIDTHS holds the result (rounded), so a search does not refit 12 calibrations at start-up;
+tests/search/test_residual.py recomputes it and checks it matches. Re-derive after the data change:
+`python -c "from autotune.search.priors import derive_priors; print(derive_priors())"`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["PRIOR_WIDTHS", "derive_priors", "lomo_residuals", "group_width"]
+
+HOPPER = ("H100", "H200")
+HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared one (a factor of 1.65)
+
+# derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
+PRIOR_WIDTHS: dict[str, float] = {
+    "intercept": 0.2429, "feature": 0.0811, "interaction": 0.0835, "noise": 0.043,
+    "tp": 0.0764, "pp": 0.0768, "vpp": 0.0892, "ep": 0.0764, "recompute": 0.0967, "recompute_1": 0.0943,
+    "dispatcher": 0.0674, "max_tokens_per_gpu": 0.0778, "precision_aware_optimizer": 0.0778,
+    "moe_shared_expert_overlap": 0.0693, "ep_x_nodes": 0.0784, "pp_x_recompute": 0.0814, "tp_x_hidden": 0.0815,
+}
+
+
+def group_width(widths: dict[str, float], group: str) -> float:
+    """The prior std of one feature group: its own, else the shared one of its kind."""
+    if group in widths:
+        return float(widths[group])
+    if group == "intercept":
+        return float(widths.get("intercept", 0.25))
+    kind = "interaction" if "_x_" in group else "feature"
+    return float(widths.get(kind, 0.1))
+
+
+def lomo_residuals(rows=None):
+    """(rows, log(measured / leave-one-model-out prediction)) over the BF16 Hopper rows."""
+    from ..cost.calibrate import Calibration, fit_kinds, predict, published_measurements, seed_measurements
+
+    if rows is None:
+        kept, _ = published_measurements(None)
+        rows = [m for m in seed_measurements() + kept if m.gpu in HOPPER]
+    pred = np.zeros(len(rows))
+    for model in sorted({m.model for m in rows}):
+        cals = fit_kinds([m for m in rows if m.model != model], sorted({m.gpu for m in rows}))
+        for i, m in enumerate(rows):
+            if m.model == model:
+                pred[i] = predict([m], cals.get(m.gpu, Calibration(m.gpu)))[0]
+    meas = np.array([m.tokens_per_s_per_gpu for m in rows])
+    return rows, np.log(meas / pred)
+
+
+def _design(rows) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per group, the rows' 'same value' matrix; and each row's noise weight (repeats share one weight)."""
+    from ..layout import LayoutTable
+    from .residual import feature_groups
+
+    cols: dict[str, list] = {"model": [m.model for m in rows]}
+    for m in rows:
+        for name, c in feature_groups(LayoutTable.from_layouts([m.layout]), m.spec.hidden_size, m.gpus_per_node):
+            cols.setdefault(name, []).append(int(c[0]))
+    same = {g: (np.array(v)[:, None] == np.array(v)[None, :]).astype(float) for g, v in cols.items()
+            if len(set(v)) > 1}
+    keys = [(m.model, m.gpu, m.count, m.layout) for m in rows]
+    w = np.array([m.weight / keys.count(k) for m, k in zip(rows, keys)])
+    return same, w
+
+
+def _nll(r, same, w, log_tau: dict[str, float], log_sigma: float) -> float:
+    K = np.diag(np.exp(2 * log_sigma) / w)
+    for g, lt in log_tau.items():
+        K = K + np.exp(2 * lt) * same[g]
+    sign, logdet = np.linalg.slogdet(K)
+    return 0.5 * (logdet + r @ np.linalg.solve(K, r)) if sign > 0 else np.inf
+
+
+def _coordinate_min(f, x: dict[str, float], lo=np.log(0.003), hi=np.log(1.5), sweeps=6) -> dict[str, float]:
+    """Minimise f over each coordinate in turn by golden-section search (a handful of smooth coordinates)."""
+    g = (np.sqrt(5) - 1) / 2
+    for _ in range(sweeps):
+        for k in list(x):
+            a, b = lo, hi
+            for _ in range(40):
+                c, d = b - g * (b - a), a + g * (b - a)
+                if f({**x, k: c}) < f({**x, k: d}):
+                    b = d
+                else:
+                    a = c
+            x[k] = (a + b) / 2
+    return x
+
+
+def derive_priors(rows=None) -> dict[str, float]:
+    """Prior widths per residual-model group (plus 'intercept', 'feature', 'interaction', 'noise')."""
+    rows, r = lomo_residuals(rows)
+    same, w = _design(rows)
+    same.pop("model", None)  # see the module docstring: the offset is not separable from the layout
+    same["global"] = np.ones((len(rows), len(rows)))
+    feats = [g for g in same if g != "global" and "_x_" not in g]
+    inter = [g for g in same if "_x_" in g]
+
+    def tied(x):
+        lt = {"global": x["global"], **{g: x["feature"] for g in feats}, **{g: x["interaction"] for g in inter}}
+        return _nll(r, same, w, lt, x["sigma"])
+
+    start = {"global": np.log(0.1), "feature": np.log(0.05), "interaction": np.log(0.05), "sigma": np.log(0.05)}
+    t = _coordinate_min(tied, dict(start))
+    shared = {g: t["feature"] for g in feats} | {g: t["interaction"] for g in inter}
+
+    def free(x):
+        lt = {"global": t["global"], **{g: x[g] for g in shared}}
+        hyper = sum((x[g] - shared[g]) ** 2 for g in shared) / (2 * HYPER_SD**2)
+        return _nll(r, same, w, lt, t["sigma"]) + hyper
+
+    per = _coordinate_min(free, dict(shared), sweeps=3)
+    out = {"feature": t["feature"], "interaction": t["interaction"], "noise": t["sigma"], **per}
+    widths = {k: round(float(np.exp(v)), 4) for k, v in out.items()}
+    # the intercept: the whole leave-one-model-out error may be one offset for every layout of a model
+    return {"intercept": round(float(np.sqrt(np.mean(r**2))), 4), **widths}

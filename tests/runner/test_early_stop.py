@@ -1,0 +1,57 @@
+"""Early trial stops: the steady-state and clearly-losing rules on synthetic step times (pure functions),
+the spec's validation, and one real CPU trial (megatron-core over gloo) that ends once steady."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from autotune.layout import Layout
+from autotune.runner.loop import clearly_losing, steady_window
+from autotune.trials.spec import EarlyStop
+
+from runner_helpers import cpu_spec, run_local
+
+
+def test_steady_needs_a_full_scored_window_under_the_threshold():
+    warm = [5.0, 2.0, 1.2]  # warm-up steps are never scored
+    steady = [1.00, 1.01, 0.99, 1.00, 1.005]
+    assert steady_window(warm + steady[:4], 3, 5, 1.0) is None  # four scored steps: not a window yet
+    assert steady_window(warm + steady, 3, 5, 1.0) == (3, 7)
+    noisy = [1.0, 1.1, 0.9, 1.05, 0.95]
+    assert steady_window(warm + noisy, 3, 5, 1.0) is None
+    assert steady_window(warm + noisy, 3, 5, 10.0) == (3, 7)
+    # a warm-up step inside the window would be: none before the window starts past warm-up
+    assert steady_window([1.0] * 5, 3, 5, 1.0) is None
+
+
+def test_losing_only_when_even_the_optimistic_bound_is_below_the_incumbent():
+    tokens, count = 1000, 1
+    slow = [10.0, 2.0, 2.0, 2.02, 1.98]  # 500 tokens/s/GPU after warm-up
+    assert clearly_losing(slow, 1, tokens, count, incumbent=600.0) is not None
+    assert clearly_losing(slow, 1, tokens, count, incumbent=504.0) is None  # within its error bar (best case 504.8)
+    assert clearly_losing(slow[:3], 1, tokens, count, incumbent=600.0) is None  # too few scored steps
+    jumpy = [10.0, 1.0, 3.0, 1.0, 3.0]
+    assert clearly_losing(jumpy, 1, tokens, count, incumbent=600.0) is None  # mean 2 s, but it may be 1 s
+
+
+def test_early_stop_validates():
+    assert EarlyStop().window == 5
+    with pytest.raises(ValidationError):
+        EarlyStop(window=1)
+    with pytest.raises(ValidationError):
+        EarlyStop(cv_threshold_percent=0)
+
+
+@pytest.mark.slow
+def test_a_real_cpu_trial_stops_once_steady(tmp_path):
+    # a generous threshold so that the shared CI machine's jitter cannot keep the trial running
+    spec = cpu_spec(Layout(world=1, micro_batch_size=1), number=31, steps=12, warmup_steps=2,
+                    workload=dict(steps=12, window=(2, 11)),
+                    early_stop=EarlyStop(cv_threshold_percent=200.0, window=3))
+    res = run_local(spec, tmp_path / "t")
+    assert res.status == "ok", res.reason
+    assert len(res.steps) == 5 and res.window == (2, 4)
+    assert res.stopped_early.startswith("steady")
+    times = [s.time_s for s in res.steps[2:5]]
+    assert res.tokens_per_s_per_gpu == pytest.approx(sum(s.tokens for s in res.steps[2:5]) / sum(times))
