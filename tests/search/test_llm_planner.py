@@ -21,7 +21,7 @@ from autotune.catalog import ClusterSpec, Workload, load_model
 from autotune.errors import BadInput
 from autotune.layout import violations
 from autotune.layout.dimensions import layout_key, layout_params, table_keys
-from autotune.search.planners import PlanContext, PlannerOptions, TrialRecord, get_planner
+from autotune.search.planners import PlanContext, PlannerOptions, TrialRecord, get_planner, resolve_planner
 from autotune.search.planners.llm import LLMPlanner, choose_planner, llm_available
 from autotune.space import explore, load_space
 from autotune.trials.prediction import prediction_of
@@ -258,6 +258,10 @@ def test_the_key_echoed_back_is_redacted_everywhere(world, tmp_path):
 
 
 def test_availability_and_the_planner_choice(tmp_path, monkeypatch):
+    assert resolve_planner("heuristic") == ("heuristic", None)
+    assert resolve_planner("auto")[0] == "model" and "not configured" in resolve_planner("auto")[1]
+    with pytest.raises(BadInput, match="--planner llm: no LLM endpoint configured"):
+        resolve_planner("llm")
     assert llm_available(PlannerOptions()) == (False, llm_available(PlannerOptions())[1])
     assert choose_planner("auto", PlannerOptions()) == ("model", choose_planner("auto", PlannerOptions())[1])
     assert "model-guided" in choose_planner("auto", PlannerOptions())[1]
@@ -271,6 +275,8 @@ def test_availability_and_the_planner_choice(tmp_path, monkeypatch):
         ok, why = llm_available(PlannerOptions(llm_base_url=s.url))  # a local server needs no key
         assert ok and "standin" in why
         assert choose_planner("auto", PlannerOptions(llm_base_url=s.url))[0] == "llm"
+        assert resolve_planner("auto", PlannerOptions(llm_base_url=s.url))[0] == "llm"
+        assert resolve_planner("llm", PlannerOptions(llm_base_url=s.url))[0] == "llm"
     t0 = time.monotonic()
     ok, why = llm_available(PlannerOptions(llm_base_url=f"http://127.0.0.1:{port}/v1", llm_timeout_s=2))
     assert not ok and "did not answer" in why and time.monotonic() - t0 < 5
