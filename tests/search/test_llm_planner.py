@@ -237,7 +237,8 @@ def test_persistent_500s_fall_back_to_the_model_guided_planner(world, tmp_path):
 
 def test_a_server_without_json_schema_gets_json_object(world, tmp_path):
     def step(req):
-        if req.get("response_format", {}).get("type") == "json_schema":
+        fmt = req.get("response_format", {})
+        if fmt.get("type") == "json_schema" or "schema" in fmt:
             return Reply(status=400, body=b'{"error": {"message": "response_format json_schema not supported"}}')
         return answer({"candidate": "c0", "rationale": "json object mode"})
 
@@ -245,7 +246,8 @@ def test_a_server_without_json_schema_gets_json_object(world, tmp_path):
         p = planner(tmp_path, s.url)
         props = run(p, fresh(world), 3)
     assert props[0].why == "llm: json object mode" and usage(tmp_path)["mode"] == "json_object"
-    assert [r.get("response_format", {}).get("type") for r in s.requests] == ["json_schema"] + ["json_object"] * 3
+    assert [r.get("response_format", {}).get("type") for r in s.requests] == ["json_schema"] + ["json_object"] * 4
+    assert "schema" in s.requests[1]["response_format"] and "schema" not in s.requests[2]["response_format"]
 
 
 def test_the_key_echoed_back_is_redacted_everywhere(world, tmp_path):

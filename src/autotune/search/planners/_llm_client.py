@@ -5,7 +5,8 @@ text, or raises `LLMFailure` with a one-line reason. Bounded in every direction:
 retries with exponential backoff for 429 and 5xx (Retry-After honoured up to a cap), a cap on the
 response body enforced while it is read (a several-megabyte answer is cut off, not buffered), and a cap
 on generated tokens. Structured output is asked for as a JSON schema first; a server that refuses it
-gets a JSON object request, then plain text, and the working mode is remembered. Every exchange is
+gets a JSON object request (with the schema, as llama-cpp-python takes it, then without), then plain
+text, and the working mode is remembered. Every exchange is
 stored under the planner's folder with the key (and anything that looks like one) redacted, and the
 study's tokens, cost and failures are kept in `usage.json` there.
 """
@@ -29,7 +30,8 @@ except ImportError:  # pragma: no cover - depends on the installed openai
 
 __all__ = ["Endpoint", "LLMFailure", "Usage", "api_key", "is_local", "safe_url"]
 
-MODES = ("json_schema", "json_object", "text")
+# structured output, most to least constrained; "json_object+schema" is llama-cpp-python's dialect
+MODES = ("json_schema", "json_object+schema", "json_object", "text")
 RETRY_STATUS = {429, 500, 502, 503, 504}
 PLACEHOLDER_KEY = "not-needed"  # a local server takes any key; the client insists on one
 
@@ -170,7 +172,7 @@ class Endpoint:
                 record["answer"] = text
                 self.usage.answered += 1
                 return text
-            raise LLMFailure("the endpoint refused every output mode (json_schema, json_object, text)")
+            raise LLMFailure(f"the endpoint refused every output mode ({', '.join(MODES)})")
         except LLMFailure as exc:
             self.usage.failures += 1
             record["failure"] = str(exc)
@@ -183,6 +185,8 @@ class Endpoint:
         if mode == "json_schema":
             kw["response_format"] = {"type": "json_schema",
                                      "json_schema": {"name": "proposals", "schema": answer_schema()}}
+        elif mode == "json_object+schema":
+            kw["response_format"] = {"type": "json_object", "schema": answer_schema()}
         elif mode == "json_object":
             kw["response_format"] = {"type": "json_object"}
         for attempt in range(self.attempts):
