@@ -50,6 +50,7 @@ def key(monkeypatch):
 
 def planner(tmp_path, url, timeout: float = 5.0, **kw) -> LLMPlanner:
     opts = PlannerOptions(llm_base_url=url, llm_timeout_s=timeout, out_dir=tmp_path / "study" / "planner")
+    kw.setdefault("n_candidates", 6)  # fewer breakdowns per round: quicker, and enough to test with
     return LLMPlanner(opts, backoff_s=0.01, **kw)
 
 
@@ -203,16 +204,15 @@ def test_a_multi_megabyte_answer_is_cut_off_and_the_round_falls_back(world, tmp_
 
 
 def test_a_timeout_falls_back_and_the_endpoint_rests(world, tmp_path):
-    with StandIn([Reply(delay=3.0, body=answer({"candidate": "c0", "rationale": "late"}).body)]) as s:
+    with StandIn([Reply(delay=8.0, body=answer({"candidate": "c0", "rationale": "late"}).body)]) as s:
         p = planner(tmp_path, s.url, timeout=0.5)
-        t0 = time.monotonic()
         props = run(p, fresh(world), 3)
-        wall = time.monotonic() - t0
         asked = len(s.requests)
     assert all("LLM fallback" in q.why for q in props)
     assert asked == 2  # round 1 fails, round 2 asks again and fails, round 3 rests
-    assert "timeout" in usage(tmp_path)["fallbacks"][0] and "resting" in usage(tmp_path)["fallbacks"][2]
-    assert wall < 6
+    u = usage(tmp_path)
+    assert "timeout" in u["fallbacks"][0] and "resting" in u["fallbacks"][2]
+    assert u["latency_s"] < 5  # two 0.5 s timeouts, not two 8 s answers
     stored(tmp_path)
 
 
@@ -287,7 +287,7 @@ def test_availability_and_the_planner_choice(tmp_path, monkeypatch):
 
 def test_a_weak_llm_gets_every_second_slot_then_every_fourth(world, tmp_path):
     ctx = fresh(world)
-    with StandIn([answer({"candidate": "c11", "rationale": "the last listed"})]) as s:
+    with StandIn([answer({"candidate": "c5", "rationale": "the last listed"})]) as s:
         p = planner(tmp_path, s.url)
         props = run(p, ctx, 16, worse=lambda prop: prop.why.startswith("llm: "))  # its picks run 20% slow
     used = [q.why.startswith("llm: ") for q in props]

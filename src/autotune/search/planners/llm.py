@@ -125,11 +125,17 @@ class LLMPlanner(Planner):
         dropped = len(llm or []) - len(gated)
         period = 4 if len(self.llm_good) >= 4 and not any(self.llm_good[-4:]) else 2
         model = deque(self.model_planner.propose(ctx, k + len(gated)))
-        fill = deque(self.heuristic.propose(ctx, k + len(gated))) if llm is not None else deque()
+        fill: deque | None = None  # the skill's rules, only when an LLM slot has no valid proposal
         queue = deque(gated)
         out: list[Proposal] = []
         used: set[str] = set()
         key_ = api_key()
+
+        def rules() -> deque:
+            nonlocal fill
+            if fill is None:
+                fill = deque(self.heuristic.propose(ctx, k + len(gated)))
+            return fill
 
         def take(q: deque) -> Proposal | None:
             while q:
@@ -146,7 +152,7 @@ class LLMPlanner(Planner):
         for _ in range(k):
             llm_slot = llm is not None and self.slot % period == 0
             self.slot += 1
-            p = (take(queue) or take(fill) or take(model)) if llm_slot else (take(model) or take(queue))
+            p = (take(queue) or take(rules()) or take(model)) if llm_slot else (take(model) or take(queue))
             if p is None:
                 break
             if p.why.startswith("llm: "):
