@@ -22,6 +22,7 @@ from autotune.errors import BadInput
 from autotune.layout import violations
 from autotune.layout.dimensions import layout_key, layout_params, table_keys
 from autotune.search.planners import PlanContext, PlannerOptions, TrialRecord, get_planner, resolve_planner
+from autotune.search.planners._llm_check import MAX_RATIONALE, redact, sanitize
 from autotune.search.planners.llm import LLMPlanner, choose_planner, llm_available
 from autotune.space import explore, load_space
 from autotune.trials.prediction import prediction_of
@@ -88,6 +89,13 @@ def stored(tmp_path) -> list[Path]:
 
 def usage(tmp_path) -> dict:
     return json.loads((tmp_path / "study" / "planner" / "usage.json").read_text())
+
+
+def test_rationales_are_one_plain_line_and_keys_are_redacted():
+    assert sanitize("[bold]go[/bold] $(rm -rf /) `id` <b>\x1b[31m\u202e\nnext") == "(bold)go(/bold) (rm -rf /) id b (31m next"
+    assert len(sanitize("x" * 10_000)) == MAX_RATIONALE and sanitize("x" * 10_000).endswith("...")
+    assert sanitize("\uff3bfull width\uff3d") == "(full width)"  # NFKC first: no markup smuggled as look-alikes
+    assert redact(f"key {SECRET} and Bearer abc.def-1 and sk-proj-12345678", SECRET).count("<redacted>") == 3
 
 
 def test_valid_proposals_by_id_and_by_params_are_used_with_their_rationale(world, tmp_path):
