@@ -73,6 +73,7 @@ class LLMPlanner(Planner):
         self.llm_good: list[bool] = []  # per LLM-proposed trial: within 5% of the best so far
         self.best = 0.0
         self.rounds: list[dict] = []
+        self._space: tuple | None = None
 
     # --- the endpoint ------------------------------------------------------------------------------------
     def _ask(self, ctx: PlanContext, k: int) -> tuple[list[tuple[int, str]] | None, str]:
@@ -94,7 +95,9 @@ class LLMPlanner(Planner):
             self.rest = min(2 ** (self.fail_streak - 1) - 1, 7)  # 0, 1, 3, 7 rounds
             return None, str(exc)
         self.fail_streak = 0
-        space = _Space(ctx)
+        if self._space is None or self._space[0] is not ctx.table:  # the candidates' values, once per table
+            self._space = (ctx.table, _Space(ctx))
+        space = self._space[1]
         checked = check_answer(ctx, text, listed, space)
         valid, invalid, parse_error = list(checked.valid), list(checked.invalid), checked.parse_error
         if (invalid or parse_error) and len(valid) < k:  # the reasons go back once
