@@ -210,7 +210,7 @@ def llm_available(options: PlannerOptions) -> tuple[bool, str]:
         return False, f"{safe_url(url)} did not answer: {exc}"
     except Exception as exc:  # any client or transport error means: not usable now
         return False, f"{safe_url(url)} did not answer: {sanitize(exc, 160)}"
-    return True, f"LLM planner: {sanitize(model, 80)} at {safe_url(url)}"
+    return True, f"{sanitize(model, 80)} at {safe_url(url)}"
 
 
 def choose_planner(name: str, options: PlannerOptions) -> tuple[str, str | None]:
@@ -220,10 +220,8 @@ def choose_planner(name: str, options: PlannerOptions) -> tuple[str, str | None]
     if name not in ("auto", "llm"):
         return name, None
     ok, why = llm_available(options)
-    if name == "llm":
-        if not ok:
-            raise BadInput(f"--planner llm: {why}; or use --planner model")
-        return "llm", f"planner: {why}"
+    if name == "llm" and not ok:
+        raise BadInput(f"--planner llm: {why}; or use --planner model")
     if ok:
-        return "llm", f"planner: {why} (mixed with the model-guided planner)"
+        return "llm", f"planner: LLM ({why}), mixed with the model-guided planner"
     return "model", f"planner: model-guided ({why})"
