@@ -224,6 +224,16 @@ def test_a_timeout_falls_back_and_the_endpoint_rests(world, tmp_path):
     stored(tmp_path)
 
 
+def test_a_slow_drip_answer_hits_the_whole_response_deadline(world, tmp_path):
+    drip = answer({"candidate": "c0", "rationale": "slow"})
+    drip.trickle = 0.1  # each piece arrives well within the per-read timeout
+    with StandIn([drip]) as s:
+        p = planner(tmp_path, s.url, timeout=0.5, attempts=1)
+        props = run(p, fresh(world), 1)
+    assert "LLM fallback" in props[0].why and "too slow" in usage(tmp_path)["fallbacks"][0]
+    assert usage(tmp_path)["latency_s"] < 4
+
+
 def test_500s_and_429s_are_retried_with_backoff(world, tmp_path):
     err = Reply(status=500, body=b'{"error": {"message": "boom"}}')
     slow = Reply(status=429, body=b'{"error": {"message": "slow down"}}', headers={"Retry-After": "0.05"})
@@ -346,7 +356,7 @@ def test_a_real_small_model_served_locally_plans_legal_layouts(world, tmp_path, 
     with LocalServer(gguf, log=tmp_path / "study" / "planner" / "llama_server.log") as srv:
         opts = PlannerOptions(llm_base_url=srv.url, llm_model=srv.model, llm_timeout_s=240,
                               out_dir=tmp_path / "study" / "planner")
-        p = LLMPlanner(opts)
+        p = LLMPlanner(opts, max_tokens=400)  # bounded generation: a 2-core CPU makes ~30 tokens/s
         props = run(p, ctx, 3)  # asserts every proposal legal, screened and untried
     assert len(props) == 3 and len(ctx.history) == 3
     u = usage(tmp_path)

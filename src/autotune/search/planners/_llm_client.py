@@ -41,7 +41,7 @@ class LLMFailure(Exception):
 
 
 class ResponseTooLarge(Exception):
-    pass
+    """The answer broke the size cap or the whole-response deadline."""
 
 
 def api_key() -> str | None:
@@ -63,14 +63,16 @@ def safe_url(url: str) -> str:
 
 
 class _CappedStream(_http.SyncByteStream):
-    def __init__(self, inner, cap: int):
-        self.inner, self.cap, self.seen = inner, cap, 0
+    def __init__(self, inner, cap: int, deadline: float, total_s: float):
+        self.inner, self.cap, self.seen, self.deadline, self.total_s = inner, cap, 0, deadline, total_s
 
     def __iter__(self):
         for chunk in self.inner:
             self.seen += len(chunk)
             if self.seen > self.cap:
                 raise ResponseTooLarge(f"response larger than {self.cap:,} bytes")
+            if time.monotonic() > self.deadline:  # a trickle never trips the per-read timeout
+                raise ResponseTooLarge(f"response still arriving after {self.total_s:g} s (too slow)")
             yield chunk
 
     def close(self):
@@ -78,19 +80,22 @@ class _CappedStream(_http.SyncByteStream):
 
 
 class _CappedTransport(_http.HTTPTransport):
-    """Refuses a response body over `cap` bytes while it is read (and up front when it says its length)."""
+    """Refuses a response body over `cap` bytes while it is read (and up front when it says its length),
+    and one still arriving `total_s` after the request went out."""
 
-    def __init__(self, cap: int, **kw):
+    def __init__(self, cap: int, total_s: float, **kw):
         super().__init__(**kw)
-        self.cap = cap
+        self.cap, self.total_s = cap, total_s
 
     def handle_request(self, request):
+        deadline = time.monotonic() + self.total_s
         resp = super().handle_request(request)
         n = resp.headers.get("content-length", "")
         if n.isdigit() and int(n) > self.cap:
             resp.close()
             raise ResponseTooLarge(f"response of {int(n):,} bytes is over the {self.cap:,}-byte cap")
-        return _http.Response(resp.status_code, headers=resp.headers, stream=_CappedStream(resp.stream, self.cap),
+        return _http.Response(resp.status_code, headers=resp.headers,
+                              stream=_CappedStream(resp.stream, self.cap, deadline, self.total_s),
                               extensions=resp.extensions, request=request)
 
 
@@ -138,7 +143,9 @@ class Endpoint:
         self.key = api_key()
         self.usage = Usage()
         self._n = 0
-        http = _http.Client(transport=_CappedTransport(max_bytes), timeout=self.timeout_s, follow_redirects=False)
+        # per-read timeouts come from the client; the transport adds a whole-response deadline (2 x timeout)
+        http = _http.Client(transport=_CappedTransport(max_bytes, 2 * self.timeout_s), timeout=self.timeout_s,
+                            follow_redirects=False)
         # retries are ours (counted and stored); the client's own are off
         self.client = openai.OpenAI(base_url=base_url, api_key=self.key or PLACEHOLDER_KEY, timeout=self.timeout_s,
                                     max_retries=0, http_client=http)
