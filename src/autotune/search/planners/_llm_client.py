@@ -209,7 +209,9 @@ class Endpoint:
                 try_rec = {"mode": mode, "attempt": attempt + 1, "latency_s": round(dt, 3), "status": status,
                            "error": self._why(exc)}
                 record["tries"].append(try_rec)
-                if status in (400, 415, 422) and mode != "text":  # a server that does not know this response_format
+                # a server that does not know this response_format: 400/415/422, or (llama-cpp-python) a 500
+                # whose message names the field; either way the next mode, not a retry
+                if mode != "text" and (status in (400, 415, 422) or (status and "response_format" in str(exc))):
                     raise _Unsupported(try_rec["error"]) from None
                 if status in RETRY_STATUS or (status is None and self._is_conn(exc)):
                     if attempt + 1 < self.attempts:
