@@ -8,7 +8,8 @@ A10B on 32 H200): each round it asks the model, the proposals are checked, and e
 "runs" on the cost-model simulator (its prediction is its result). Every dispatched layout is checked
 legal, screened and untried. Transcripts and usage go to --out (default: a temporary folder, removed).
 
-    python bench/llm_planner.py [--rounds 4] [--k 1] [--base-url URL] [--llm-model NAME] [--out DIR] [--json]
+    python bench/llm_planner.py [--rounds 4] [--k 1] [--candidates 6] [--max-tokens 300] [--base-url URL]
+                                [--llm-model NAME] [--out DIR] [--json]
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def context(model: str, gpu: str, count: int) -> PlanContext:
                        sigma=0.10, funnel=r.funnel, breakdown=lambda i: prediction_of(r.evaluation, int(r.kept[i]), m, c))
 
 
-def run(url: str, llm_model: str | None, ctx: PlanContext, rounds: int, k: int, out: Path, timeout_s: float) -> list[dict]:
-    p = LLMPlanner(PlannerOptions(llm_base_url=url, llm_model=llm_model, llm_timeout_s=timeout_s, out_dir=out))
+def run(url: str, llm_model: str | None, ctx: PlanContext, rounds: int, k: int, out: Path, timeout_s: float,
+        candidates: int = 6, max_tokens: int = 300) -> list[dict]:
+    p = LLMPlanner(PlannerOptions(llm_base_url=url, llm_model=llm_model, llm_timeout_s=timeout_s, out_dir=out),
+                   n_candidates=candidates, max_tokens=max_tokens)
     index = {key: i for i, key in enumerate(ctx.keys)}
     rows = []
     for _ in range(rounds):
@@ -79,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="H200")
     ap.add_argument("--count", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds per request (a 2-core CPU is slow)")
+    ap.add_argument("--candidates", type=int, default=6, help="candidates listed in the prompt (a small context)")
+    ap.add_argument("--max-tokens", type=int, default=300, help="generated tokens per answer")
     ap.add_argument("--out", type=Path, default=None, help="keep transcripts and usage.json here")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
@@ -88,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     started = None
     try:
         if a.base_url:
-            rows = run(a.base_url, a.llm_model, ctx, a.rounds, a.k, out / "planner", a.timeout)
+            rows = run(a.base_url, a.llm_model, ctx, a.rounds, a.k, out / "planner", a.timeout, a.candidates,
+                       a.max_tokens)
         else:
             gguf, why = local_model()
             if gguf is None:
@@ -96,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             with LocalServer(gguf, log=out / "llama_server.log") as srv:
                 started = srv.started_s
-                rows = run(srv.url, srv.model, ctx, a.rounds, a.k, out / "planner", a.timeout)
+                rows = run(srv.url, srv.model, ctx, a.rounds, a.k, out / "planner", a.timeout, a.candidates,
+                           a.max_tokens)
         usage = json.loads((out / "planner" / "usage.json").read_text())
     finally:
         if tmp is not None:

@@ -25,6 +25,7 @@ class Reply:
     headers: dict = field(default_factory=dict)
     delay: float = 0.0
     length: bool = True  # send Content-Length (False: stream until the connection closes)
+    trickle: float = 0.0  # seconds between 16-byte pieces of the body (a slow-drip server), at most 10 s in all
 
 
 def chat(content: str, prompt_tokens: int = 120, completion_tokens: int = 30) -> Reply:
@@ -67,9 +68,16 @@ class StandIn:
                     self.send_header("Connection", "close")
                     self.close_connection = True
                 self.end_headers()
+                step = 16 if r.trickle else 65536
+                t0 = time.monotonic()
                 try:
-                    for i in range(0, len(r.body), 65536):
-                        self.wfile.write(r.body[i:i + 65536])
+                    for i in range(0, len(r.body), step):
+                        self.wfile.write(r.body[i:i + step])
+                        if r.trickle:
+                            self.wfile.flush()
+                            if time.monotonic() - t0 > 10:
+                                break
+                            time.sleep(r.trickle)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client stopped reading (the planner's size cap)
 

@@ -21,7 +21,8 @@ from autotune.catalog import ClusterSpec, Workload, load_model
 from autotune.errors import BadInput
 from autotune.layout import violations
 from autotune.layout.dimensions import layout_key, layout_params, table_keys
-from autotune.search.planners import PlanContext, PlannerOptions, TrialRecord, get_planner
+from autotune.search.planners import PlanContext, PlannerOptions, TrialRecord, get_planner, resolve_planner
+from autotune.search.planners._llm_check import MAX_RATIONALE, redact, sanitize
 from autotune.search.planners.llm import LLMPlanner, choose_planner, llm_available
 from autotune.space import explore, load_space
 from autotune.trials.prediction import prediction_of
@@ -50,6 +51,7 @@ def key(monkeypatch):
 
 def planner(tmp_path, url, timeout: float = 5.0, **kw) -> LLMPlanner:
     opts = PlannerOptions(llm_base_url=url, llm_timeout_s=timeout, out_dir=tmp_path / "study" / "planner")
+    kw.setdefault("n_candidates", 6)  # fewer breakdowns per round: quicker, and enough to test with
     return LLMPlanner(opts, backoff_s=0.01, **kw)
 
 
@@ -87,6 +89,13 @@ def stored(tmp_path) -> list[Path]:
 
 def usage(tmp_path) -> dict:
     return json.loads((tmp_path / "study" / "planner" / "usage.json").read_text())
+
+
+def test_rationales_are_one_plain_line_and_keys_are_redacted():
+    assert sanitize("[bold]go[/bold] $(rm -rf /) `id` <b>\x1b[31m\u202e\nnext") == "(bold)go(/bold) (rm -rf /) id b (31m next"
+    assert len(sanitize("x" * 10_000)) == MAX_RATIONALE and sanitize("x" * 10_000).endswith("...")
+    assert sanitize("\uff3bfull width\uff3d") == "(full width)"  # NFKC first: no markup smuggled as look-alikes
+    assert redact(f"key {SECRET} and Bearer abc.def-1 and sk-proj-12345678", SECRET).count("<redacted>") == 3
 
 
 def test_valid_proposals_by_id_and_by_params_are_used_with_their_rationale(world, tmp_path):
@@ -203,17 +212,26 @@ def test_a_multi_megabyte_answer_is_cut_off_and_the_round_falls_back(world, tmp_
 
 
 def test_a_timeout_falls_back_and_the_endpoint_rests(world, tmp_path):
-    with StandIn([Reply(delay=3.0, body=answer({"candidate": "c0", "rationale": "late"}).body)]) as s:
+    with StandIn([Reply(delay=8.0, body=answer({"candidate": "c0", "rationale": "late"}).body)]) as s:
         p = planner(tmp_path, s.url, timeout=0.5)
-        t0 = time.monotonic()
         props = run(p, fresh(world), 3)
-        wall = time.monotonic() - t0
         asked = len(s.requests)
     assert all("LLM fallback" in q.why for q in props)
     assert asked == 2  # round 1 fails, round 2 asks again and fails, round 3 rests
-    assert "timeout" in usage(tmp_path)["fallbacks"][0] and "resting" in usage(tmp_path)["fallbacks"][2]
-    assert wall < 6
+    u = usage(tmp_path)
+    assert "timeout" in u["fallbacks"][0] and "resting" in u["fallbacks"][2]
+    assert u["latency_s"] < 5  # two 0.5 s timeouts, not two 8 s answers
     stored(tmp_path)
+
+
+def test_a_slow_drip_answer_hits_the_whole_response_deadline(world, tmp_path):
+    drip = answer({"candidate": "c0", "rationale": "slow"})
+    drip.trickle = 0.1  # each piece arrives well within the per-read timeout
+    with StandIn([drip]) as s:
+        p = planner(tmp_path, s.url, timeout=0.5, attempts=1)
+        props = run(p, fresh(world), 1)
+    assert "LLM fallback" in props[0].why and "too slow" in usage(tmp_path)["fallbacks"][0]
+    assert usage(tmp_path)["latency_s"] < 4
 
 
 def test_500s_and_429s_are_retried_with_backoff(world, tmp_path):
@@ -235,17 +253,21 @@ def test_persistent_500s_fall_back_to_the_model_guided_planner(world, tmp_path):
     stored(tmp_path)
 
 
-def test_a_server_without_json_schema_gets_json_object(world, tmp_path):
+@pytest.mark.parametrize("status", [400, 500])  # llama-cpp-python answers an unknown response_format with a 500
+def test_a_server_without_json_schema_gets_json_object(world, tmp_path, status):
     def step(req):
-        if req.get("response_format", {}).get("type") == "json_schema":
-            return Reply(status=400, body=b'{"error": {"message": "response_format json_schema not supported"}}')
+        fmt = req.get("response_format", {})
+        if fmt.get("type") == "json_schema" or "schema" in fmt:
+            msg = b"{'loc': ('body', 'response_format', 'type'), 'msg': Input should be 'text' or 'json_object'}"
+            return Reply(status=status, body=b'{"error": {"message": "' + msg + b'"}}')
         return answer({"candidate": "c0", "rationale": "json object mode"})
 
     with StandIn([step]) as s:
         p = planner(tmp_path, s.url)
         props = run(p, fresh(world), 3)
     assert props[0].why == "llm: json object mode" and usage(tmp_path)["mode"] == "json_object"
-    assert [r.get("response_format", {}).get("type") for r in s.requests] == ["json_schema"] + ["json_object"] * 3
+    assert [r.get("response_format", {}).get("type") for r in s.requests] == ["json_schema"] + ["json_object"] * 4
+    assert "schema" in s.requests[1]["response_format"] and "schema" not in s.requests[2]["response_format"]
 
 
 def test_the_key_echoed_back_is_redacted_everywhere(world, tmp_path):
@@ -258,6 +280,10 @@ def test_the_key_echoed_back_is_redacted_everywhere(world, tmp_path):
 
 
 def test_availability_and_the_planner_choice(tmp_path, monkeypatch):
+    assert resolve_planner("heuristic") == ("heuristic", None)
+    assert resolve_planner("auto")[0] == "model" and "not configured" in resolve_planner("auto")[1]
+    with pytest.raises(BadInput, match="--planner llm: no LLM endpoint configured"):
+        resolve_planner("llm")
     assert llm_available(PlannerOptions()) == (False, llm_available(PlannerOptions())[1])
     assert choose_planner("auto", PlannerOptions()) == ("model", choose_planner("auto", PlannerOptions())[1])
     assert "model-guided" in choose_planner("auto", PlannerOptions())[1]
@@ -271,6 +297,8 @@ def test_availability_and_the_planner_choice(tmp_path, monkeypatch):
         ok, why = llm_available(PlannerOptions(llm_base_url=s.url))  # a local server needs no key
         assert ok and "standin" in why
         assert choose_planner("auto", PlannerOptions(llm_base_url=s.url))[0] == "llm"
+        assert resolve_planner("auto", PlannerOptions(llm_base_url=s.url))[0] == "llm"
+        assert resolve_planner("llm", PlannerOptions(llm_base_url=s.url))[0] == "llm"
     t0 = time.monotonic()
     ok, why = llm_available(PlannerOptions(llm_base_url=f"http://127.0.0.1:{port}/v1", llm_timeout_s=2))
     assert not ok and "did not answer" in why and time.monotonic() - t0 < 5
@@ -279,7 +307,7 @@ def test_availability_and_the_planner_choice(tmp_path, monkeypatch):
 
 def test_a_weak_llm_gets_every_second_slot_then_every_fourth(world, tmp_path):
     ctx = fresh(world)
-    with StandIn([answer({"candidate": "c11", "rationale": "the last listed"})]) as s:
+    with StandIn([answer({"candidate": "c5", "rationale": "the last listed"})]) as s:
         p = planner(tmp_path, s.url)
         props = run(p, ctx, 16, worse=lambda prop: prop.why.startswith("llm: "))  # its picks run 20% slow
     used = [q.why.startswith("llm: ") for q in props]
@@ -330,7 +358,7 @@ def test_a_real_small_model_served_locally_plans_legal_layouts(world, tmp_path, 
     with LocalServer(gguf, log=tmp_path / "study" / "planner" / "llama_server.log") as srv:
         opts = PlannerOptions(llm_base_url=srv.url, llm_model=srv.model, llm_timeout_s=240,
                               out_dir=tmp_path / "study" / "planner")
-        p = LLMPlanner(opts)
+        p = LLMPlanner(opts, n_candidates=6, max_tokens=300)  # a short prompt and answer: a 2-core CPU is slow
         props = run(p, ctx, 3)  # asserts every proposal legal, screened and untried
     assert len(props) == 3 and len(ctx.history) == 3
     u = usage(tmp_path)

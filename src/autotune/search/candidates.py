@@ -22,9 +22,7 @@ from ..trials.spec import Prediction
 from .planners import PlanContext, TrialRecord
 from .residual import ResidualModel
 
-__all__ = ["Candidates", "PRIOR_SIGMA"]
-
-PRIOR_SIGMA = 0.10  # the model's relative error on a layout unlike any measured one
+__all__ = ["Candidates"]
 
 
 class Candidates:
@@ -45,9 +43,10 @@ class Candidates:
         self.table: LayoutTable = res.table.take(res.kept)
         self.keys = table_keys(self.table)
         self.index = {k: i for i, k in enumerate(self.keys)}
-        self.residual = ResidualModel(self.table, tau=PRIOR_SIGMA / np.sqrt(12), sigma_n=max(noise, 0.01))
+        # prior widths per feature from the calibration's leave-one-model-out residuals (search/priors.py)
+        self.residual = ResidualModel(self.table, sigma_n=max(noise, 0.01), hidden=model.hidden_size,
+                                      gpus_per_node=cluster.gpus_per_node)
         self._measured: list[tuple[int, float]] = []  # (candidate, measured tokens/s/GPU)
-        self._errs: list[float] = []  # log(measured / predicted at dispatch), every measured trial
         self.repredict()
 
     def __len__(self) -> int:
@@ -60,20 +59,15 @@ class Candidates:
         self.ev = evaluate(self.model, self.workload, self.cluster, self.table, self.calibration)
         self.base_pred = self.ev.time.tokens_per_s_per_gpu
         self.peak = self.ev.memory.peak
-        # how wrong the model was on trials it had not yet seen (prediction at dispatch vs measured): when
-        # that is large the feature model is misspecified, so every candidate keeps a wider uncertainty
-        errs = self._errs
-        misfit = 0.5 * float(np.sqrt(np.mean(np.square(errs[-5:])))) if errs else 0.0
-        self.residual.sigma_n = max(self.noise, misfit, 0.01)
         if self._measured:
             idx = np.array([i for i, _ in self._measured])
             vals = np.array([v for _, v in self._measured])
             self.residual.fit(self.table.take(idx), np.log(vals / self.base_pred[idx]))
         corr, std = self.residual.predict()
         self.pred = self.base_pred * corr
-        self.pred_std = np.maximum(np.sqrt(std**2 + misfit**2), self.noise)
+        self.pred_std = np.maximum(std, self.noise)
 
-    def learn(self, lay: Layout, measured: float, predicted: float | None, study: str) -> None:
+    def learn(self, lay: Layout, measured: float, study: str) -> None:
         """A measured trial: refit the calibration on every measurement so far, then re-predict."""
         from ..cost.calibrate import fit
         from ..cost.measurements import Measurement
@@ -87,8 +81,6 @@ class Candidates:
         i = self.index.get(layout_key(lay))
         if i is not None:
             self._measured.append((i, float(measured)))
-        if predicted:
-            self._errs.append(float(np.log(measured / predicted)))
         self.calibration = fit(self.measurements, base=load_calibration(c.gpu.name))
         self.repredict()
 
@@ -118,8 +110,9 @@ class Candidates:
         return None, "outside the pruned space (unsupported, impractical or cannot win)"
 
     # --- the planners' view --------------------------------------------------------------------------
-    def context(self, records: list[TrialRecord], seed: int) -> PlanContext:
+    def context(self, records: list[TrialRecord], seed: int, trial_steps: int | None = None) -> PlanContext:
         tried = {layout_key(r.layout) for r in records}
         return PlanContext(self.model, self.cluster, self.workload, self.table, self.pred, self.keys, tried,
                            records, sigma=self.pred_std, rng=np.random.default_rng(seed + len(records)),
-                           breakdown=self.prediction, funnel=list(self.funnel))
+                           breakdown=self.prediction, funnel=list(self.funnel), residual=self.residual,
+                           noise=self.noise, trial_steps=trial_steps)

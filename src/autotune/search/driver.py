@@ -17,8 +17,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..errors import BadInput
 from ..killpoints import kill_point
@@ -26,7 +24,8 @@ from ..layout import Layout
 from ..layout.dimensions import layout_key
 from ..space import SearchSpace
 from ..trials.backends import Backend, Handle
-from ..trials.spec import TrialResult, TrialSpec, read_model, write_json_atomic
+from ..trials.spec import EarlyStop, TrialResult, TrialSpec, read_model, write_json_atomic
+from .acquisition import stop_reason
 from .candidates import Candidates
 from .planners import Planner, PlannerOptions, Proposal, TrialRecord, get_planner
 from .planners.optuna_planner import choices_of
@@ -175,7 +174,7 @@ class SearchDriver:
         tried or running layout is dropped here (counted as a stalled proposal)."""
         if requeue:
             return Proposal(requeue.pop(0), "re-queued after the driver stopped")
-        props = self.planner.propose(self.candidates.context(self.records, self.cfg.seed), 1)
+        props = self.planner.propose(self._context(), 1)
         if not props:
             return None
         busy = {layout_key(lay) for _, lay, _ in running.values()}
@@ -224,17 +223,14 @@ class SearchDriver:
         if self.cfg.budget_gpu_hours is not None and self.gpu_hours >= self.cfg.budget_gpu_hours:
             return f"GPU-hour budget reached ({self.gpu_hours:.1f} of {self.cfg.budget_gpu_hours:g})"
         best = self.best()
-        if best is not None and best.value and n_running == 0:
-            ctx = self.candidates.context(self.records, self.cfg.seed)
-            open_ = ctx.untried()
-            if not open_.any():
-                return "exhausted: every candidate was tried"
-            # a two-sigma optimistic bound, and never before a few trials have tested the model
-            upper = float(np.max(np.where(open_, ctx.predicted * (1 + 2 * ctx.uncertainty()), 0.0)))
-            if self.n_dispatched() >= MIN_TRIALS_TO_CONVERGE and upper <= best.value * (1 + self.cfg.noise):
-                return (f"converged: no untried candidate can beat the best ({best.value:,.1f} tokens/s/GPU) "
-                        f"by more than the {self.cfg.noise:.0%} noise (best optimistic prediction {upper:,.1f})")
+        if n_running == 0 and best is not None and best.value:
+            ctx = self._context()
+            return stop_reason(ctx.predicted, ctx.uncertainty(), ctx.untried(), best.value, self.cfg.noise,
+                               self.n_dispatched(), min_trials=MIN_TRIALS_TO_CONVERGE)
         return None
+
+    def _context(self):
+        return self.candidates.context(self.records, self.cfg.seed, self.cfg.steps or self.workload.steps)
 
     def _dispatch(self, prop: Proposal, running: dict) -> None:
         lay, c = prop.layout, self.candidates
@@ -277,6 +273,10 @@ class SearchDriver:
             steps=steps, warmup_steps=min(self.workload.window[0], max(1, steps // 3)), seed=self.cfg.seed,
             timeout_s=self.cfg.timeout_s, predicted=prediction,
         )
+        if self.backend.measured:  # a real trial may end once its step time is steady, or once clearly losing
+            best = self.best()
+            spec.early_stop = EarlyStop(incumbent_tokens_per_s_per_gpu=best.value if best and best.source == "measured"
+                                        else None)
         if self.cfg.proxy:
             from ..trials.proxy import make_proxy
 
@@ -287,6 +287,7 @@ class SearchDriver:
         """Run `lay` once outside the study (the gates' reference arm: same steps, same rows, same seed) and
         wait for it. The backend stays open for this until the session closes it."""
         spec = self._spec(lay, number, self.candidates.prediction_of_layout(lay))
+        spec.early_stop = None  # the reference runs every step, so each candidate's curve is covered
         write_json_atomic(trial_dir / "trial_spec.json", spec)
         self.emit("reference", {"layout": lay.label(self.model.is_moe)})
         handle = self.backend.submit(spec, trial_dir)
@@ -328,7 +329,7 @@ class SearchDriver:
     def _learn(self, rec: TrialRecord) -> None:
         """Measured trials refit the calibration; the candidates are then re-predicted and re-ranked."""
         if rec.source == "measured" and rec.status == "ok" and rec.value:
-            self.candidates.learn(rec.layout, rec.value, rec.predicted, self.sd.name)
+            self.candidates.learn(rec.layout, rec.value, self.sd.name)
 
     def best(self) -> TrialRecord | None:
         ok = [r for r in self.records if r.status == "ok" and r.value]

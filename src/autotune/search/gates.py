@@ -71,9 +71,13 @@ class RecipeGates(GatesStage):
         for rec in ranked:
             res = None if predicted else _result_of(session, rec.number)
             steps = res.steps if res is not None and res.source == "measured" and res.steps else None
+            ref = ref_steps
+            if steps and ref_steps and getattr(res, "stopped_early", None):
+                # a trial that ended early (steady or losing) is compared on the steps it ran
+                ref = [r for r in ref_steps if r.step <= steps[-1].step]
             profile = self.profile or (profile_for(res) if res is not None else "bridge")
             result, section = run_gates(
-                self._args(session, rec.layout), ref_args, steps, ref_steps, predicted=predicted,
+                self._args(session, rec.layout), ref_args, steps, ref, predicted=predicted,
                 reference=ref_label + ref_note, profile=profile, gpu=session.cluster.gpu.name,
                 run_components=not predicted,
                 note=f"candidate arm: trial {rec.number}; reference arm: {ref_label}{ref_note}, same rows and seed")

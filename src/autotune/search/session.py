@@ -157,6 +157,14 @@ class SearchSession:
             pub.abandon()
             raise
 
+    def _notes(self, rec: TrialRecord, res: TrialResult | None) -> list[str] | None:
+        notes = []
+        if rec.why:
+            notes.append(f"why the search tried it (trial {rec.number}, {self.cfg.planner} planner): {rec.why}")
+        if res is not None and res.stopped_early:
+            notes.append(f"the trial ended before its {self.cfg.steps or self.workload.steps} steps: {res.stopped_early}")
+        return notes or None
+
     def _write_recipe(self, pub: Publication, rank: int, rec: TrialRecord, gate: GateOutcome | None) -> Path:
         from ..recipes.emit import recipe_from_candidate, recipe_name
         from ..recipes.io import write_recipe
@@ -178,7 +186,7 @@ class SearchSession:
             stack=_stack(res, self.cluster), measured=dt.date.today().isoformat(),
             gpu_hours_note="predicted: GPUs x (20 steps + 10 min startup)" if not measured else None,
             gates=gate.section if gate is not None and gate.section else None,
-            notes=[f"why the search tried it (trial {rec.number}, {self.cfg.planner} planner): {rec.why}"] if rec.why else None,
+            notes=self._notes(rec, res),
         )
         name = recipe_name("autotune", rec.layout, wl, moe=self.model.is_moe)
         return write_recipe(recipe, pub.path(f"recipes/rank-{rank:02d}-{name}.yaml"), name=name)

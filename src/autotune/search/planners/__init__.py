@@ -39,13 +39,19 @@ def get_planner(name: str, options: PlannerOptions | None = None) -> Planner:
 
 
 def resolve_planner(name: str, options: PlannerOptions | None = None) -> tuple[str, str | None]:
-    """The planner to run for a --planner value, and a note saying which when it is not plain: `auto` is
-    the LLM planner when an endpoint is configured and answers, else model-guided; `llm` without a
-    usable endpoint is a one-line BadInput (llm.choose_planner)."""
+    """The planner to run for a --planner value, and a note to print when it differs. `auto` and `llm`
+    look at the LLM endpoint in `options` (llm.choose_planner: auto falls back to model-guided, llm
+    without a usable endpoint is BadInput)."""
     if name not in PLANNER_CHOICES:
         raise BadInput(f"--planner {name!r}: choose one of {', '.join(PLANNER_CHOICES)}")
     if name in ("auto", "llm"):
+        opts = options or PlannerOptions()
+        if not opts.llm_base_url:  # decided without importing the client
+            if name == "llm":
+                raise BadInput("--planner llm: no LLM endpoint configured; pass --llm-base-url "
+                               "(e.g. http://127.0.0.1:8080/v1) or use --planner model")
+            return "model", "planner: model-guided (the LLM planner is not configured: --llm-base-url sets one)"
         from .llm import choose_planner
 
-        return choose_planner(name, options or PlannerOptions())
+        return choose_planner(name, opts)
     return name, None

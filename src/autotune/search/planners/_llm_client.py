@@ -5,7 +5,8 @@ text, or raises `LLMFailure` with a one-line reason. Bounded in every direction:
 retries with exponential backoff for 429 and 5xx (Retry-After honoured up to a cap), a cap on the
 response body enforced while it is read (a several-megabyte answer is cut off, not buffered), and a cap
 on generated tokens. Structured output is asked for as a JSON schema first; a server that refuses it
-gets a JSON object request, then plain text, and the working mode is remembered. Every exchange is
+gets a JSON object request (with the schema, as llama-cpp-python takes it, then without), then plain
+text, and the working mode is remembered. Every exchange is
 stored under the planner's folder with the key (and anything that looks like one) redacted, and the
 study's tokens, cost and failures are kept in `usage.json` there.
 """
@@ -29,7 +30,8 @@ except ImportError:  # pragma: no cover - depends on the installed openai
 
 __all__ = ["Endpoint", "LLMFailure", "Usage", "api_key", "is_local", "safe_url"]
 
-MODES = ("json_schema", "json_object", "text")
+# structured output, most to least constrained; "json_object+schema" is llama-cpp-python's dialect
+MODES = ("json_schema", "json_object+schema", "json_object", "text")
 RETRY_STATUS = {429, 500, 502, 503, 504}
 PLACEHOLDER_KEY = "not-needed"  # a local server takes any key; the client insists on one
 
@@ -39,7 +41,7 @@ class LLMFailure(Exception):
 
 
 class ResponseTooLarge(Exception):
-    pass
+    """The answer broke the size cap or the whole-response deadline."""
 
 
 def api_key() -> str | None:
@@ -61,14 +63,16 @@ def safe_url(url: str) -> str:
 
 
 class _CappedStream(_http.SyncByteStream):
-    def __init__(self, inner, cap: int):
-        self.inner, self.cap, self.seen = inner, cap, 0
+    def __init__(self, inner, cap: int, deadline: float, total_s: float):
+        self.inner, self.cap, self.seen, self.deadline, self.total_s = inner, cap, 0, deadline, total_s
 
     def __iter__(self):
         for chunk in self.inner:
             self.seen += len(chunk)
             if self.seen > self.cap:
                 raise ResponseTooLarge(f"response larger than {self.cap:,} bytes")
+            if time.monotonic() > self.deadline:  # a trickle never trips the per-read timeout
+                raise ResponseTooLarge(f"response still arriving after {self.total_s:g} s (too slow)")
             yield chunk
 
     def close(self):
@@ -76,19 +80,22 @@ class _CappedStream(_http.SyncByteStream):
 
 
 class _CappedTransport(_http.HTTPTransport):
-    """Refuses a response body over `cap` bytes while it is read (and up front when it says its length)."""
+    """Refuses a response body over `cap` bytes while it is read (and up front when it says its length),
+    and one still arriving `total_s` after the request went out."""
 
-    def __init__(self, cap: int, **kw):
+    def __init__(self, cap: int, total_s: float, **kw):
         super().__init__(**kw)
-        self.cap = cap
+        self.cap, self.total_s = cap, total_s
 
     def handle_request(self, request):
+        deadline = time.monotonic() + self.total_s
         resp = super().handle_request(request)
         n = resp.headers.get("content-length", "")
         if n.isdigit() and int(n) > self.cap:
             resp.close()
             raise ResponseTooLarge(f"response of {int(n):,} bytes is over the {self.cap:,}-byte cap")
-        return _http.Response(resp.status_code, headers=resp.headers, stream=_CappedStream(resp.stream, self.cap),
+        return _http.Response(resp.status_code, headers=resp.headers,
+                              stream=_CappedStream(resp.stream, self.cap, deadline, self.total_s),
                               extensions=resp.extensions, request=request)
 
 
@@ -136,7 +143,9 @@ class Endpoint:
         self.key = api_key()
         self.usage = Usage()
         self._n = 0
-        http = _http.Client(transport=_CappedTransport(max_bytes), timeout=self.timeout_s, follow_redirects=False)
+        # per-read timeouts come from the client; the transport adds a whole-response deadline (2 x timeout)
+        http = _http.Client(transport=_CappedTransport(max_bytes, 2 * self.timeout_s), timeout=self.timeout_s,
+                            follow_redirects=False)
         # retries are ours (counted and stored); the client's own are off
         self.client = openai.OpenAI(base_url=base_url, api_key=self.key or PLACEHOLDER_KEY, timeout=self.timeout_s,
                                     max_retries=0, http_client=http)
@@ -170,7 +179,7 @@ class Endpoint:
                 record["answer"] = text
                 self.usage.answered += 1
                 return text
-            raise LLMFailure("the endpoint refused every output mode (json_schema, json_object, text)")
+            raise LLMFailure(f"the endpoint refused every output mode ({', '.join(MODES)})")
         except LLMFailure as exc:
             self.usage.failures += 1
             record["failure"] = str(exc)
@@ -183,6 +192,8 @@ class Endpoint:
         if mode == "json_schema":
             kw["response_format"] = {"type": "json_schema",
                                      "json_schema": {"name": "proposals", "schema": answer_schema()}}
+        elif mode == "json_object+schema":
+            kw["response_format"] = {"type": "json_object", "schema": answer_schema()}
         elif mode == "json_object":
             kw["response_format"] = {"type": "json_object"}
         for attempt in range(self.attempts):
@@ -198,7 +209,9 @@ class Endpoint:
                 try_rec = {"mode": mode, "attempt": attempt + 1, "latency_s": round(dt, 3), "status": status,
                            "error": self._why(exc)}
                 record["tries"].append(try_rec)
-                if status in (400, 415, 422) and mode != "text":  # a server that does not know this response_format
+                # a server that does not know this response_format: 400/415/422, or (llama-cpp-python) a 500
+                # whose message names the field; either way the next mode, not a retry
+                if mode != "text" and (status in (400, 415, 422) or (status and "response_format" in str(exc))):
                     raise _Unsupported(try_rec["error"]) from None
                 if status in RETRY_STATUS or (status is None and self._is_conn(exc)):
                     if attempt + 1 < self.attempts:

@@ -6,7 +6,7 @@ stored under runs/<study>/planner/ with the key redacted), validates every propo
 exact dimension names, values the candidates take, Megatron's rules, screened, untried, not repeated)
 and sends the reasons back once for invalid ones. Valid proposals take alternate slots of the batch
 (every second slot; every fourth after four LLM trials in a row did not come within 5% of the best),
-and only when their optimistic score (the model-guided planner's, predicted x (1 + kappa x sigma)) could
+and only when their optimistic prediction (predicted x (1 + kappa x sigma), two sigma by default) could
 still beat the best result so far; the other slots are the model-guided planner's. An LLM slot left
 without a valid proposal goes to the skill's rules (heuristic.py). When the endpoint fails the whole
 round is model-guided, the reason is recorded, and after repeated failures the endpoint rests for a few
@@ -49,11 +49,11 @@ class LLMPlanner(Planner):
     name = "llm"
 
     def __init__(self, options: PlannerOptions | None = None, *, n_candidates: int = 12, max_bytes: int = 256_000,
-                 max_tokens: int = 800, attempts: int = 3, backoff_s: float = 0.5, kappa: float = 1.0):
+                 max_tokens: int = 800, attempts: int = 3, backoff_s: float = 0.5, kappa: float = 2.0):
         o = options or PlannerOptions()
         self.options, self.kappa, self.n_candidates = o, kappa, n_candidates
         self.out_dir = Path(o.out_dir) if o.out_dir else None
-        self.model_planner = ModelPlanner(o, kappa)
+        self.model_planner = ModelPlanner(o)
         self.heuristic = HeuristicPlanner(o)
         self.endpoint: Endpoint | None = None
         self.disabled: str | None = None
@@ -73,6 +73,7 @@ class LLMPlanner(Planner):
         self.llm_good: list[bool] = []  # per LLM-proposed trial: within 5% of the best so far
         self.best = 0.0
         self.rounds: list[dict] = []
+        self._space: tuple | None = None
 
     # --- the endpoint ------------------------------------------------------------------------------------
     def _ask(self, ctx: PlanContext, k: int) -> tuple[list[tuple[int, str]] | None, str]:
@@ -94,7 +95,9 @@ class LLMPlanner(Planner):
             self.rest = min(2 ** (self.fail_streak - 1) - 1, 7)  # 0, 1, 3, 7 rounds
             return None, str(exc)
         self.fail_streak = 0
-        space = _Space(ctx)
+        if self._space is None or self._space[0] is not ctx.table:  # the candidates' values, once per table
+            self._space = (ctx.table, _Space(ctx))
+        space = self._space[1]
         checked = check_answer(ctx, text, listed, space)
         valid, invalid, parse_error = list(checked.valid), list(checked.invalid), checked.parse_error
         if (invalid or parse_error) and len(valid) < k:  # the reasons go back once
@@ -125,11 +128,17 @@ class LLMPlanner(Planner):
         dropped = len(llm or []) - len(gated)
         period = 4 if len(self.llm_good) >= 4 and not any(self.llm_good[-4:]) else 2
         model = deque(self.model_planner.propose(ctx, k + len(gated)))
-        fill = deque(self.heuristic.propose(ctx, k + len(gated))) if llm is not None else deque()
+        fill: deque | None = None  # the skill's rules, only when an LLM slot has no valid proposal
         queue = deque(gated)
         out: list[Proposal] = []
         used: set[str] = set()
         key_ = api_key()
+
+        def rules() -> deque:
+            nonlocal fill
+            if fill is None:
+                fill = deque(self.heuristic.propose(ctx, k + len(gated)))
+            return fill
 
         def take(q: deque) -> Proposal | None:
             while q:
@@ -146,7 +155,7 @@ class LLMPlanner(Planner):
         for _ in range(k):
             llm_slot = llm is not None and self.slot % period == 0
             self.slot += 1
-            p = (take(queue) or take(fill) or take(model)) if llm_slot else (take(model) or take(queue))
+            p = (take(queue) or take(rules()) or take(model)) if llm_slot else (take(model) or take(queue))
             if p is None:
                 break
             if p.why.startswith("llm: "):
@@ -201,7 +210,7 @@ def llm_available(options: PlannerOptions) -> tuple[bool, str]:
         return False, f"{safe_url(url)} did not answer: {exc}"
     except Exception as exc:  # any client or transport error means: not usable now
         return False, f"{safe_url(url)} did not answer: {sanitize(exc, 160)}"
-    return True, f"LLM planner: {sanitize(model, 80)} at {safe_url(url)}"
+    return True, f"{sanitize(model, 80)} at {safe_url(url)}"
 
 
 def choose_planner(name: str, options: PlannerOptions) -> tuple[str, str | None]:
@@ -211,10 +220,8 @@ def choose_planner(name: str, options: PlannerOptions) -> tuple[str, str | None]
     if name not in ("auto", "llm"):
         return name, None
     ok, why = llm_available(options)
-    if name == "llm":
-        if not ok:
-            raise BadInput(f"--planner llm: {why}; or use --planner model")
-        return "llm", f"planner: {why}"
+    if name == "llm" and not ok:
+        raise BadInput(f"--planner llm: {why}; or use --planner model")
     if ok:
-        return "llm", f"planner: {why} (mixed with the model-guided planner)"
+        return "llm", f"planner: LLM ({why}), mixed with the model-guided planner"
     return "model", f"planner: model-guided ({why})"
