@@ -249,7 +249,7 @@ def test_persistent_500s_fall_back_to_the_model_guided_planner(world, tmp_path):
     with StandIn([Reply(status=503, body=b"{}")]) as s:
         p = planner(tmp_path, s.url, attempts=2)
         props = run(p, fresh(world), 2)
-    assert all("the best optimistic score" in q.why and "LLM fallback: HTTP 503" in q.why for q in props)
+    assert all("the most per GPU-hour" in q.why and "LLM fallback: HTTP 503" in q.why for q in props)
     stored(tmp_path)
 
 
