@@ -3,7 +3,7 @@
 How (derive_priors): take every measured BF16 Hopper row the cost model represents (the seed page's plus
 the published table's, cost.calibrate), refit the calibration without each model's rows and predict them
 (leave-one-model-out: how wrong the calibrated model is on a model it has never seen), and regress
-r = log(measured / predicted) on the residual model's own features (residual.feature_groups) as a
+r = log(measured / predicted) on the residual model's own features (features.feature_groups) as a
 Gaussian process with one variance per group:
 
     Cov(r_i, r_j) = tau_0^2 + sum_g tau_g^2 [i and j share g's value] + sigma^2 / w_i [i = j]
@@ -37,10 +37,10 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.2429, "feature": 0.0811, "interaction": 0.0835, "noise": 0.043,
-    "tp": 0.0764, "pp": 0.0768, "vpp": 0.0892, "ep": 0.0764, "recompute": 0.0967, "recompute_1": 0.0943,
-    "dispatcher": 0.0674, "max_tokens_per_gpu": 0.0778, "precision_aware_optimizer": 0.0778,
-    "moe_shared_expert_overlap": 0.0693, "ep_x_nodes": 0.0784, "pp_x_recompute": 0.0814, "tp_x_hidden": 0.0815,
+    "intercept": 0.6292, "feature": 0.1833, "interaction": 0.3835, "noise": 0.0806, "tp": 0.1674, "pp": 0.1817,
+    "vpp": 0.1821, "cp": 0.2433, "ep": 0.163, "recompute": 0.1679, "recompute_1": 0.1733, "dispatcher": 0.149,
+    "max_tokens_per_gpu": 0.1759, "precision_aware_optimizer": 0.1759, "moe_shared_expert_overlap": 0.1531,
+    "ep_x_nodes": 0.2746, "pp_x_recompute": 0.4407, "tp_x_hidden": 0.3665,
 }
 
 
@@ -74,7 +74,7 @@ def lomo_residuals(rows=None):
 def _design(rows) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Per group, the rows' 'same value' matrix; and each row's noise weight (repeats share one weight)."""
     from ..layout import LayoutTable
-    from .residual import feature_groups
+    from .features import feature_groups
 
     cols: dict[str, list] = {"model": [m.model for m in rows]}
     for m in rows:

@@ -16,30 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import LayoutTable
-from ..layout.dimensions import DIMENSIONS, feature_columns
+from ..layout.dimensions import feature_columns
+from .features import INTERACTIONS, feature_groups
 from .priors import PRIOR_WIDTHS, group_width
 
 __all__ = ["ResidualModel", "features", "feature_columns", "feature_groups", "INTERACTIONS"]
-
-INTERACTIONS = ("ep_x_nodes", "pp_x_recompute", "tp_x_hidden")
-
-
-def feature_groups(t: LayoutTable, hidden: int | None = None, gpus_per_node: int = 8) -> list[tuple[str, np.ndarray]]:
-    """(group name, integer column) per layout feature, then the interactions. A group's one-hot weights
-    share one prior width. `hidden` (the model's hidden size) and `gpus_per_node` place a layout among
-    models and clusters; within one search they are constants, so an interaction there widens the prior
-    of the feature it pairs (EP on a layout whose expert group crosses nodes is less certain)."""
-    out = []
-    for d in DIMENSIONS:
-        for j, col in enumerate(d.features(t)):
-            out.append((d.name if j == 0 else f"{d.name}_{j}", np.asarray(col, dtype=np.int64)))
-    span = np.ceil(t.ep * t.etp / gpus_per_node).astype(np.int64)  # nodes one expert group spans
-    rc = t.rc_gran * 100 + t.rc_layers
-    out.append(("ep_x_nodes", t.ep * 1000 + span))
-    out.append(("pp_x_recompute", t.pp * 100_000 + rc))
-    out.append(("tp_x_hidden", t.tp * 100_000 + (int(hidden or 0) // 1024)))
-    return out
-
 
 def features(t: LayoutTable, vocab: list[dict] | None = None, hidden: int | None = None,
              gpus_per_node: int = 8) -> tuple[np.ndarray, list[dict], list[str]]:
