@@ -2,8 +2,8 @@
 
 A `GatesStage` takes the session and its ranked trials and returns, per trial number, a `GateOutcome`:
 `verified` only when every gate passed, otherwise `failed` or `not run`, with the recipe's correctness
-section in the seed's format. `NoGates` is the stage when no gate is configured: nothing is verified and
-each recipe says why (the simulator's trials are predictions; real trials had no gates to run).
+section in the seed's format. `RecipeGates` is the stage the search runs; with the simulator its gates that
+need a run say "not run: predicted".
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .planners import TrialRecord
 if TYPE_CHECKING:
     from .session import SearchSession
 
-__all__ = ["GateOutcome", "GatesStage", "NoGates", "RecipeGates"]
+__all__ = ["GateOutcome", "GatesStage", "RecipeGates"]
 
 
 @dataclass
@@ -35,13 +35,6 @@ class GatesStage:
 
     def run(self, session: "SearchSession", ranked: list[TrialRecord]) -> dict[int, GateOutcome]:
         raise NotImplementedError
-
-
-class NoGates(GatesStage):
-    def run(self, session: "SearchSession", ranked: list[TrialRecord]) -> dict[int, GateOutcome]:
-        why = ("not run: predicted (the simulator ran no training step)" if session.driver.backend.name == "simulate"
-               else "not run: no correctness gates are configured for this search")
-        return {r.number: GateOutcome("not run", why) for r in ranked}
 
 
 class RecipeGates(GatesStage):

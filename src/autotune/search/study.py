@@ -312,6 +312,3 @@ class Study:
                 self._s.tell(ft.number, state=self._TS.FAIL)
                 rep.requeued.append(Layout.from_dict(a.layout))
         return rep, on_disk
-
-    def params_of(self, number: int) -> dict:
-        return dict(self._s.get_trials(deepcopy=False)[number].params)
