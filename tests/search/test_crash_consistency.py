@@ -109,3 +109,17 @@ def test_optuna_planner_spends_no_trial_twice(tmp_path):
     assert done.returncode == 0, done.stderr
     complete = _check_study(tmp_path / "k" / "study.db")
     assert len(complete) == 40
+
+
+def test_a_publication_keeps_the_set_it_replaced_one_round(tmp_path):
+    from autotune.fsutil import published_dir
+    from autotune.search.outputs import Publication
+
+    sets = []
+    for n in range(3):
+        pub = Publication(tmp_path)
+        pub.write_json("summary.json", {"n": n})
+        sets.append(pub.commit())
+    assert published_dir(tmp_path) == sets[-1]
+    assert json.loads((tmp_path / "summary.json").read_text()) == {"n": 2}
+    assert not sets[0].exists() and sets[1].is_dir()  # a reader of the replaced set can still finish

@@ -4,8 +4,9 @@ Each publication is written whole into a fresh folder `runs/<study>/.outputs-<n>
 renaming a symlink (`runs/<study>/published -> .outputs-<n>`) over the old one: one atomic step. The
 documented paths `runs/<study>/recipes` and `runs/<study>/summary.json` are fixed links through
 `published`, so a reader, an export or the dashboard sees the old set or the new set, never a mix, and a
-kill at any point leaves the previous set intact (a half-written `.outputs-<n>` is removed by the next
-publication). Only folders named `.outputs-<n>` inside the study are ever removed.
+kill at any point leaves the previous set intact. The set a publication replaces is kept one more round,
+so a reader that resolved it just before the swap can finish reading; older sets (and a half-written one
+a kill left) are removed. Only folders named `.outputs-<n>` inside the study are ever removed.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Publication:
         return p
 
     def commit(self) -> Path:
-        """Swap this set in; remove older sets. Returns the published folder."""
+        """Swap this set in; remove the sets before the one it replaces. Returns the published folder."""
         for d in (self.dir, self.dir / "recipes"):
             _fsync_dir(d)
         tmp = self.root / f".published-{self.n}"
@@ -62,9 +63,10 @@ class Publication:
                 link.unlink()
             os.symlink(target, link)
         _fsync_dir(self.root)
+        # the set just replaced stays one more round: a reader that resolved it a moment ago can finish
         for p in self.root.iterdir():
             m = _GEN.fullmatch(p.name)
-            if m and int(m.group(1)) != self.n and p.is_dir() and not p.is_symlink():
+            if m and int(m.group(1)) < self.n - 1 and p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
         return self.dir
 
