@@ -245,8 +245,10 @@ _SIGTERM_DRIVER = """
 import sys, time
 from autotune.trials.backends.ray import RayBackend
 b = RayBackend(num_cpus=1, runs_dir=sys.argv[1])
-print("ready", flush=True)
 try:
+    # "ready" inside the try: the test signals as soon as it reads the line, and a SIGTERM that landed
+    # between the print and the try would escape the except (a race in the test, seen once in CI)
+    print("ready", flush=True)
     time.sleep(120)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
