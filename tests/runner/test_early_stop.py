@@ -7,22 +7,29 @@ import pytest
 from pydantic import ValidationError
 
 from autotune.layout import Layout
-from autotune.runner.loop import clearly_losing, steady_window
+from autotune.runner.loop import clearly_losing, mean_half_width_percent, steady_window
 from autotune.trials.spec import EarlyStop
 
 from runner_helpers import cpu_spec, run_local
 
 
-def test_steady_needs_a_full_scored_window_under_the_threshold():
+def test_steady_once_the_mean_step_time_is_known_to_the_stated_accuracy():
     warm = [5.0, 2.0, 1.2]  # warm-up steps are never scored
     steady = [1.00, 1.01, 0.99, 1.00, 1.005]
-    assert steady_window(warm + steady[:4], 3, 5, 1.0) is None  # four scored steps: not a window yet
-    assert steady_window(warm + steady, 3, 5, 1.0) == (3, 7)
+    assert steady_window(warm + steady[:2], 3, 3, 1.0) is None  # two scored steps: fewer than the window
+    # three scored steps: CV 1.0%, t(0.975, 2) x 1.0 / sqrt(3) = 2.5% > 1%; four: 3.18 x 0.82 / 2 = 1.30%;
+    # five: 2.78 x 0.74 / sqrt(5) = 0.92% <= 1%
+    assert steady_window(warm + steady[:3], 3, 3, 1.0) is None
+    assert steady_window(warm + steady[:4], 3, 3, 1.0) is None
+    assert steady_window(warm + steady, 3, 3, 1.0) == (3, 7)
+    assert mean_half_width_percent(steady) == pytest.approx(0.9198, rel=1e-3)
+    assert steady_window(warm + steady[:3], 3, 3, 3.0) == (3, 5)  # a looser accuracy stops sooner
     noisy = [1.0, 1.1, 0.9, 1.05, 0.95]
-    assert steady_window(warm + noisy, 3, 5, 1.0) is None
-    assert steady_window(warm + noisy, 3, 5, 10.0) == (3, 7)
-    # a warm-up step inside the window would be: none before the window starts past warm-up
-    assert steady_window([1.0] * 5, 3, 5, 1.0) is None
+    assert steady_window(warm + noisy, 3, 3, 1.0) is None
+    assert steady_window(warm + noisy, 3, 3, 10.0) == (3, 7)
+    # the warm-up steps never enter the interval: five steady steps, of which three are warm-up
+    assert steady_window([9.0, 9.0, 9.0, 1.0, 1.0], 3, 3, 1.0) is None
+    assert mean_half_width_percent([1.0]) == float("inf")
 
 
 def test_losing_only_when_even_the_optimistic_bound_is_below_the_incumbent():
@@ -36,11 +43,12 @@ def test_losing_only_when_even_the_optimistic_bound_is_below_the_incumbent():
 
 
 def test_early_stop_validates():
-    assert EarlyStop().window == 5
+    assert EarlyStop().window == 3 and EarlyStop().accuracy_percent == 1.0
     with pytest.raises(ValidationError):
         EarlyStop(window=1)
-    with pytest.raises(ValidationError):
-        EarlyStop(cv_threshold_percent=0)
+    for bad in (0, -1, 101):
+        with pytest.raises(ValidationError):
+            EarlyStop(accuracy_percent=bad)
 
 
 @pytest.mark.slow
@@ -48,7 +56,7 @@ def test_a_real_cpu_trial_stops_once_steady(tmp_path):
     # a generous threshold so that the shared CI machine's jitter cannot keep the trial running
     spec = cpu_spec(Layout(world=1, micro_batch_size=1), number=31, steps=12, warmup_steps=2,
                     workload=dict(steps=12, window=(2, 11)),
-                    early_stop=EarlyStop(cv_threshold_percent=200.0, window=3))
+                    early_stop=EarlyStop(accuracy_percent=100.0, window=3))
     res = run_local(spec, tmp_path / "t")
     assert res.status == "ok", res.reason
     assert len(res.steps) == 5 and res.window == (2, 4)

@@ -5,11 +5,12 @@ with VPP, or no pipelining), the optimizer step and the LR schedule. Then, outsi
 few small collectives put the global lm loss, the slowest rank's step time and every rank's peak memory
 on all ranks, so that every rank sees a NaN at the same step and rank 0 can write the StepRecord.
 
-With spec.early_stop set, a trial ends before its step cap (spec.steps) when (steady_window) the
-step time's coefficient of variation over the last `window` scored steps is at most cv_threshold_percent
-(default 1%: the window mean's standard error is then cv / sqrt(5) < 0.5%, half the 1% accuracy a trial
-must keep against a full window), or when (clearly_losing) its scored steps so far put it below the
-incumbent with probability `confidence`. Both read the slowest rank's step time, which every rank holds
+With spec.early_stop set, a trial ends before its step cap (spec.steps) when (steady_window) the mean
+step time over every scored step so far is known to +-accuracy_percent (default 1%) with 95% confidence:
+the Student-t interval t(0.975, n-1) x CV / sqrt(n) after at least `window` (3) scored steps. A steady
+GPU step (the seed's CV of 0.57%) stops after 4 scored steps; a noisy one runs to the cap, as it must.
+Or it ends when (clearly_losing) its scored steps so far put it below the incumbent with probability
+`confidence`. Both read the slowest rank's step time, which every rank holds
 after the all-reduce, so every rank stops at the same step.
 """
 
@@ -29,7 +30,7 @@ from ..trials.spec import StepRecord, TrialResult
 from .build import Built
 from ..trials.plan import TrialPlan
 
-__all__ = ["train", "summarize", "peak_memory_bytes", "steady_window", "clearly_losing", "early_stop_reason"]
+__all__ = ["train", "summarize", "peak_memory_bytes", "steady_window", "mean_half_width_percent", "clearly_losing", "early_stop_reason"]
 
 _Z = {0.9: 1.2816, 0.95: 1.6449, 0.975: 1.96, 0.99: 2.3263, 0.995: 2.5758, 0.999: 3.0902}
 
@@ -39,17 +40,29 @@ def _z(confidence: float) -> float:
     return _Z[max((c for c in _Z if c <= confidence), default=0.9)]
 
 
-def steady_window(times: list[float], warmup: int, window: int, cv_threshold_percent: float) -> tuple[int, int] | None:
-    """(first, last) step of the last `window` steps when they are all scored (after `warmup`) and their
-    step-time CV is at most the threshold; else None. `times[i]` is step i's time."""
-    last = len(times) - 1
-    first = last - window + 1
-    if first < warmup or window < 2:
+# Student t quantiles t(0.975, df) for df = 1..30; above 30 the normal's 1.96 is within 2%
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def mean_half_width_percent(times: list[float]) -> float:
+    """Half the 95% confidence interval of the mean of `times`, in percent of that mean (inf below 2)."""
+    n = len(times)
+    mean = statistics.fmean(times) if n else 0.0
+    if n < 2 or mean <= 0:
+        return float("inf")
+    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+    return t * statistics.stdev(times) / math.sqrt(n) / mean * 100
+
+
+def steady_window(times: list[float], warmup: int, window: int, accuracy_percent: float) -> tuple[int, int] | None:
+    """(warmup, last) when at least `window` steps are scored (after `warmup`) and their mean step time is
+    known to +-accuracy_percent (95%); else None. `times[i]` is step i's time."""
+    scored = times[warmup:]
+    if len(scored) < max(window, 2):
         return None
-    w = times[first:]
-    mean = statistics.fmean(w)
-    cv = statistics.stdev(w) / mean * 100 if mean > 0 else float("inf")
-    return (first, last) if cv <= cv_threshold_percent else None
+    return (warmup, len(times) - 1) if mean_half_width_percent(scored) <= accuracy_percent else None
 
 
 def clearly_losing(times: list[float], warmup: int, tokens_per_step: int, count: int, incumbent: float,
@@ -72,9 +85,10 @@ def early_stop_reason(plan: TrialPlan, times: list[float]) -> tuple[str, tuple[i
     if rule is None or len(times) >= plan.spec.steps:
         return None
     warm = plan.spec.warmup_steps
-    win = steady_window(times, warm, rule.window, rule.cv_threshold_percent)
+    win = steady_window(times, warm, rule.window, rule.accuracy_percent)
     if win is not None:
-        return (f"steady: step-time CV <= {rule.cv_threshold_percent:g}% over steps {win[0]}..{win[1]}, "
+        return (f"steady: mean step time known to +-{mean_half_width_percent(times[warm:]):.2f}% (95%; rule "
+                f"{rule.accuracy_percent:g}%) over steps {win[0]}..{win[1]}, "
                 f"stopped at {len(times)} of {plan.spec.steps} steps"), win
     if rule.incumbent_tokens_per_s_per_gpu:
         best = clearly_losing(times, warm, plan.tokens_per_step, plan.spec.count, rule.incumbent_tokens_per_s_per_gpu,

@@ -49,12 +49,13 @@ class DataSpec(_Strict):
 
 class EarlyStop(_Strict):
     """When a trial may end before `steps` (runner/loop.py: steady_window, clearly_losing). `steps` stays the
-    cap. Steady: the step time's CV over the last `window` scored steps is at most cv_threshold_percent.
-    Losing: after min_steps scored steps, the trial beats incumbent_tokens_per_s_per_gpu with probability
-    below 1 - confidence."""
+    cap. Steady: after at least `window` scored steps, the 95% confidence interval of the mean step time over
+    every scored step so far is within +-accuracy_percent of that mean (Student t: t x CV / sqrt(n)), so the
+    trial's tokens/s is known to that accuracy. Losing: after min_steps scored steps, the trial beats
+    incumbent_tokens_per_s_per_gpu with probability below 1 - confidence."""
 
-    cv_threshold_percent: float = Field(default=1.0, gt=0)
-    window: int = Field(default=5, ge=2)
+    accuracy_percent: float = Field(default=1.0, gt=0, le=100)
+    window: int = Field(default=3, ge=2, le=10_000)  # scored steps before the steady rule may fire
     min_steps: int = Field(default=3, ge=2)  # scored steps before the losing rule may fire
     incumbent_tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
     confidence: float = Field(default=0.99, gt=0.5, lt=1)
