@@ -66,6 +66,11 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
         hidden_dropout=0.0, attention_dropout=0.0,  # deterministic, layout-comparable loss curves
         tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
         virtual_pipeline_model_parallel_size=lay.vpp if lay.vpp > 1 else None,
+        # as megatron's training arguments set them: the interleaved schedule overlaps its p2p (one
+        # isend/irecv per direction, the two directions on different groups when PP is 2); batched p2p
+        # with PP 2 posts both directions to one peer on one group, where gloo pairs a forward activation
+        # with a backward gradient of the same shape (a silently different loss curve, measured)
+        overlap_p2p_comm=lay.vpp > 1, batch_p2p_comm=lay.vpp == 1,
         context_parallel_size=lay.cp, expert_model_parallel_size=lay.ep, expert_tensor_parallel_size=lay.etp,
         sequence_parallel=lay.sp, params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16,
         # On CPU, initialise full matrices and slice them: TP1 and TP2 start from the same weights.
@@ -179,12 +184,10 @@ def build(plan: TrialPlan, cuda: bool, dtype: torch.dtype) -> Built:
         if cuda:
             model.cuda(torch.cuda.current_device())
         chunks.append(model)
-    if not cuda and lay.vpp == 1:
+    if not cuda:
         # every layout of a CPU trial starts from the same weights, so the convergence gate compares math,
         # not initialisations (megatron draws parameters in build order, which EP and PP change). On GPUs
-        # the full tensors this draws per rank would not fit; real runs load a checkpoint instead. Not with
-        # VPP: its 6-step curve still differs from TP1's after the re-init (measured 6.1776 against 6.1237),
-        # so a VPP candidate keeps megatron's init and its convergence gate says it differs.
+        # the full tensors this draws per rank would not fit; real runs load a checkpoint instead.
         from .component import layout_invariant_init
 
         layout_invariant_init(chunks, plan.spec.seed)
