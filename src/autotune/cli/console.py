@@ -7,6 +7,7 @@ Error and warning text is the user's own input as often as not (a model name, a 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from rich.console import Console
@@ -16,7 +17,10 @@ __all__ = ["console", "err_console", "print_json", "print_error", "one_line", "M
 
 MAX_LINE = 800  # characters of one error line; the middle of a longer one is cut (the way out is at the end)
 
-console = Console(highlight=False, soft_wrap=False)
+# Off a terminal (a log, a pipe, CI) rich would fold tables to 80 columns, cutting every layout label to
+# "TP2…"; a log is read by scrolling sideways, so tables get 160 unless COLUMNS says otherwise.
+_WIDE = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+console = Console(highlight=False, soft_wrap=False, width=_WIDE)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # errors stay on one line
 
 

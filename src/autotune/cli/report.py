@@ -8,6 +8,7 @@ from rich.table import Table
 from .console import console
 
 GiB = 1024**3
+TOP = 20  # trials in the table; the dashboard and --json have them all
 
 
 def render_outcome(out: dict) -> None:
@@ -15,13 +16,16 @@ def render_outcome(out: dict) -> None:
     for col in ("rank", "trial", "layout", "recompute", "disp.", "predicted", "measured", "MFU", "$/1M", "peak GiB", "state"):
         t.add_column(col, justify="right" if col in ("rank", "trial", "predicted", "measured", "MFU", "$/1M", "peak GiB") else "left")
     order = sorted(out["trials"], key=lambda r: -(r["value"] or 0))
-    for k, r in enumerate(order, 1):
+    for k, r in enumerate(order[:TOP], 1):
         fmt = lambda v: f"{v:,.1f}" if v else "-"  # noqa: E731
         t.add_row(str(k) if r["value"] else "-", str(r["number"]), r["layout"], r["recompute"], r["dispatcher"],
                   fmt(r["predicted"]), fmt(r["measured"]), f"{r.get('mfu', 0):.1%}" if r["value"] else "-",
                   f"{r['usd_per_million_tokens']:.2f}" if r["value"] and r.get("usd_per_million_tokens") else "-",
                   f"{r.get('peak_memory_bytes', 0) / GiB:.1f}", r["state"])
     console.print(t)
+    if len(order) > TOP:
+        console.print(f"... {len(order) - TOP} more trial(s): autotune dashboard {out['study_dir']} (or --json)",
+                      markup=False)
     for note in out["notes"]:
         console.print(f"note: {note}", markup=False)
     console.print(f"stopped: {out['stop_reason']}")
