@@ -30,6 +30,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
+from ._mtp import mtp_stage_activations, mtp_stage_params
 from .layers import (PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
                      vocab_per_row)
 
@@ -193,6 +194,8 @@ def estimate_memory(
 
     # --- parameters --------------------------------------------------------------------------------
     p_dense, p_exp = stage_params(model, t, S)
+    m_dense, m_exp = mtp_stage_params(model, workload, t, S)  # a trained MTP block, on the last stage
+    p_dense, p_exp = p_dense + m_dense, p_exp + m_exp
     params = p_dense + p_exp
     owned = owned_params(t, p_dense, p_exp)
     keep = (1.0 - t.offload)[:, None]
@@ -251,7 +254,7 @@ def estimate_memory(
     groups = np.ceil(chunk_layers / N) * t.vpp[:, None]
     n_rc = np.minimum(N, chunk_layers) * t.vpp[:, None]  # block: layers recomputed per stage
     stored_full = np.where(block, n_rc * seq_in + (L_stage - n_rc) * avg_layer, groups * seq_in)
-    stored = np.where(full, stored_full, kept_layer)
+    stored = np.where(full, stored_full, kept_layer) + mtp_stage_activations(model, workload, t, S, div)
     M = t.num_microbatches(workload.global_batch, workload.seq_len)
     inflight = _inflight(t, M, S)
     terms["activations"] = stored * tokens * inflight * (1 + coef.fragmentation)
