@@ -65,7 +65,7 @@ def _positive(cfg: dict, key: str, where: str, default: int | None = None) -> in
 
 def _nemotron_h(cfg: dict, where: str) -> tuple[dict, dict]:
     n = cfg.get("num_hidden_layers")
-    if "hybrid_override_pattern" in cfg:
+    if cfg.get("hybrid_override_pattern") is not None:
         pattern = _pattern(cfg, "hybrid_override_pattern", where, n if isinstance(n, int) else None)
     else:
         pattern = _block_types(cfg, where)
