@@ -3,7 +3,8 @@
 What lives here: the spec dataclasses and the translation from HF config keys (Qwen3.5/Qwen3-Next hybrid
 stacks, Qwen3 MoE, DeepSeek MLA, Mixtral, Llama, gpt-oss sliding windows) into one vocabulary. Families
 whose keys differ (Nemotron-H's hybrid_override_pattern, GPT-2-style n_embd, Nemotron-4) are normalised
-first in `_families.py`. Parameter counting is in `params.py`; the catalog and name lookup in `registry.py`.
+first in `_families.py`; the sub-specs (GDN, Mamba2, MLA, MoE) live in `_specs.py`. Parameter counting is in
+`params.py`; the catalog and name lookup in `registry.py`.
 
 A layer is a token mixer (`layer_types`: full / sliding / linear (GDN) attention, a Mamba2 mixer, or none)
 plus an FFN (dense or MoE) unless the layer is in `ffn_free`. Uniform stacks have both in every layer;
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ._families import FULL, LINEAR, MAMBA, NONE, SLIDING, normalise
+from ._specs import LinearAttentionSpec, MambaSpec, MlaSpec, MoeSpec
 from .hf_schema import check_hf_config
 
 __all__ = ["ModelSpec", "LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec", "from_hf_config"]
@@ -24,79 +26,6 @@ __all__ = ["ModelSpec", "LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec"
 QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 GATED_ATTENTION_TYPES = {"qwen3_next"}  # gated by construction, no config key
 SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
-
-
-@dataclass(frozen=True)
-class LinearAttentionSpec:
-    """Gated DeltaNet linear attention (Qwen3-Next / Qwen3.5)."""
-
-    num_key_heads: int
-    num_value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-
-    @property
-    def key_dim(self) -> int:
-        return self.num_key_heads * self.key_head_dim
-
-    @property
-    def value_dim(self) -> int:
-        return self.num_value_heads * self.value_head_dim
-
-
-@dataclass(frozen=True)
-class MambaSpec:
-    """Mamba2 mixer (Megatron's MambaMixer; HF NemotronH): SSD with grouped B/C, a gated RMSNorm."""
-
-    num_heads: int
-    head_dim: int
-    state_dim: int
-    num_groups: int
-    conv_kernel: int
-    chunk_size: int = 128  # the chunked SSD scan's block length (Megatron and HF default 128)
-
-    @property
-    def d_inner(self) -> int:
-        return self.num_heads * self.head_dim
-
-    @property
-    def conv_dim(self) -> int:  # x, B, C go through the depthwise conv
-        return self.d_inner + 2 * self.num_groups * self.state_dim
-
-    @property
-    def in_proj_dim(self) -> int:  # z, x, B, C, dt
-        return 2 * self.d_inner + 2 * self.num_groups * self.state_dim + self.num_heads
-
-
-@dataclass(frozen=True)
-class MlaSpec:
-    """Multi-head latent attention (DeepSeek-V2/V3)."""
-
-    q_lora_rank: int | None
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-
-
-@dataclass(frozen=True)
-class MoeSpec:
-    """Routed experts, optional shared experts, and which layers stay dense."""
-
-    num_experts: int
-    top_k: int
-    ffn_hidden_size: int
-    shared_ffn_hidden_size: int = 0
-    shared_expert_gate: bool = False
-    expert_bias: bool = False
-    router_bias: bool = False
-    dense_layers: tuple[int, ...] = ()
-    latent_size: int = 0  # LatentMoE: experts (and the dispatch) run at this width between two projections
-
-    def width(self, hidden: int) -> int:
-        """The width tokens have inside the routed experts and on the EP all-to-all."""
-        return self.latent_size or hidden
 
 
 @dataclass(frozen=True)
