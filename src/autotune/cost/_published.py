@@ -3,8 +3,8 @@
 One function, `map_row`, turns a CSV row into the keyword arguments of a Layout and a Measurement, or
 returns the one-line reason the cost model cannot represent it. The rules, and why:
   - model names: the sources spell the same model many ways ('LLAMA3_70B', 'Llama3 70B', 'Llama 3.1 70B');
-    anything not in the catalog is skipped, as are variants we do not model (token dropping, MTP
-    training, LoRA).
+    anything not in the catalog is skipped, as are variants we do not model (token dropping, LoRA). MTP
+    training is a Workload setting (`training_of`): rows that say so, and the sources whose recipe trains it.
   - GPU: the kind before any parenthesis ('H100 (Grand Teton, ...)' -> H100); '(4 per node)' sets the
     node size; NVL72 kinds (GB200, GB300) are 4-GPU trays on one 72-GPU NVLink domain (the catalog's).
   - precision (`precision_of`): BF16; FP8 by its scaling recipe as the row names it. Ambiguous names are
@@ -12,8 +12,8 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
     plain "FP8" is its default current-scaling recipe (the 25.09 page says so, later pages call it FP8-CS);
     NeMo 24.07's and Megatron-LM examples/llama's plain "FP8" is delayed scaling (TE's default then, the
     scripts' --fp8-amax-history-len); torchtitan's Float8 tensorwise is per-tensor current scaling.
-    "FP8 32x32 granularity (MX-style)" and FP8-MX are MXFP8. NVFP4, FP8 rowwise (no TE recipe) and rows
-    that name only "alternate granularity" are skipped with the reason.
+    "FP8 32x32 granularity (MX-style)" and FP8-MX are MXFP8; NVFP4 is Megatron-Bridge's bf16_with_nvfp4_mixed.
+    FP8 rowwise (no TE recipe) and rows that name only "alternate granularity" are skipped with the reason.
   - layout: empty VP/CP/ETP mean 1 (Megatron's defaults); an empty EP on an MoE model, or an empty
     TP/PP/global batch/throughput, is a missing field. FSDP (alone or with TP/PP/EP) is Megatron FSDP (optim_grads_params) over DP: torchtitan's
     FSDP2 and NeMo AutoModel shard the same three things, with TP/PP/EP beside them.
