@@ -21,7 +21,8 @@ from ._families import FULL, LINEAR, MAMBA, NONE, SLIDING, normalise
 from ._specs import LinearAttentionSpec, MambaSpec, MlaSpec, MoeSpec
 from .hf_schema import check_hf_config
 
-__all__ = ["ModelSpec", "LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec", "from_hf_config"]
+__all__ = ["ModelSpec", "LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec", "from_hf_config", "FULL", "SLIDING",
+           "LINEAR", "MAMBA", "NONE"]
 
 QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 GATED_ATTENTION_TYPES = {"qwen3_next"}  # gated by construction, no config key
