@@ -57,6 +57,10 @@ def _fixtures(tmp: Path) -> None:
                          "mlp5": {"mlp_only_layers": 5}, "huge": {"hidden_size": 1e30},
                          "nan": {"partial_rotary_factor": float("nan")}, "bool": {"vocab_size": True}}.items():
         _config(tmp, f"cfg_{name}.json", **change)
+    hybrid = {"model_type": "nemotron_h", "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16,
+              "n_groups": 2, "conv_kernel": 4, "num_hidden_layers": 4}
+    _config(tmp, "cfg_pattern.json", **hybrid, hybrid_override_pattern="M*MX")
+    _config(tmp, "cfg_pattern_len.json", **hybrid, hybrid_override_pattern="M*")
     (tmp / "cfg_deep.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
     levels = "a: &a [1,1,1,1,1,1,1,1,1]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
@@ -97,6 +101,10 @@ CASES = {
     "config NaN": [*EST, "--model", "cfg_nan.json"],
     "config bool as int": [*EST, "--model", "cfg_bool.json"],
     "config deep nesting": [*EST, "--model", "cfg_deep.json"],
+    "config hybrid pattern symbol": [*EST, "--model", "cfg_pattern.json"],
+    "config hybrid pattern length": [*EST, "--model", "cfg_pattern_len.json"],
+    "nvfp4 on hopper": ["estimate", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "8", "--layout", "TP1",
+                        "--precision", "nvfp4"],
     "config binary": [*EST, "--model", "binary.json"],
     "config is a directory": [*EST, "--model", "adir"],
     "gpus per node 0": [*TINY_EST, "--gpus-per-node", "0"],

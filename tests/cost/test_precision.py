@@ -90,7 +90,7 @@ def test_published_precision_names_are_read_or_skipped_with_a_reason():
     assert precision_of("FP8", "Megatron-Bridge perf archive:26.06")[0] == "fp8-tensorwise"
     assert precision_of("FP8", "NeMo 24.07 performance summary")[0] == "fp8-delayed"
     assert precision_of("FP8 blockwise", "")[0] == "fp8-blockwise"
-    assert precision_of("NVFP4", "") == (None, "NVFP4 is not modelled")
+    assert precision_of("NVFP4", "")[0] == "nvfp4" and "bf16_with_nvfp4_mixed" in precision_of("NVFP4", "")[1]
     assert precision_of("FP8 rowwise", "")[0] is None
 
 

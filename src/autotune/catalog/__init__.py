@@ -4,10 +4,10 @@ Pure Python and numpy: no torch, no ray.
 """
 
 from .hardware import GPUS, ClusterSpec, GpuSpec, get_gpu
-from .model import LinearAttentionSpec, MlaSpec, ModelSpec, MoeSpec, from_hf_config
+from .model import LinearAttentionSpec, MambaSpec, MlaSpec, ModelSpec, MoeSpec, from_hf_config
 from .params import ParamCounts, ParamItem, layer_items, padded_vocab, param_counts
 from .registry import load_model, model_names
-from .workload import FP8_RECIPES, PRECISIONS, Workload
+from .workload import FP4_RECIPES, FP8_RECIPES, PRECISIONS, QUANT, Workload
 
 __all__ = [
     "GPUS",
@@ -15,6 +15,7 @@ __all__ = [
     "GpuSpec",
     "get_gpu",
     "LinearAttentionSpec",
+    "MambaSpec",
     "MlaSpec",
     "ModelSpec",
     "MoeSpec",
@@ -28,5 +29,7 @@ __all__ = [
     "model_names",
     "Workload",
     "FP8_RECIPES",
+    "FP4_RECIPES",
+    "QUANT",
     "PRECISIONS",
 ]

@@ -8,7 +8,7 @@ the updated parameters back. They are the instances' nominal figures (channels x
 generation x16); the time model applies achieved-fraction coefficients.
 The `cpu` kind describes this machine, for local proxy trials and CI.
 FP8 peaks are dense (no sparsity) and serve every FP8 recipe; `mxfp8` marks tensor cores with block-scaled
-FP8 (Blackwell). `nvlink_domain` is how many GPUs share one NVLink fabric: the node on HGX boards, the
+FP8 (Blackwell); `fp4_tflops` is the dense NVFP4 peak (Blackwell only; 0 on Hopper). `nvlink_domain` is how many GPUs share one NVLink fabric: the node on HGX boards, the
 whole rack on NVL72 (GB200/GB300: 72 GPUs, 4 per compute tray, each tray one network node).
 Sources of each number are in the comments; the NVIDIA datasheets print sparse peaks, halved here.
 A user's own GPU comes from a YAML or JSON file (`load_gpu_file`, `--gpu path.yaml`).
@@ -46,6 +46,7 @@ class GpuSpec:
     host_mem_gib: float = 2048.0  # host memory per node, GiB
     fp8_tflops: float = 0.0  # dense FP8 peak (0: no FP8 tensor cores)
     mxfp8: bool = False  # block-scaled FP8 (MXFP8) tensor cores
+    fp4_tflops: float = 0.0  # dense NVFP4 peak (0: no FP4 tensor cores)
     nvlink_domain: int = 0  # GPUs on one NVLink fabric (0: the node)
 
     def __post_init__(self):
@@ -69,27 +70,32 @@ GPUS: dict[str, GpuSpec] = {
         # No public price: H100's p5 rate is assumed.
         GpuSpec("H800", int(79.6 * GiB), 80, 989.4, 3350, 200, 6.9, 8, 400.0, "DGX/HGX H800 (DeepSeek-V3 cluster)",
                 host_mem_gbps=409.6, host_link_gbps=64.0, host_mem_gib=2048.0, fp8_tflops=1978.9),
-        # HGX B200 datasheet (nvidia.com/en-us/data-center/hgx): 8 GPUs 36 PF BF16 / 72 PF FP8 with sparsity,
-        # 1.44 TB HBM3e at 8 TB/s per GPU, NVLink 5 1.8 TB/s bidirectional. p6-b200: 2 x Xeon 8570, PCIe Gen5
+        # HGX B200 datasheet (nvidia.com/en-us/data-center/hgx): 8 GPUs 36 PF BF16 / 72 PF FP8 / 144 PF FP4 with
+        # sparsity (FP4 72 PF dense), 1.44 TB HBM3e at 8 TB/s per GPU, NVLink 5 1.8 TB/s bidirectional.
+        # p6-b200: 2 x Xeon 8570, PCIe Gen5
         GpuSpec("B200", int(178.4 * GiB), 180, 2250.0, 8000, 900, 14.2, 8, 400.0, "AWS p6-b200.48xlarge",
-                host_mem_gbps=716.8, host_link_gbps=64.0, host_mem_gib=2048.0, fp8_tflops=4500.0, mxfp8=True),
+                host_mem_gbps=716.8, host_link_gbps=64.0, host_mem_gib=2048.0, fp8_tflops=4500.0, mxfp8=True,
+                fp4_tflops=9000.0),
         # HGX B300 datasheet (nvidia.com/en-us/data-center/hgx): same BF16/FP8 peaks as B200 (72 PF FP8 sparse per
-        # 8 GPUs), 2.3 TB HBM3e (288 GB per GPU) at 8 TB/s, NVLink 5; 800 Gb/s ConnectX-8 per GPU. No public
-        # on-demand price: B200's p6-b200 rate is assumed. Allocatable: ~277 GiB (288 GB less ECC/reserved, assumed).
+        # 8 GPUs), FP4 144 PF with sparsity / 105 PF dense per 8 GPUs, 2.3 TB HBM3e (288 GB per GPU) at 8 TB/s,
+        # NVLink 5; 800 Gb/s ConnectX-8 per GPU. No public on-demand price: B200's p6-b200 rate is assumed.
+        # Allocatable: ~277 GiB (288 GB less ECC/reserved, assumed).
         GpuSpec("B300", int(277.0 * GiB), 288, 2250.0, 8000, 900, 14.2, 8, 800.0, "HGX B300",
-                host_mem_gbps=716.8, host_link_gbps=64.0, host_mem_gib=4096.0, fp8_tflops=4500.0, mxfp8=True),
-        # GB200 NVL72 datasheet (nvidia.com/en-us/data-center/gb200-nvl72): 72 GPUs 360 PF BF16 / 720 PF FP8 with
-        # sparsity, 13.4 TB HBM3e (186 GB per GPU) at 8 TB/s, NVLink 5 1.8 TB/s per GPU across all 72; 4 GPUs per
+                host_mem_gbps=716.8, host_link_gbps=64.0, host_mem_gib=4096.0, fp8_tflops=4500.0, mxfp8=True,
+                fp4_tflops=13125.0),
+        # GB200 NVL72 datasheet (nvidia.com/en-us/data-center/gb200-nvl72): 72 GPUs 360 PF BF16 / 720 PF FP8 /
+        # 1,440 PF FP4 with sparsity, 13.4 TB HBM3e (186 GB per GPU) at 8 TB/s, NVLink 5 1.8 TB/s per GPU across all 72; 4 GPUs per
         # compute tray with 4 x 400 Gb/s ConnectX-7 (200 GB/s per tray). Grace host: 480 GB LPDDR5X per 2 GPUs at
         # 512 GB/s, NVLink-C2C 900 GB/s (450 per direction, shared by 2 GPUs). Price: B200's rate assumed.
         GpuSpec("GB200", int(184.0 * GiB), 186, 2500.0, 8000, 900, 14.2, 4, 200.0, "GB200 NVL72 (4 GPUs per tray)",
                 host_mem_gbps=1024.0, host_link_gbps=225.0, host_mem_gib=894.0, fp8_tflops=5000.0, mxfp8=True,
-                nvlink_domain=72),
+                nvlink_domain=72, fp4_tflops=10000.0),
         # GB300 NVL72 datasheet (nvidia.com/en-us/data-center/gb300-nvl72): 360 PF BF16 / 720 PF FP8 sparse per 72
-        # GPUs (as GB200), 288 GB HBM3e per GPU at 8 TB/s, 800 Gb/s ConnectX-8 per GPU (400 GB/s per tray).
+        # GPUs (as GB200), FP4 1,440 PF with sparsity / 1,080 PF dense (Blackwell Ultra's 1.5x dense FP4), 288 GB
+        # HBM3e per GPU at 8 TB/s, 800 Gb/s ConnectX-8 per GPU (400 GB/s per tray).
         GpuSpec("GB300", int(277.0 * GiB), 288, 2500.0, 8000, 900, 14.2, 4, 400.0, "GB300 NVL72 (4 GPUs per tray)",
                 host_mem_gbps=1024.0, host_link_gbps=225.0, host_mem_gib=894.0, fp8_tflops=5000.0, mxfp8=True,
-                nvlink_domain=72),
+                nvlink_domain=72, fp4_tflops=15000.0),
         GpuSpec("cpu", int(24 * GiB), 24, 0.2, 20, 5, 0.0, 8, 1.0, "this machine (CPU, gloo)", False,
                 host_mem_gbps=40.0, host_link_gbps=40.0, host_mem_gib=24.0),
     )

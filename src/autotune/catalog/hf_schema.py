@@ -75,6 +75,26 @@ class HFConfig(BaseModel):
     attention_bias: _Flag | None = None
     mtp_num_hidden_layers: _Count | None = None
     num_nextn_predict_layers: _Count | None = None
+    # Nemotron-H (see _families.py): the hybrid pattern, Mamba2 sizes, LatentMoE, the MTP block's pattern
+    hybrid_override_pattern: Annotated[str, Field(strict=True, max_length=100_000)] | None = None
+    mtp_hybrid_override_pattern: Annotated[str, Field(strict=True, max_length=1000)] | None = None
+    layers_block_type: list[Annotated[str, Field(strict=True, max_length=100)]] | None = None
+    mamba_num_heads: _Dim | None = None
+    mamba_head_dim: _Dim | None = None
+    ssm_state_size: _Dim | None = None
+    n_groups: _Dim | None = None
+    conv_kernel: _Dim | None = None
+    chunk_size: _Dim | None = None
+    moe_latent_size: _Dim | None = None
+    moe_shared_expert_intermediate_size: Annotated[int, Field(strict=True, ge=0, le=2**20)] | None = None
+    attention_head_dim: _Dim | None = None
+    # GPT-2-style keys (GPT-3 stacks)
+    n_embd: _Dim | None = None
+    n_layer: Annotated[int, Field(strict=True, gt=0, le=100_000)] | None = None
+    n_head: _Dim | None = None
+    n_inner: _Dim | None = None
+    n_positions: _Dim | None = None
+    mlp_bias: _Flag | None = None
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -1,8 +1,14 @@
 """ModelSpec: the architecture of one model, read from a Hugging Face config.json.
 
 What lives here: the spec dataclasses and the translation from HF config keys (Qwen3.5/Qwen3-Next hybrid
-stacks, Qwen3 MoE, DeepSeek MLA, Mixtral, Llama, gpt-oss sliding windows) into one vocabulary.
-Parameter counting is in `params.py`; the shipped catalog and name lookup in `registry.py`.
+stacks, Qwen3 MoE, DeepSeek MLA, Mixtral, Llama, gpt-oss sliding windows) into one vocabulary. Families
+whose keys differ (Nemotron-H's hybrid_override_pattern, GPT-2-style n_embd, Nemotron-4) are normalised
+first in `_families.py`; the sub-specs (GDN, Mamba2, MLA, MoE) live in `_specs.py`. Parameter counting is in
+`params.py`; the catalog and name lookup in `registry.py`.
+
+A layer is a token mixer (`layer_types`: full / sliding / linear (GDN) attention, a Mamba2 mixer, or none)
+plus an FFN (dense or MoE) unless the layer is in `ffn_free`. Uniform stacks have both in every layer;
+hybrid-pattern stacks (Megatron's --hybrid-override-pattern, Nemotron-H) have exactly one per layer.
 """
 
 from __future__ import annotations
@@ -11,58 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ._families import FULL, LINEAR, MAMBA, NONE, SLIDING, normalise
+from ._specs import LinearAttentionSpec, MambaSpec, MlaSpec, MoeSpec
 from .hf_schema import check_hf_config
 
-__all__ = ["ModelSpec", "LinearAttentionSpec", "MlaSpec", "MoeSpec", "from_hf_config"]
+__all__ = ["ModelSpec", "LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec", "from_hf_config", "FULL", "SLIDING",
+           "LINEAR", "MAMBA", "NONE"]
 
-FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
 QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 GATED_ATTENTION_TYPES = {"qwen3_next"}  # gated by construction, no config key
 SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
-
-
-@dataclass(frozen=True)
-class LinearAttentionSpec:
-    """Gated DeltaNet linear attention (Qwen3-Next / Qwen3.5)."""
-
-    num_key_heads: int
-    num_value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-
-    @property
-    def key_dim(self) -> int:
-        return self.num_key_heads * self.key_head_dim
-
-    @property
-    def value_dim(self) -> int:
-        return self.num_value_heads * self.value_head_dim
-
-
-@dataclass(frozen=True)
-class MlaSpec:
-    """Multi-head latent attention (DeepSeek-V2/V3)."""
-
-    q_lora_rank: int | None
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-
-
-@dataclass(frozen=True)
-class MoeSpec:
-    """Routed experts, optional shared experts, and which layers stay dense."""
-
-    num_experts: int
-    top_k: int
-    ffn_hidden_size: int
-    shared_ffn_hidden_size: int = 0
-    shared_expert_gate: bool = False
-    expert_bias: bool = False
-    router_bias: bool = False
-    dense_layers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +54,14 @@ class ModelSpec:
     mla: MlaSpec | None = None
     moe: MoeSpec | None = None
     mtp_layers: int = 0
+    mamba: MambaSpec | None = None
+    ffn_free: tuple[int, ...] = ()  # layers without an FFN (a hybrid pattern's mixer-only layers)
+    hybrid_pattern: str = ""  # Megatron's --hybrid-override-pattern (M, *, -, E); "" for uniform stacks
+    mtp_pattern: str = ""  # a hybrid MTP block's pattern ("*E"); "" = one layer like the last
+    gated_mlp: bool = True  # fc1 is gate + up (SwiGLU); False: one up projection (squared ReLU, GeLU)
+    mlp_bias: bool = False  # biases on the dense MLP's fc1 and fc2 (GPT-3)
+    norm_bias: bool = False  # LayerNorm with a bias (GPT-3, Nemotron-4) rather than RMSNorm
+    learned_positions: int = 0  # rows of a learned absolute position embedding (0: rotary)
     source: str = field(default="", compare=False)
 
     @property
@@ -98,10 +70,23 @@ class ModelSpec:
 
     @property
     def is_hybrid(self) -> bool:
+        """Gated DeltaNet linear attention in the stack (the Qwen3-Next / Qwen3.5 path)."""
         return self.linear is not None
 
+    def has_ffn(self, i: int) -> bool:
+        return i not in self.ffn_free
+
     def is_moe_layer(self, i: int) -> bool:
-        return self.moe is not None and i not in self.moe.dense_layers
+        return self.moe is not None and i not in self.moe.dense_layers and i not in self.ffn_free
+
+    @property
+    def norms_per_layer(self) -> int:
+        """Pre-norms per decoder layer: one per sublayer (a hybrid pattern's layers have one sublayer)."""
+        return 1 if self.hybrid_pattern else 2
+
+    @property
+    def norm_size(self) -> int:
+        return self.hidden_size * (2 if self.norm_bias else 1)
 
     def count(self, kind: str) -> int:
         return sum(1 for t in self.layer_types if t == kind)
@@ -110,6 +95,9 @@ class ModelSpec:
         parts = [f"{self.num_layers} layers", f"hidden {self.hidden_size}"]
         if self.linear:
             parts.append(f"{self.count(LINEAR)} Gated DeltaNet + {self.count(FULL)} full attention")
+        if self.mamba:
+            parts.append(f"{self.count(MAMBA)} Mamba2 + {self.count(FULL)} attention + "
+                         f"{self.num_layers - len(self.ffn_free)} FFN layers")
         if self.count(SLIDING):
             parts.append(f"{self.count(SLIDING)} sliding-window ({self.sliding_window}) + {self.count(FULL)} full")
         if self.mla:
@@ -182,6 +170,10 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         raise ConfigError(f"{where}: field 'model_type' must be a string, got {type(top_type).__name__}")
     check_hf_config(cfg, where)
     model_type = str(cfg.get("model_type") or top_type or "unknown")
+    cfg, fam = normalise(cfg, model_type, where)
+    moe_fam = {k: fam.pop(k) for k in ("dense_layers", "router_bias", "latent_size") if k in fam}
+    if "mamba" in fam:
+        fam["mamba"] = MambaSpec(**fam["mamba"])
 
     hidden = _get(cfg, "hidden_size", where)
     n_layers = _get(cfg, "num_hidden_layers", where)
@@ -189,7 +181,7 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     heads = _get(cfg, "num_attention_heads", where)
     kv_heads = _opt_int(cfg, "num_key_value_heads", where, heads) or heads
     head_dim = _opt_int(cfg, "head_dim", where) or hidden // heads
-    layer_types = _layer_types(cfg, n_layers, model_type, where)
+    layer_types = fam.pop("layer_types", None) or _layer_types(cfg, n_layers, model_type, where)
 
     linear = None
     if LINEAR in layer_types:
@@ -224,7 +216,7 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         shared = _opt_int(cfg, "shared_expert_intermediate_size", where) or 0
         if not shared and cfg.get("n_shared_experts"):
             shared = int(cfg["n_shared_experts"]) * moe_ffn
-        dense = set(cfg.get("mlp_only_layers") or [])
+        dense = set(cfg.get("mlp_only_layers") or []) | set(moe_fam.get("dense_layers", ()))
         dense |= set(range(int(cfg.get("first_k_dense_replace") or 0)))
         step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1)
         if step > 1:
@@ -236,8 +228,10 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
             shared_ffn_hidden_size=shared,
             shared_expert_gate=bool(shared) and model_type in SHARED_GATE_TYPES,
             expert_bias=model_type == "gpt_oss",
-            router_bias=model_type == "gpt_oss" or cfg.get("topk_method") == "noaux_tc",  # DeepSeek: e_score_correction_bias
+            router_bias=(model_type == "gpt_oss" or cfg.get("topk_method") == "noaux_tc"  # DeepSeek: e_score_correction_bias
+                         or bool(moe_fam.get("router_bias"))),
             dense_layers=tuple(sorted(dense)),
+            latent_size=int(moe_fam.get("latent_size") or 0),
         )
         if moe.top_k > moe.num_experts:
             raise ConfigError(f"{where}: num_experts_per_tok {moe.top_k} exceeds num_experts {moe.num_experts}")
@@ -270,4 +264,5 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         moe=moe,
         mtp_layers=int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0),
         source=source,
+        **fam,
     )

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import FULL, LINEAR, SLIDING, ModelSpec
+from .model import FULL, LINEAR, MAMBA, NONE, SLIDING, ModelSpec
 
-__all__ = ["ParamItem", "ParamCounts", "layer_items", "param_counts", "padded_vocab"]
+__all__ = ["ParamItem", "ParamCounts", "layer_items", "mtp_items", "param_counts", "padded_vocab"]
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,30 @@ class ParamItem:
     active: float = 1.0  # fraction used per token (top_k / num_experts for routed experts)
 
 
+def _mamba_items(m: ModelSpec) -> list[ParamItem]:
+    """Megatron's MambaMixer: in_proj column-parallel (z, x, B, C, dt split per TP rank), the depthwise conv,
+    dt_bias, A_log, D and the gated norm's weight all `tensor_model_parallel` (each rank holds its heads' and
+    groups' share: mamba_mixer.py asserts heads and groups divide by TP), out_proj row-parallel."""
+    mb, h = m.mamba, m.hidden_size
+    assert mb is not None
+    return [
+        ParamItem("mamba.in_proj", h * mb.in_proj_dim, "tp", True),
+        ParamItem("mamba.conv1d", mb.conv_dim * mb.conv_kernel, "tp", True),
+        ParamItem("mamba.conv1d_bias", mb.conv_dim, "tp", False),
+        ParamItem("mamba.dt_bias", mb.num_heads, "tp", False),
+        ParamItem("mamba.A_log", mb.num_heads, "tp", False),
+        ParamItem("mamba.D", mb.num_heads, "tp", False),
+        ParamItem("mamba.norm", mb.d_inner, "tp", False),
+        ParamItem("mamba.out_proj", mb.d_inner * h, "tp", True),
+    ]
+
+
 def _attention_items(m: ModelSpec, kind: str) -> list[ParamItem]:
     h = m.hidden_size
+    if kind == NONE:
+        return []
+    if kind == MAMBA:
+        return _mamba_items(m)
     if kind == LINEAR:
         la = m.linear
         assert la is not None
@@ -83,17 +105,26 @@ def _attention_items(m: ModelSpec, kind: str) -> list[ParamItem]:
     return items
 
 
-def _mlp_items(m: ModelSpec, i: int) -> list[ParamItem]:
-    h = m.hidden_size
-    if not m.is_moe_layer(i):
-        return [ParamItem("mlp.dense", 3 * h * m.ffn_hidden_size, "tp", True)]
+def _ffn_items(m: ModelSpec, kind: str) -> list[ParamItem]:
+    """kind: "none", "dense" or "moe". A gated MLP's fc1 holds gate and up (3 matrices in all), else 2."""
+    h, mats = m.hidden_size, 3 if m.gated_mlp else 2
+    if kind == "none":
+        return []
+    if kind == "dense":
+        f = m.ffn_hidden_size
+        items = [ParamItem("mlp.dense", mats * h * f, "tp", True)]
+        if m.mlp_bias:  # fc1 column-parallel (its bias split), fc2 row-parallel (its bias whole on every rank)
+            items += [ParamItem("mlp.fc1_bias", (mats - 1) * f, "tp", False), ParamItem("mlp.fc2_bias", h, "rep", False)]
+        return items
     e = m.moe
     assert e is not None
     frac = e.top_k / e.num_experts
     items = [
         ParamItem("moe.router", h * e.num_experts, "rep", True),
-        ParamItem("moe.experts", e.num_experts * 3 * h * e.ffn_hidden_size, "expert", True, frac),
+        ParamItem("moe.experts", e.num_experts * mats * e.width(h) * e.ffn_hidden_size, "expert", True, frac),
     ]
+    if e.latent_size:  # fc1/fc2_latent_proj: TELinear(parallel_mode="duplicated"), whole on every TP rank
+        items.append(ParamItem("moe.latent_proj", 2 * h * e.latent_size, "rep", True))
     if e.router_bias:
         # gpt-oss: the router linear's learned bias (megatron Router.bias, add_bias_linear). DeepSeek's
         # e_score_correction_bias is moved by load statistics, not gradients: megatron keeps it as the
@@ -108,17 +139,40 @@ def _mlp_items(m: ModelSpec, i: int) -> list[ParamItem]:
             ParamItem("moe.expert_bias_fc2", e.num_experts * h, "expert_ep", False, frac),
         ]
     if e.shared_ffn_hidden_size:
-        items.append(ParamItem("moe.shared", 3 * h * e.shared_ffn_hidden_size, "tp", True))
+        items.append(ParamItem("moe.shared", mats * h * e.shared_ffn_hidden_size, "tp", True))
         if e.shared_expert_gate:
             items.append(ParamItem("moe.shared_gate", h, "rep", True))
     return items
 
 
+def _ffn_kind(m: ModelSpec, i: int) -> str:
+    return "moe" if m.is_moe_layer(i) else ("dense" if m.has_ffn(i) else "none")
+
+
 def layer_items(m: ModelSpec, i: int) -> list[ParamItem]:
     """Every parameter tensor of decoder layer i (0-based), with its sharding."""
-    kind = m.layer_types[i]
-    norms = ParamItem("norms", 2 * m.hidden_size, "rep", False)
-    return _attention_items(m, kind) + _mlp_items(m, i) + [norms]
+    norms = ParamItem("norms", m.norms_per_layer * m.norm_size, "rep", False)
+    return _attention_items(m, m.layer_types[i]) + _ffn_items(m, _ffn_kind(m, i)) + [norms]
+
+
+_SYMBOL = {"M": (MAMBA, "none"), "*": (FULL, "none"), "-": (NONE, "dense"), "E": (NONE, "moe")}
+
+
+def mtp_items(m: ModelSpec) -> list[tuple[str, str, list[ParamItem]]]:
+    """One MTP block as (mixer kind, FFN kind, items) sublayers: the input part (two norms and the 2h -> h
+    projection), one decoder layer per symbol of a hybrid MTP pattern (else one layer like the last), its
+    final norm. Megatron builds the block on the last pipeline stage."""
+    h = m.hidden_size
+    head = [ParamItem("mtp.norms", 2 * m.norm_size, "rep", False), ParamItem("mtp.eh_proj", 2 * h * h, "tp", True)]
+    if m.mtp_pattern:
+        norm = ParamItem("norms", m.norm_size, "rep", False)
+        body = [(_SYMBOL[c][0], _SYMBOL[c][1], _attention_items(m, _SYMBOL[c][0]) + _ffn_items(m, _SYMBOL[c][1])
+                 + [norm]) for c in m.mtp_pattern]
+    else:
+        last = m.num_layers - 1
+        body = [(m.layer_types[last], _ffn_kind(m, last), layer_items(m, last))]
+    tail = [ParamItem("mtp.final_norm", m.norm_size, "rep", False)]
+    return [(NONE, "none", head), *body, (NONE, "none", tail)]
 
 
 def padded_vocab(m: ModelSpec, tp: int = 1, divisible_by: int = 128) -> int:
@@ -148,8 +202,9 @@ class ParamCounts:
 
 def _kind_key(m: ModelSpec, i: int) -> str:
     kind = m.layer_types[i]
-    attn = {LINEAR: "gdn", SLIDING: "sliding_attention", FULL: "mla" if m.mla else "attention"}[kind]
-    return f"{attn}+{'moe' if m.is_moe_layer(i) else 'dense'}"
+    attn = {LINEAR: "gdn", SLIDING: "sliding_attention", FULL: "mla" if m.mla else "attention", MAMBA: "mamba",
+            NONE: "none"}[kind]
+    return f"{attn}+{_ffn_kind(m, i)}"
 
 
 def param_counts(m: ModelSpec) -> ParamCounts:
@@ -170,16 +225,12 @@ def param_counts(m: ModelSpec) -> ParamCounts:
                 vectors_active += used
     vocab = m.vocab_size * m.hidden_size
     n_vocab = 1 if m.tie_embeddings else 2
-    total += n_vocab * vocab + m.hidden_size  # embeddings (+ output layer) and the final norm
-    vectors += m.hidden_size
-    vectors_active += m.hidden_size
+    # embeddings (+ output layer), learned positions (GPT-3; an embedding lookup, not in the active rule), final norm
+    total += n_vocab * vocab + m.learned_positions * m.hidden_size + m.norm_size
+    vectors += m.norm_size
+    vectors_active += m.norm_size
     active += vocab
-    mtp = 0
-    if m.mtp_layers:
-        # an MTP block: two input norms, a 2h -> h projection, one decoder layer (the last layer's kind), a norm
-        h = m.hidden_size
-        last = sum(it.count for it in layer_items(m, m.num_layers - 1))
-        mtp = m.mtp_layers * (2 * h + 2 * h * h + last + h)
+    mtp = m.mtp_layers * sum(it.count for _, _, sub in mtp_items(m) for it in sub) if m.mtp_layers else 0
     return ParamCounts(
         total=total,
         active=active,

@@ -2,7 +2,11 @@
 
 Defaults are the seed page's SFT setting: 8,192-token rows, global batch 128 rows, BF16, Adam (lr 1e-5
 cosine to 1e-6, warmup 0.1, wd 0.1, betas 0.9/0.98), 20 steps scored over steps 5..19, the MoE
-load-balancing loss off. `precision` picks BF16 or one of Transformer Engine's FP8 recipes (`FP8_RECIPES`).
+load-balancing loss off. `precision` picks BF16, one of Transformer Engine's FP8 recipes (`FP8_RECIPES`) or
+NVFP4 (`FP4_RECIPES`); `QUANT` says, per precision, which tensor-core peak the TE linears' GEMMs run at and
+whether the recipe reads each tensor once more for an amax. `train_mtp` adds the multi-token-prediction
+block's forward and backward (`mtp_passes` times: Megatron's --mtp-num-layers, which with a repeated layer
+runs one block several times) to the step.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import BadInput
 
-__all__ = ["Workload", "PRECISIONS", "FP8_RECIPES"]
+__all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT"]
 
 # precision -> (Megatron --fp8-format, --fp8-recipe); None: BF16 everywhere. Transformer Engine quantises the
 # inputs of every TE linear (QKV, projections, MLP, grouped experts); attention's core and the output layer
@@ -24,7 +28,18 @@ FP8_RECIPES: dict[str, tuple[str, str] | None] = {
     "fp8-blockwise": ("e4m3", "blockwise"),  # 128x128 weight / 1x128 activation blocks (DeepSeek-V3 style)
     "mxfp8": ("e4m3", "mxfp8"),  # 32-element blocks with E8M0 scales, Blackwell tensor cores only
 }
-PRECISIONS = tuple(FP8_RECIPES)
+# precision -> (Megatron --fp4-format, --fp4-recipe). TE's NVFP4BlockScaling (Megatron-Bridge bf16_with_nvfp4_mixed,
+# the recipe of its NVFP4 perf rows): E2M1 values with E4M3 scales per 16 elements and an FP32 per-tensor scale
+# (two-level scaling, so an amax per tensor as current scaling has); the fprop, dgrad and wgrad GEMMs of every TE
+# linear run in NVFP4 (random Hadamard transforms on wgrad inputs, stochastic rounding of gradients); attention's
+# core, the embedding and the output layer stay BF16 (arXiv:2509.25149, "Pretraining LLMs with NVFP4").
+FP4_RECIPES: dict[str, tuple[str, str]] = {"nvfp4": ("e2m1", "nvfp4")}
+PRECISIONS = tuple(FP8_RECIPES) + tuple(FP4_RECIPES)
+# precision -> (GEMM format of the TE linears: "bf16" | "fp8" | "fp4", amax pass over each cast tensor)
+QUANT: dict[str, tuple[str, bool]] = {
+    "bf16": ("bf16", False), "fp8-delayed": ("fp8", False), "fp8-tensorwise": ("fp8", True),
+    "fp8-blockwise": ("fp8", False), "mxfp8": ("fp8", False), "nvfp4": ("fp4", True),
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,7 @@ class Workload:
     window: tuple[int, int] = (5, 19)  # steps scored for tokens/s (inclusive)
     load_balancing_loss: bool = False
     train_mtp: bool = False
+    mtp_passes: int = 0  # MTP block passes per step when train_mtp (0: the model's MTP layer count)
     task: str = "sft"
     # gradient buffers and their DP reduction in fp32 (--accumulate-allreduce-grads-in-fp32, as the seed);
     # False: bf16, Megatron-core's default and what Megatron-Bridge's performance recipes use
@@ -56,8 +72,10 @@ class Workload:
             raise BadInput(f"--seq-len {self.seq_len}: must be a positive multiple of 128 (e.g. 4096, 8192)")
         if self.global_batch <= 0:
             raise BadInput(f"--global-batch {self.global_batch}: must be a positive number of rows")
-        if self.precision not in FP8_RECIPES:
+        if self.precision not in QUANT:
             raise BadInput(f"--precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
+        if isinstance(self.mtp_passes, bool) or not isinstance(self.mtp_passes, int) or self.mtp_passes < 0:
+            raise BadInput(f"mtp_passes {self.mtp_passes!r}: must be a non-negative integer (0: the model's MTP layers)")
         if self.fp8_param_gather and not self.fp8:
             raise BadInput("--fp8-param-gather needs an FP8 precision (e.g. --precision fp8-tensorwise); "
                            "drop it for bf16")
@@ -74,10 +92,32 @@ class Workload:
         if self.precision == "mxfp8" and not gpu.mxfp8:
             raise BadInput(f"--precision mxfp8: {gpu.name} has no MXFP8 tensor cores (Blackwell only); "
                            "use fp8-tensorwise or fp8-blockwise")
+        if self.fp4 and not gpu.fp4_tflops:
+            raise BadInput(f"--precision {self.precision}: {gpu.name} has no FP4 tensor cores (Blackwell only); "
+                           + ("use fp8-tensorwise" if gpu.fp8_tflops else "use bf16"))
 
     @property
     def fp8(self) -> bool:
-        return FP8_RECIPES[self.precision] is not None
+        return FP8_RECIPES.get(self.precision) is not None
+
+    @property
+    def fp4(self) -> bool:
+        return self.precision in FP4_RECIPES
+
+    @property
+    def quantized(self) -> bool:
+        """The TE linears run low-precision GEMMs (an FP8 or FP4 recipe) and pay for the casts."""
+        return QUANT[self.precision][0] != "bf16"
+
+    @property
+    def amax_pass(self) -> bool:
+        """The recipe reads each cast tensor once more for its amax (per-tensor current scaling, NVFP4)."""
+        return QUANT[self.precision][1]
+
+    def linear_peak_tflops(self, gpu) -> float:
+        """Dense peak of the TE linears' GEMMs on `gpu` under this precision."""
+        fmt = QUANT[self.precision][0]
+        return {"bf16": gpu.bf16_tflops, "fp8": gpu.fp8_tflops, "fp4": gpu.fp4_tflops}[fmt]
 
     @property
     def tokens_per_step(self) -> int:

@@ -3,8 +3,8 @@
 One function, `map_row`, turns a CSV row into the keyword arguments of a Layout and a Measurement, or
 returns the one-line reason the cost model cannot represent it. The rules, and why:
   - model names: the sources spell the same model many ways ('LLAMA3_70B', 'Llama3 70B', 'Llama 3.1 70B');
-    anything not in the catalog is skipped, as are variants we do not model (token dropping, MTP
-    training, LoRA).
+    anything not in the catalog is skipped, as are variants we do not model (token dropping, LoRA). MTP
+    training is a Workload setting (`training_of`): rows that say so, and the sources whose recipe trains it.
   - GPU: the kind before any parenthesis ('H100 (Grand Teton, ...)' -> H100); '(4 per node)' sets the
     node size; NVL72 kinds (GB200, GB300) are 4-GPU trays on one 72-GPU NVLink domain (the catalog's).
   - precision (`precision_of`): BF16; FP8 by its scaling recipe as the row names it. Ambiguous names are
@@ -12,8 +12,8 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
     plain "FP8" is its default current-scaling recipe (the 25.09 page says so, later pages call it FP8-CS);
     NeMo 24.07's and Megatron-LM examples/llama's plain "FP8" is delayed scaling (TE's default then, the
     scripts' --fp8-amax-history-len); torchtitan's Float8 tensorwise is per-tensor current scaling.
-    "FP8 32x32 granularity (MX-style)" and FP8-MX are MXFP8. NVFP4, FP8 rowwise (no TE recipe) and rows
-    that name only "alternate granularity" are skipped with the reason.
+    "FP8 32x32 granularity (MX-style)" and FP8-MX are MXFP8; NVFP4 is Megatron-Bridge's bf16_with_nvfp4_mixed.
+    FP8 rowwise (no TE recipe) and rows that name only "alternate granularity" are skipped with the reason.
   - layout: empty VP/CP/ETP mean 1 (Megatron's defaults); an empty EP on an MoE model, or an empty
     TP/PP/global batch/throughput, is a missing field. FSDP (alone or with TP/PP/EP) is Megatron FSDP (optim_grads_params) over DP: torchtitan's
     FSDP2 and NeMo AutoModel shard the same three things, with TP/PP/EP beside them.
@@ -38,7 +38,7 @@ import re
 
 import numpy as np
 
-from ..catalog import ModelSpec, padded_vocab
+from ..catalog import ModelSpec, load_model, padded_vocab
 from ..layout import Recompute
 from .layers import layer_tables
 
@@ -51,26 +51,65 @@ REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "global_batch", "micr
 _NAMES = [
     (r"^llama ?3(\.1)?( style)? ?70b", "Llama-3.1-70B"),
     (r"^llama ?3(\.1)? ?405b", "Llama-3.1-405B"),
+    (r"^llama ?3(\.1)? ?8b", "Llama-3.1-8B"),
+    # KempnerForge's "Llama-3-style 7B (8.03B)": 8.03B is Llama 3 8B's count (8,030,261,248), read as that model
+    (r"^llama 3 style 7b \(8\.03b\)", "Llama-3.1-8B"),
+    (r"^llama ?2 ?7b", "Llama-2-7b-hf"),
+    (r"^llama ?2 ?13b", "Llama-2-13b-hf"),
+    (r"^llama ?2 ?70b", "Llama-2-70b-hf"),
     (r"^deepseek ?v3", "DeepSeek-V3"),
     (r"^qwen3 ?(moe )?30b", "Qwen3-30B-A3B"),
     (r"^qwen3 ?235b", "Qwen3-235B-A22B"),
     (r"^gpt ?oss ?120b", "gpt-oss-120b"),
+    (r"^gpt ?oss ?20b", "gpt-oss-20b"),
     (r"^mixtral ?8x7b", "Mixtral-8x7B-v0.1"),
     (r"^mixtral ?8x22b", "Mixtral-8x22B-v0.1"),
     (r"^qwen3 ?next", "Qwen3-Next-80B-A3B-Instruct"),
     (r"^qwen3\.5 ?122b", "Qwen3.5-122B-A10B"),
+    (r"^nemotron ?v?3 nano", "NVIDIA-Nemotron-3-Nano-30B-A3B"),
+    (r"^nemotron ?v?3 super", "NVIDIA-Nemotron-3-Super-120B-A12B"),
+    # NeMo 24.07's Nemotron-8B / -22B are NeMo's Nemotron3Config8B / 22B; Nemotron-340B is Nemotron-4 340B
+    (r"^nemotron 8b", "Nemotron-3-8B"),
+    (r"^nemotron 22b", "Nemotron-3-22B"),
+    (r"^nemotron (4 )?340b", "Nemotron-4-340B"),
+    # NeMo's GPT3 configs (GPTConfig5B / 20B / 175B) and the Megatron-LM README's weak-scaling GPT models
+    (r"^gpt3 5b", "NeMo-GPT3-5B"),
+    (r"^gpt3 20b", "NeMo-GPT3-20B"),
+    (r"^gpt3 175b", "NeMo-GPT3-175B"),
+    *[(rf"^gpt {re.escape(size)}b \(dense\)", f"Megatron-GPT-{size}B")
+      for size in ("1.7", "7.1", "16", "32", "70", "119", "177", "314", "462")],
 ]
 _VARIANTS = [  # qualifiers that change the training step beyond what the model knows
     (r"tokendrop|token drop", "token-dropping MoE (capacity factor) is not modelled; only dropless"),
-    (r"w/ mtp|incl\. mtp|with mtp", "multi-token-prediction training is not modelled"),
-    (r"lora", "LoRA fine-tuning (frozen base weights) is not modelled"),
+    (r"lora", "LoRA fine-tuning (frozen base weights) is not modelled: it needs the time model's backward "
+              "without weight-gradient GEMMs and the memory model's grads and optimizer state for adapters only"),
 ]
-_MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "Mixtral-8x7B-v0.1",
-        "Mixtral-8x22B-v0.1", "Qwen3-Next-80B-A3B-Instruct", "Qwen3.5-122B-A10B"}
+# qualifiers read as a training setting (Workload fields), with how the row was read
+_TRAINING = [
+    (r"w/ mtp|with mtp|incl\. mtp", {"train_mtp": True}, "MTP layers trained (the row's model says so)"),
+    (r"\bmtp 1\b", {"train_mtp": True}, "MTP layers trained (the row's notes say MTP 1)"),
+]
+# (source prefix, catalog model) -> training settings the source's recipe sets that the row does not print.
+# Megatron-Bridge's Nemotron 3 Super recipes (recipes/nemotronh/h100/nemotron_3_super.py, which the perf
+# recipes build on; 067f987d) train the MTP block: mtp_num_layers=2 with mtp_use_repeated_layer (one block, run twice)
+_TRAINING_PRESETS = [
+    ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Super-120B-A12B", {"train_mtp": True, "mtp_passes": 2},
+     "MTP trained, the one MTP block run twice (Megatron-Bridge Super recipe: mtp_num_layers 2, repeated layer)"),
+]
+# (source prefix, catalog model, precision) -> what the source's recipe does that the model leaves out
+_PRECISION_GAPS = [
+    ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Super-120B-A12B", "nvfp4",
+     "NVFP4 on every TE linear, though the Super recipe keeps attention, the latent projections, MTP and the "
+     "last 14 of 88 layers in BF16 and Mamba out_proj in MXFP8 (perf_recipes/nemotronh/te_quant.cfg, "
+     "nemotron_3_super_bf16_with_nvfp4_mixed): not modelled, so these rows are predicted too fast"),
+]
+_MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "gpt-oss-20b", "Mixtral-8x7B-v0.1",
+        "Mixtral-8x22B-v0.1", "Qwen3-Next-80B-A3B-Instruct", "Qwen3.5-122B-A10B", "NVIDIA-Nemotron-3-Nano-30B-A3B",
+        "NVIDIA-Nemotron-3-Super-120B-A12B"}
 _GPUS = ("H100", "H200", "H800", "B200", "B300", "GB200", "GB300")
 # (pattern on the lower-cased precision text, pattern on the source or None, precision, how it was read)
 _PRECISIONS = [
-    (r"nvfp4|fp4", None, None, "NVFP4 is not modelled"),
+    (r"nvfp4|fp4", None, "nvfp4", "NVFP4 read as Megatron-Bridge's bf16_with_nvfp4_mixed (every TE linear in NVFP4)"),
     (r"rowwise", None, None, "FP8 rowwise scaling (torchao) has no Transformer Engine recipe"),
     (r"alternate granularity", None, None, "the row does not say which FP8 granularity it is"),
     (r"^bf16$|implies bf16", None, "bf16", ""),
@@ -124,6 +163,22 @@ def precision_of(text: str, source: str) -> tuple[str | None, str]:
         if re.search(pat, p) and (src_pat is None or re.search(src_pat, src)):
             return prec, how
     return None, f"precision {text!r} is not a recipe autotune models"
+
+
+def training_of(name: str, row: dict) -> tuple[dict, list[str]]:
+    """Workload training settings of a row (MTP), and how each was read."""
+    out: dict = {}
+    how: list[str] = []
+    text = _norm(row.get("model", "")) + " " + (row.get("notes") or "").lower()
+    for pattern, settings, why in _TRAINING:
+        if re.search(pattern, text) and not out:
+            out.update(settings)
+            how.append(why)
+    for src, model, settings, why in _TRAINING_PRESETS:
+        if (row.get("source") or "").startswith(src) and name == model:
+            out.update(settings)
+            how.append(why)
+    return out, how
 
 
 def _int(row: dict, key: str, default: int | None = None) -> int | None:
@@ -194,6 +249,12 @@ def map_row(row: dict) -> dict | str:
         how = "TFLOP/s/GPU as published"
     if tps is None and tflops is None:
         return "missing field(s): tokens_per_s_per_gpu and tflops_per_gpu"
+    if tps is None and source.startswith("Megatron-LM README"):
+        # the README's TFLOP/s are Megatron-LM r0.8's num_floating_point_operations, which counts attention over
+        # the whole row (12 x s x L x h per token); ours is causal, so the figure is restated in our count
+        spec = load_model(name)
+        tflops *= train_flops_per_token(spec, seq) / train_flops_per_token(spec, seq, causal=False)
+        assumed.append("TFLOP/s restated from Megatron-LM r0.8's count (attention over the whole row) to the causal one")
     dispatcher = "flex" if re.search(r"DeepEP|HybridEP", notes) else "alltoall"
     cp = _int(row, "cp", 1)
     layout = dict(
@@ -205,6 +266,9 @@ def map_row(row: dict) -> dict | str:
         distributed_optimizer=True,
         fsdp=fsdp_on,
     )
+    training, training_how = training_of(name, row)
+    assumed += training_how + [why for src, model, prec, why in _PRECISION_GAPS
+                               if source.startswith(src) and name == model and precision == prec]
     grads_fp32 = not source.startswith("Megatron-Bridge perf")
     # FP8 parameters all-gathered in FP8: torchtitan says so in the row; Megatron-Bridge's FP8 perf recipes set
     # fp8_param_gather with current scaling and MXFP8 (scripts/performance/utils: fp8_param_gather=True)
@@ -222,19 +286,21 @@ def map_row(row: dict) -> dict | str:
         "measurement": dict(model=name, gpu=kind, count=count, gpus_per_node=per_node or 8, seq_len=seq,
                             global_batch=gb, load_balancing_loss=True, grads_fp32=grads_fp32,
                             precision=precision, fp8_param_gather=fp8_pg,
-                            tokens_per_s_per_gpu=tps or 1.0),
+                            tokens_per_s_per_gpu=tps or 1.0, **training),
         "tflops": tflops if tps is None else None,
         "source": src,
     }
 
 
 
-def train_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+def train_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -> float:
     """Forward + backward FLOPs per token (3x forward): every matmul, causal attention over half the
-    context (sliding windows capped), the GDN recurrence, the output layer. Close to Megatron's own
-    count, which is what the TFLOP/s columns of Megatron-based sources use; others differ by a few %."""
+    context (sliding windows capped; `causal=False`: the whole row, as Megatron-LM's older count has it), the
+    GDN / Mamba2 scans, the output layer. Close to Megatron's own count, which is what the TFLOP/s columns of
+    Megatron-based sources use; others differ by a few %."""
     lt = layer_tables(model)
-    ctx = np.where(lt.kind == 1, min(model.sliding_window or seq_len, seq_len / 2), seq_len / 2)
+    full = seq_len / 2 if causal else seq_len
+    ctx = np.where(lt.kind == 1, min(model.sliding_window or seq_len, full), full)
     fwd = (lt.flops_dense.sum() + lt.flops_expert.sum() + lt.flops_linear_attn.sum()
            + (lt.flops_attn_quadratic * ctx).sum() + 2.0 * model.hidden_size * padded_vocab(model, 1))
     return 3.0 * float(fwd)

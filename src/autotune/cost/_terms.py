@@ -22,6 +22,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
+from ._mtp import mtp_stage_params
 from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients, owned_params, stage_params
@@ -109,11 +110,12 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     {derived term: {primary term: coefficient (n, S)}} (recompute, imbalance)."""
     g = cluster.gpu
     peak = g.bf16_tflops * 1e12
-    # TE linears (projections, MLPs, experts) run FP8 GEMMs under an FP8 recipe; attention's core and the
-    # output layer stay BF16. `fp8_gemm` is the FP8 GEMM's achieved share of its peak relative to BF16's.
-    fp8 = workload.fp8
-    lin_peak = g.fp8_tflops * 1e12 * c.fp8_gemm * (c.fp8_blockwise if workload.precision == "fp8-blockwise"
-                                                    else 1.0) if fp8 else peak
+    # TE linears (projections, MLPs, experts) run FP8 (or NVFP4) GEMMs under a low-precision recipe; attention's
+    # core and the output layer stay BF16. `fp8_gemm` is the low-precision GEMM's achieved share of its peak
+    # relative to BF16's; the peak is the recipe's format's (catalog.workload.QUANT).
+    fp8 = workload.quantized
+    lin_peak = workload.linear_peak_tflops(g) * 1e12 * c.fp8_gemm * (
+        c.fp8_blockwise if workload.precision == "fp8-blockwise" else 1.0) if fp8 else peak
     lt = layer_tables(model)
     n, S = len(t), int(t.pp.max())
     h = model.hidden_size
@@ -138,7 +140,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         e = model.moe
         copies = tokens * tok_share * e.top_k * etp  # routed token copies per GPU (ETP ranks share tokens)
         per_expert = copies / np.maximum(1.0, e.num_experts / ep)
-        exp_eff = c.grouped * gemm_efficiency(c, np.minimum(h, e.ffn_hidden_size / etp), per_expert)
+        exp_eff = c.grouped * gemm_efficiency(c, np.minimum(e.width(h), e.ffn_hidden_size / etp), per_expert)
         mb["compute_experts"] = 3 * fl.experts / (lin_peak * exp_eff)
     else:
         mb["compute_experts"] = np.zeros((n, S))
@@ -161,7 +163,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     if fp8:
         q_pair, q_of = stage_sums_by_pair(lt.act * QUANT_PARTS[None, :], t.pp, t.vpp, S, t.split)
         q_elems = (np.zeros((n, S)) + fold_activations(q_pair, q_of, div)) * tokens
-        q_bytes = c.quant_bytes + (c.amax_bytes if workload.precision == "fp8-tensorwise" else 0.0)
+        q_bytes = c.quant_bytes + (c.amax_bytes if workload.amax_pass else 0.0)
         mb["quantize"] = q_elems * q_bytes / (g.hbm_gbps * 1e9)
     else:
         mb["quantize"] = np.zeros((n, S))
@@ -187,14 +189,14 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     passes = 1.0 + frac * 0.5  # recompute re-runs the forward half
     mb["tp_comm"] = np.where(tp > 1, tp_vol * L_stage * passes / _bw(cluster, tp, c), 0.0)
     kv_bytes = tokens / cp * 2 * model.num_kv_heads * model.head_dim * 2.0 / tp
-    attn_layers = stage_sums((lt.kind != 2).astype(float), t.pp, t.vpp, S, t.split)
+    attn_layers = stage_sums(lt.is_attention.astype(float), t.pp, t.vpp, S, t.split)
     mb["cp_comm"] = np.where(cp > 1, 3 * (cp - 1) * kv_bytes * attn_layers * (1 - c.cp_hidden)
                              / _bw(cluster, tp * cp, c), 0.0)
     if model.is_moe:
         k = model.moe.top_k
         span = ep * etp  # Megatron's expert ranks run etp-ep-edp-pp: an EP group is ep x etp consecutive ranks
-        a2a_vol = tokens * tok_share * k * h * 2.0 * (ep * etp - 1) / (ep * etp)
-        ag_vol = tokens / cp * h * 2.0 * (ep * tp - 1)
+        a2a_vol = tokens * tok_share * k * model.moe.width(h) * 2.0 * (ep * etp - 1) / (ep * etp)
+        ag_vol = tokens / cp * model.moe.width(h) * 2.0 * (ep * tp - 1)
         vol = np.where((t.dispatcher == 1)[:, None], ag_vol, a2a_vol)
         n_ops = 4 + 2 * frac  # dispatch + combine, forward and backward (+ the recompute's forward)
         ep_t = np.where(ep * etp > 1, n_ops * _a2a_time(vol, span, cluster, c, t.dispatcher[:, None]), 0.0)
@@ -229,6 +231,8 @@ def step_raw(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
     offloaded share on the host, fixed overhead."""
 
     dense, expert = stage_params(model, t, mb.shape[2])
+    m_dense, m_exp = mtp_stage_params(model, workload, t, mb.shape[2])  # a trained MTP block, on the last stage
+    dense, expert = dense + m_dense, expert + m_exp
     dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
     g = 4.0 if workload.grads_fp32 else 2.0  # gradient bytes on the wire
     ag = 1.0 if workload.fp8_param_gather else 2.0  # --fp8-param-gather all-gathers FP8 parameters

@@ -1,9 +1,10 @@
 """FLOPs: per GPU, per pipeline stage, per micro-batch, by kind of work; and the MFU convention.
 
-Kinds: dense GEMMs (attention projections, dense MLPs, shared experts, router), attention scores and
-values (causal: half the context on average; sliding windows capped), the Gated DeltaNet chunked
-recurrence, routed-expert grouped GEMMs, the output layer. Forward only; backward is 2x forward for
-GEMMs (see time.py). MFU follows the seed: tokens/s/GPU x 6 x N_active / peak.
+Kinds: dense GEMMs (attention projections, dense MLPs, shared experts, router, Mamba2 projections), attention
+scores and values (causal: half the context on average; sliding windows capped), the Gated DeltaNet and
+Mamba2 (SSD) chunked scans, routed-expert grouped GEMMs, the output layer. A trained MTP block (cost._mtp)
+adds its layers and one more output-layer pass per MTP pass to the last stage. Forward only; backward is 2x
+forward for GEMMs (see time.py). MFU follows the seed: tokens/s/GPU x 6 x N_active / peak.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from ..catalog import ModelSpec, Workload, param_counts
 from ..layout import LayoutTable
+from ._mtp import mtp_block, mtp_passes
 from .layers import layer_tables, stage_sums, vocab_per_row
 
 __all__ = ["StageFlops", "stage_flops", "model_flops_per_token", "mfu", "mfu_of", "usd_per_million_tokens"]
@@ -43,12 +45,20 @@ def stage_flops(model: ModelSpec, workload: Workload, t: LayoutTable) -> StageFl
     attn = stage_sums(lt.flops_attn_quadratic * ctx, t.pp, t.vpp, S, t.split)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
     vocab = vocab_per_row(model, t.tp).astype(float)[:, None]
+    dense = stage_sums(lt.flops_dense, t.pp, t.vpp, S, t.split)
+    lin = stage_sums(lt.flops_linear_attn, t.pp, t.vpp, S, t.split)
+    experts = stage_sums(lt.flops_expert, t.pp, t.vpp, S, t.split)
+    passes = mtp_passes(model, workload)
+    if passes:  # the MTP block's layers on the last stage, each pass attending over the whole (causal) row
+        d, q, e, li = mtp_block(model).flops
+        dense, lin, experts = (a + np.where(last, passes * v, 0.0) for a, v in ((dense, d), (lin, li), (experts, e)))
+        attn = attn + np.where(last, passes * q * s / 2, 0.0)
     return StageFlops(
-        dense=stage_sums(lt.flops_dense, t.pp, t.vpp, S, t.split) * tok * share,
+        dense=dense * tok * share,
         attention=attn * tok * share,
-        linear_attention=stage_sums(lt.flops_linear_attn, t.pp, t.vpp, S, t.split) * tok * share,
-        experts=stage_sums(lt.flops_expert, t.pp, t.vpp, S, t.split) * tok * share,
-        output=np.where(last, 2.0 * model.hidden_size * vocab * tok * share, 0.0),
+        linear_attention=lin * tok * share,
+        experts=experts * tok * share,
+        output=np.where(last, (1 + passes) * 2.0 * model.hidden_size * vocab * tok * share, 0.0),
         tokens=tokens,
     )
 

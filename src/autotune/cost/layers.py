@@ -22,7 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..catalog import ModelSpec, padded_vocab
-from ..catalog.model import LINEAR, SLIDING
+from ..catalog.model import FULL, LINEAR, MAMBA, NONE, SLIDING
 from ..catalog.params import layer_items
 from ..layout.table import split_of
 
@@ -36,7 +36,7 @@ FP32 = 4
 PART_CLASS = {
     "ln": "seq",  # RMSNorm inputs (2 per layer)
     "attn_in": "seq",  # input of the QKV / in_proj linear (saved by column-parallel linear)
-    "attn_core": "tp",  # attention kernel: q, k, v (flash; its output is the o_proj input); GDN: kernel in/out
+    "attn_core": "tp",  # attention kernel: q, k, v (flash; its output is the o_proj input); GDN, Mamba2: kernel in/out
     "attn_other": "tp",  # qk-norm inputs, output gate, projections' inputs inside attention
     "mlp": "tp",  # dense MLP: fc1 output, activation output
     "mlp_in": "seq",  # dense MLP / shared expert input
@@ -58,15 +58,41 @@ class LayerTables:
     params_exp_ep: np.ndarray  # (L,) expert parameters split over EP only (row-parallel fc2 biases)
     act: np.ndarray  # (L, P) activation bytes per token by part
     is_moe: np.ndarray  # (L,) bool
-    kind: np.ndarray  # (L,) 0 full attention, 1 sliding, 2 linear (GDN), 3 MLA
+    kind: np.ndarray  # (L,) 0 full attention, 1 sliding, 2 linear (GDN), 3 MLA, 4 Mamba2, 5 no mixer (FFN only)
     flops_dense: np.ndarray  # (L,) forward matmul FLOPs per token outside attention scores/experts
     flops_attn_quadratic: np.ndarray  # (L,) forward FLOPs per token per token of context (scores + AV)
     flops_expert: np.ndarray  # (L,) forward FLOPs per token for the k routed experts
-    flops_linear_attn: np.ndarray  # (L,) forward FLOPs per token of the GDN chunked recurrence
+    flops_linear_attn: np.ndarray  # (L,) forward FLOPs per token of the GDN / Mamba2 (SSD) chunked scans
+
+    @property
+    def is_attention(self) -> np.ndarray:
+        """(L,) layers with softmax attention (the ones context parallelism exchanges K and V for)."""
+        return np.isin(self.kind, KIND_ATTENTION)
 
 
-def _attention_parts(m: ModelSpec, kind: str) -> dict[str, float]:
+KIND = {FULL: 0, SLIDING: 1, LINEAR: 2, MAMBA: 4, NONE: 5}  # MLA (3) is full attention of an MLA model
+KIND_ATTENTION = (0, 1, 3)
+
+
+def _mamba_parts(m: ModelSpec) -> dict[str, float]:
+    """Bytes saved for backward by Megatron's MambaMixer training path (use_mem_eff_path): in_proj saves its
+    input; mamba_ssm's MambaSplitConv1dScanCombinedFn (mamba_split_conv1d_scan_combined, no fused norm or
+    out_proj) saves zxbcdt (the whole in_proj output) and out_x (the scan output); the gated RMSNorm saves its
+    input and an fp32 rstd per group; out_proj saves its input."""
+    mb = m.mamba
+    return {
+        "attn_in": BF16 * m.hidden_size,
+        "attn_core": BF16 * (mb.in_proj_dim + mb.d_inner),
+        "attn_other": BF16 * 2 * mb.d_inner + FP32 * mb.num_groups,
+    }
+
+
+def attention_parts(m: ModelSpec, kind: str) -> dict[str, float]:
     h = m.hidden_size
+    if kind == NONE:
+        return {}
+    if kind == MAMBA:
+        return _mamba_parts(m)
     if kind == LINEAR:
         la = m.linear
         kd, vd, nv = la.key_dim, la.value_dim, la.num_value_heads
@@ -101,46 +127,64 @@ def _attention_parts(m: ModelSpec, kind: str) -> dict[str, float]:
     return {"attn_in": BF16 * h, "attn_other": other, "attn_core": BF16 * (q + 2 * kv)}
 
 
-def _mlp_parts(m: ModelSpec, i: int) -> dict[str, float]:
+def ffn_kind(m: ModelSpec, i: int) -> str:
+    return "moe" if m.is_moe_layer(i) else ("dense" if m.has_ffn(i) else "none")
+
+
+def ffn_parts(m: ModelSpec, kind: str) -> dict[str, float]:
+    """Activation parts of an FFN of `kind` ("none", "dense", "moe")."""
     h = m.hidden_size
-    if not m.is_moe_layer(i):
+    up = 2 if m.gated_mlp else 1  # fc1 outputs (gate and up, or up alone), saved by the activation
+    if kind == "none":
+        return {}
+    if kind == "dense":
         f = m.ffn_hidden_size
-        return {"mlp_in": BF16 * h, "mlp": BF16 * (2 * f + f)}
+        return {"mlp_in": BF16 * h, "mlp": BF16 * (up * f + f)}
     e = m.moe
     parts = {
-        "mlp_in": BF16 * h,
+        # the MoE input; with LatentMoE also fc2_latent_proj's input (the combined latent-width output)
+        "mlp_in": BF16 * (h + e.latent_size),
         "router": FP32 * 2 * e.num_experts,
         # permuted tokens (the experts' fc1 input). Not the experts' fc2 output: the routing probs are
         # applied in the experts' activation (per_token_scale; the weighted SwiGLU saves fc1's output and
         # the probs) and unpermute's scatter-add (or TE's fused moe_unpermute) keeps only indices
-        "moe_perm": e.top_k * BF16 * h,
-        "moe_fc1": e.top_k * BF16 * 2 * e.ffn_hidden_size,
+        "moe_perm": e.top_k * BF16 * e.width(h),
+        "moe_fc1": e.top_k * BF16 * up * e.ffn_hidden_size,
         "moe_act": e.top_k * BF16 * e.ffn_hidden_size,
     }
     if e.shared_ffn_hidden_size:
-        parts["shared"] = BF16 * 3 * e.shared_ffn_hidden_size
+        parts["shared"] = BF16 * (up + 1) * e.shared_ffn_hidden_size
         if e.shared_expert_gate:  # `output * sigmoid(gate)` (shared_experts.py) keeps the shared output (h)
             parts["shared"] += BF16 * h
     return parts
 
 
-def _flops(m: ModelSpec, i: int) -> tuple[float, float, float, float]:
-    """Forward FLOPs per token: (dense matmuls, attention per context token, routed experts, GDN)."""
+def flops_of(m: ModelSpec, items, kind: str) -> tuple[float, float, float, float]:
+    """Forward FLOPs per token of a layer's `items` with token mixer `kind`: (dense matmuls, attention per
+    context token, routed experts, GDN / Mamba2 scan)."""
     dense = expert = 0.0
-    for it in layer_items(m, i):
-        if not it.matrix or it.name == "gdn.conv1d":
+    for it in items:
+        if not it.matrix or it.name in ("gdn.conv1d", "mamba.conv1d"):  # depthwise convs: added below
             continue
         if it.shard == "expert":
             expert += 2 * it.count * it.active
         else:
             dense += 2 * it.count
-    kind = m.layer_types[i]
     quad = lin = 0.0
     if kind == LINEAR:
         la = m.linear
         # chunked delta rule (chunk 64): intra-chunk attention + state updates, ~ 4 x chunk x (dk + dv) per head
         lin = 2 * la.num_value_heads * (64 * (la.key_head_dim + la.value_head_dim) + 2 * la.key_head_dim * la.value_head_dim)
         dense += 2 * (2 * la.key_dim + la.value_dim) * la.conv_kernel
+    elif kind == MAMBA:
+        mb = m.mamba
+        Q, P, N = mb.chunk_size, mb.head_dim, mb.state_dim
+        # chunked SSD (Mamba-2, arXiv:2405.21060 sec. 6): per head, the intra-chunk (L o C B^T) X product
+        # (Q x P per token) and the chunk states in and out (N x P each); C B^T once per group (Q x N)
+        lin = 2 * mb.num_heads * (Q * P + 2 * N * P) + 2 * mb.num_groups * Q * N
+        dense += 2 * mb.conv_dim * mb.conv_kernel
+    elif kind == NONE:
+        pass
     elif m.mla is not None:
         a = m.mla
         quad = 2 * m.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
@@ -160,12 +204,13 @@ def layer_tables(m: ModelSpec) -> LayerTables:
         for it in layer_items(m, i):
             if it.shard != "buffer":  # buffers are no parameters of megatron's (params.py)
                 {"tp": ptp, "rep": prep, "expert": pexp, "expert_ep": pexp_ep}[it.shard][i] += it.count
-        parts = {"ln": BF16 * 2 * m.hidden_size, **_attention_parts(m, m.layer_types[i]), **_mlp_parts(m, i)}
+        parts = {"ln": BF16 * m.norms_per_layer * m.hidden_size, **attention_parts(m, m.layer_types[i]),
+                 **ffn_parts(m, ffn_kind(m, i))}
         for name, v in parts.items():
             act[i, PARTS.index(name)] += v
         t = m.layer_types[i]
-        kind[i] = 2 if t == LINEAR else (1 if t == SLIDING else (3 if m.mla else 0))
-        fl[i] = _flops(m, i)
+        kind[i] = 3 if (t == FULL and m.mla) else KIND[t]
+        fl[i] = flops_of(m, layer_items(m, i), t)
     return LayerTables(
         n_layers=L, params_tp=ptp, params_rep=prep, params_exp=pexp, params_exp_ep=pexp_ep, act=act,
         is_moe=np.array([m.is_moe_layer(i) for i in range(L)]), kind=kind,

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
+from ._mtp import mtp_stage_activations, mtp_stage_params
 from .layers import (PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
                      vocab_per_row)
 
@@ -193,6 +194,8 @@ def estimate_memory(
 
     # --- parameters --------------------------------------------------------------------------------
     p_dense, p_exp = stage_params(model, t, S)
+    m_dense, m_exp = mtp_stage_params(model, workload, t, S)  # a trained MTP block, on the last stage
+    p_dense, p_exp = p_dense + m_dense, p_exp + m_exp
     params = p_dense + p_exp
     owned = owned_params(t, p_dense, p_exp)
     keep = (1.0 - t.offload)[:, None]
@@ -200,7 +203,9 @@ def estimate_memory(
     # --fp8-param-gather the parameter itself is FP8 (1 B) plus that copy (its transpose / column-wise form).
     # Embedding, output layer and norms stay BF16.
     linear = params - embedding_params(model, t, S)
-    w_bytes = 2.0 * params + (linear if workload.fp8 and not workload.fp8_param_gather else 0.0)
+    # NVFP4 is counted at FP8's bytes: its FP4 copies (0.5 B + an E4M3 scale per 16 values, row- and column-wise)
+    # come to ~1.1 B per weight, its saved linear inputs to ~0.28 of BF16 against FP8's 0.5 (conservative)
+    w_bytes = 2.0 * params + (linear if workload.quantized and not workload.fp8_param_gather else 0.0)
     g_bytes = (coef.grad_bytes if workload.grads_fp32 else 2.0) * params
     if t.fsdp.any():  # FSDP: a 1 / DP shard of each, plus the gathered layers in flight (this one, the next)
         per_layer = params / np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))
@@ -223,7 +228,7 @@ def estimate_memory(
     imb = np.where(ep > 1, coef.imbalance_on if workload.load_balancing_loss else coef.imbalance_off, 1.0)
     div = {"seq": tok, "tp": 1.0 / (cp * tp), "rep": tok, "exph": tok * etp * imb, "expf": tok * imb}
     # per (PP, VPP) pair, never per row x part: the (n, S, P) table is the slow part at 10^5 rows
-    act = lt.act * FP8_SAVED[None, :] if workload.fp8 else lt.act
+    act = lt.act * FP8_SAVED[None, :] if workload.quantized else lt.act
     per_pair, pair_of = stage_sums_by_pair(act, t.pp, t.vpp, S, t.split)  # (pairs, S, P)
     keep_part = np.ones((n, len(PARTS)), dtype=bool)
     sel = t.rc_gran == 1
@@ -251,7 +256,7 @@ def estimate_memory(
     groups = np.ceil(chunk_layers / N) * t.vpp[:, None]
     n_rc = np.minimum(N, chunk_layers) * t.vpp[:, None]  # block: layers recomputed per stage
     stored_full = np.where(block, n_rc * seq_in + (L_stage - n_rc) * avg_layer, groups * seq_in)
-    stored = np.where(full, stored_full, kept_layer)
+    stored = np.where(full, stored_full, kept_layer) + mtp_stage_activations(model, workload, t, S, div)
     M = t.num_microbatches(workload.global_batch, workload.seq_len)
     inflight = _inflight(t, M, S)
     terms["activations"] = stored * tokens * inflight * (1 + coef.fragmentation)

@@ -34,7 +34,7 @@ def uncertainty(time: TimeResult, calibration: Calibration, workload: Workload |
     rms = float(rep.get("rms_log_error_after") or 0.0)
     base = max(FLOOR, HELD_OUT * rms) if rep else PRIOR  # uncalibrated: every term at its prior width
     fitted = set(rep.get("fitted_terms") or [])
-    if workload is not None and workload.fp8:
+    if workload is not None and workload.quantized:  # FP8 and NVFP4 rows are never fitted
         fitted -= set(FP8_DERIVED)
     total = np.maximum(time.step_time, 1e-12)
     free = np.zeros(len(total))

@@ -6,6 +6,12 @@ attention and shared-expert gate, then Gated DeltaNet's sizes for hybrid stacks.
 Qwen3.5-122B-A10B this gives REFERENCE.md's list (the seed recipes' MODEL_ARGS) followed by the GDN
 arguments. Two values ModelSpec does not keep (rope theta, RMSNorm epsilon) are read from the model's
 config.json when it can be found, else Megatron-style defaults apply.
+
+Other stacks in the megatron-core 0.16 vocabulary (TransformerConfig fields are arguments there): hybrid
+Mamba stacks (Nemotron-H) add --is-hybrid-model, --hybrid-override-pattern and the --mamba-* sizes (and
+--moe-latent-size for LatentMoE); squared-ReLU MLPs (Nemotron) --squared-relu, GeLU MLPs (GPT-3) neither it
+nor --swiglu; LayerNorm stacks --normalization LayerNorm; GPT-3's learned positions --position-embedding-type
+learned_absolute with --max-position-embeddings, and its biases on every linear Megatron's default (no flag).
 """
 
 from __future__ import annotations
@@ -79,11 +85,14 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
     cfg = _hf_config(model)
     rope = cfg.get("rope_parameters") or {}
     theta = cfg.get("rope_theta") or rope.get("rope_theta") or 10000
-    eps = cfg.get("rms_norm_eps") or 1e-6
+    eps = (cfg.get("rms_norm_eps") or cfg.get("layer_norm_epsilon") or cfg.get("norm_eps")
+           or cfg.get("layer_norm_eps") or 1e-6)
     plugin = next((v for k, v in _PLUGIN_SPECS.items() if model.model_type.startswith(k)), None)
+    nemotron_h = model.model_type == "nemotron_h"
 
     a: list[str] = ["--spec", *plugin] if plugin else []
-    a.append("--add-qkv-bias" if model.attention_bias else "--disable-bias-linear")
+    if not model.mlp_bias:  # biases on every linear (GPT-3) are Megatron's default
+        a.append("--add-qkv-bias" if model.attention_bias else "--disable-bias-linear")
     if model.qk_norm:
         a.append("--qk-layernorm")
     if model.num_kv_heads < model.num_heads:
@@ -95,11 +104,19 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
           "--hidden-size", str(model.hidden_size), "--ffn-hidden-size", str(model.ffn_hidden_size)]
     if model.attn_output_gate:
         a.append("--use-gated-attention")
-    a += ["--normalization", "RMSNorm"]
-    if plugin:  # Qwen3-Next/3.5 RMSNorm scales by (1 + weight)
+    a += ["--normalization", "LayerNorm" if model.norm_bias else "RMSNorm"]
+    if plugin or model.model_type == "nemotron":  # Qwen3-Next/3.5 RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight)
         a.append("--apply-layernorm-1p")
-    a += ["--position-embedding-type", "rope", "--norm-epsilon", _num(eps), "--rotary-percent", _num(model.rotary_fraction),
-          "--swiglu"]
+    if model.learned_positions:
+        a += ["--position-embedding-type", "learned_absolute", "--max-position-embeddings", str(model.learned_positions),
+              "--norm-epsilon", _num(eps)]
+    else:
+        a += ["--position-embedding-type", "rope", "--norm-epsilon", _num(eps), "--rotary-percent",
+              _num(model.rotary_fraction)]
+    if model.gated_mlp:
+        a.append("--swiglu")
+    elif model.model_type in ("nemotron", "nemotron_h"):  # relu2: squared ReLU without a gate
+        a.append("--squared-relu")
     if not model.tie_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     a += ["--vocab-size", str(model.vocab_size), "--rotary-base", _num(theta)]
@@ -114,18 +131,29 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
         a += ["--moe-ffn-hidden-size", str(e.ffn_hidden_size)]
         if e.shared_ffn_hidden_size:
             a += ["--moe-shared-expert-intermediate-size", str(e.shared_ffn_hidden_size)]
-        score = "sigmoid" if model.model_type.startswith("deepseek") else "softmax"
-        a += ["--moe-router-score-function", score, "--moe-token-dispatcher-type", "alltoall",
-              "--moe-router-topk", str(e.top_k),
-              "--moe-layer-freq", _layer_pattern([int(model.is_moe_layer(i)) for i in range(model.num_layers)]),
-              "--num-experts", str(e.num_experts), "--moe-grouped-gemm", "--moe-token-drop-policy", "probs",
+        sigmoid = model.model_type.startswith("deepseek") or nemotron_h
+        a += ["--moe-router-score-function", "sigmoid" if sigmoid else "softmax", "--moe-token-dispatcher-type",
+              "alltoall", "--moe-router-topk", str(e.top_k)]
+        if not model.hybrid_pattern:  # a hybrid pattern places its MoE layers itself (E)
+            a += ["--moe-layer-freq", _layer_pattern([int(model.is_moe_layer(i)) for i in range(model.num_layers)])]
+        a += ["--num-experts", str(e.num_experts), "--moe-grouped-gemm", "--moe-token-drop-policy", "probs",
               "--moe-router-dtype", "fp32", "--moe-permute-fusion", "--moe-aux-loss-coeff", _num(aux_loss_coeff)]
-        if e.router_bias and model.model_type.startswith("deepseek"):
+        if e.router_bias and sigmoid:
             a.append("--moe-router-enable-expert-bias")
+        if nemotron_h and cfg.get("routed_scaling_factor"):
+            a += ["--moe-router-topk-scaling-factor", _num(cfg["routed_scaling_factor"])]
+        if e.latent_size:
+            a += ["--moe-latent-size", str(e.latent_size)]
     if model.attn_output_gate:
         a.append("--attention-output-gate")
     if model.moe and model.moe.shared_expert_gate:
         a.append("--moe-shared-expert-gate")
+    if model.hybrid_pattern:
+        a += ["--is-hybrid-model", "--hybrid-override-pattern", model.hybrid_pattern]
+        if model.mamba:
+            mb = model.mamba
+            a += ["--mamba-num-heads", str(mb.num_heads), "--mamba-head-dim", str(mb.head_dim),
+                  "--mamba-state-dim", str(mb.state_dim), "--mamba-num-groups", str(mb.num_groups)]
     if model.linear:
         g = model.linear
         # gated_delta_net: megatron-core 0.16's name (the seed's stack); newer releases alias it to gdn.

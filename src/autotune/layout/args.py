@@ -11,7 +11,7 @@ import re
 import shlex
 from typing import Iterable, Literal
 
-from ..catalog.workload import FP8_RECIPES
+from ..catalog.workload import FP4_RECIPES, FP8_RECIPES
 from ..errors import BadInput
 from .core import Layout, Recompute
 from .splits import megatron_split, split_flags
@@ -112,10 +112,13 @@ def _parse_pipeline_layout(text: str) -> tuple[int, ...]:
 
 
 def precision_args(precision: str, fp8_param_gather: bool = False) -> list[tuple[str, str | None]]:
-    """Megatron's FP8 flags for a workload precision (none for bf16; --bf16 is in MODEL_ARGS)."""
+    """Megatron's FP8 (or FP4) flags for a workload precision (none for bf16; --bf16 is in MODEL_ARGS)."""
+    if precision in FP4_RECIPES:
+        fmt, kind = FP4_RECIPES[precision]
+        return [("--fp4-format", fmt), ("--fp4-recipe", kind)]
     recipe = FP8_RECIPES.get(precision, "unknown")
     if recipe == "unknown":
-        raise BadInput(f"precision {precision!r}: choose one of {', '.join(FP8_RECIPES)}")
+        raise BadInput(f"precision {precision!r}: choose one of {', '.join([*FP8_RECIPES, *FP4_RECIPES])}")
     if recipe is None:
         return []
     fmt, kind = recipe
@@ -127,6 +130,12 @@ def precision_args(precision: str, fp8_param_gather: bool = False) -> list[tuple
 
 def precision_from_args(flags: dict) -> tuple[str, bool]:
     """(precision, fp8_param_gather) from parsed flags {flag: value or None}; bf16 without --fp8-format."""
+    if "--fp4-format" in flags:
+        kind = flags.get("--fp4-recipe") or "nvfp4"  # Megatron's default FP4 recipe
+        for name, recipe in FP4_RECIPES.items():
+            if recipe[1] == kind:
+                return name, False
+        raise BadInput(f"--fp4-recipe {kind!r}: not one autotune models; use nvfp4")
     if "--fp8-format" not in flags:
         return "bf16", False
     kind = flags.get("--fp8-recipe") or "delayed"  # Megatron's default recipe

@@ -37,10 +37,10 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.6292, "feature": 0.1833, "interaction": 0.3835, "noise": 0.0806, "tp": 0.1674, "pp": 0.1817,
-    "vpp": 0.1821, "cp": 0.2433, "ep": 0.163, "recompute": 0.1679, "recompute_1": 0.1733, "dispatcher": 0.149,
-    "max_tokens_per_gpu": 0.1759, "precision_aware_optimizer": 0.1759, "moe_shared_expert_overlap": 0.1531,
-    "ep_x_nodes": 0.2746, "pp_x_recompute": 0.4407, "tp_x_hidden": 0.3665,
+    "intercept": 0.5834, "feature": 0.1394, "interaction": 0.379, "noise": 0.1226, "tp": 0.1213, "pp": 0.1441,
+    "vpp": 0.1093, "cp": 0.2287, "ep": 0.1279, "recompute": 0.1375, "recompute_1": 0.1369, "dispatcher": 0.1171,
+    "max_tokens_per_gpu": 0.1367, "precision_aware_optimizer": 0.1367, "moe_shared_expert_overlap": 0.1235,
+    "ep_x_nodes": 0.2631, "pp_x_recompute": 0.5607, "tp_x_hidden": 0.2243,
 }
 
 

@@ -20,7 +20,7 @@ from ..layout import Layout, validate
 from .proxy import proxy_model
 from .spec import TrialSpec
 
-__all__ = ["TrialPlan", "plan_trial", "has_module"]
+__all__ = ["TrialPlan", "plan_trial", "has_module", "model_blocker"]
 
 
 def has_module(name: str) -> bool:
@@ -107,6 +107,10 @@ def plan_trial(spec: TrialSpec, world_size: int | None = None) -> TrialPlan:
             f"trial {spec.number}: warmup_steps {spec.warmup_steps} leaves no steps to score out of {spec.steps}; "
             f"use steps > warmup_steps (e.g. steps {spec.warmup_steps + 5})")
     model = load_model(spec.model)
+    blocker = model_blocker(model)
+    if blocker:
+        raise BadInput(f"trial {spec.number}: the runner cannot build {model.name} ({blocker}); "
+                       "predict it with `autotune estimate` or the simulate backend")
     if spec.proxy:
         model = proxy_model(model, spec.proxy)
     layout = _layout(spec)
@@ -118,6 +122,22 @@ def plan_trial(spec: TrialSpec, world_size: int | None = None) -> TrialPlan:
     return TrialPlan(spec=spec, model=model, layout=layout, workload=workload, rows_per_microbatch=rows,
                      num_microbatches=layout.num_microbatches(workload.global_batch, workload.seq_len),
                      data_path=_data_path(spec, model))
+
+
+def model_blocker(model: ModelSpec) -> str | None:
+    """Why the runner (runner/build.py: a GPTModel with SwiGLU MLPs, RMSNorm and rotary positions) cannot
+    build `model` as it is, or None. Such a model is refused before any rank starts rather than built as
+    another model; the cost model still predicts it (`autotune estimate`, the simulate backend)."""
+    why = [w for w, cond in (
+        ("Mamba2 layers (Megatron's hybrid MambaModel; mamba-ssm kernels)", model.mamba is not None),
+        ("a hybrid layer pattern", bool(model.hybrid_pattern)),
+        ("an MLP without a gate (squared ReLU / GeLU)", not model.gated_mlp),
+        ("LayerNorm with biases", model.norm_bias),
+        ("learned absolute positions", bool(model.learned_positions)),
+        ("MLP biases", model.mlp_bias),
+        ("LatentMoE projections", bool(model.moe and model.moe.latent_size)),
+    ) if cond]
+    return ", ".join(why) or None
 
 
 def gdn_blocker(cuda: bool) -> str | None:

@@ -1,0 +1,125 @@
+"""Config.json keys of families whose vocabulary differs, normalised before `from_hf_config` reads them.
+
+`normalise(cfg, model_type, where)` returns the config with the common keys (hidden_size, num_hidden_layers,
+intermediate_size, ...) and the ModelSpec fields the family fixes by construction. Families and why:
+  - gpt2 (GPT-3-style stacks as Megatron-LM and NeMo define GPT models): n_embd / n_layer / n_head / n_inner /
+    n_positions; LayerNorm with a bias, biases on every linear, learned absolute positions, a GeLU MLP without
+    a gate (HF GPT2MLP is c_fc -> gelu -> c_proj), embeddings tied unless the config says otherwise.
+  - nemotron (Nemotron-3/-4, HF NemotronForCausalLM): squared-ReLU MLP without a gate (NemotronMLP is
+    up_proj -> relu2 -> down_proj) and LayerNorm1P, a LayerNorm with weight and bias.
+  - nemotron_h (Nemotron-H, Nemotron 3 Nano/Super): `hybrid_override_pattern`, one symbol per layer: M a Mamba2
+    mixer, * attention, - a dense MLP, E an MoE; each layer is one pre-norm and one of those. Experts and the
+    dense MLP use squared ReLU without a gate; MoE routing keeps an e_score_correction_bias (HF registers it as
+    a buffer, Megatron as the router's expert_bias buffer); `moe_latent_size` runs the experts at a narrower
+    width between two projections (LatentMoE); `mtp_hybrid_override_pattern` is the MTP block's stack.
+Everything else passes through unchanged. Errors are one-line ConfigErrors naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+
+__all__ = ["normalise", "PATTERN_SYMBOLS", "FULL", "SLIDING", "LINEAR", "MAMBA", "NONE"]
+
+# token-mixer kinds of a layer (ModelSpec.layer_types); model.py re-exports them
+FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
+MAMBA, NONE = "mamba", "none"  # a Mamba2 mixer; no token mixer (an FFN-only layer of a hybrid pattern)
+
+# Megatron's mamba_hybrid_layer_allocation.Symbols that a checkpoint's pattern uses, as HF NemotronH reads them
+PATTERN_SYMBOLS = {"M": "Mamba2 mixer", "*": "attention", "-": "MLP", "E": "MoE"}
+_BLOCK_NAMES = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                "moe": "E"}  # transformers 5 writes layers_block_type (with linear/full_attention) for the pattern
+
+
+def _pattern(cfg: dict, key: str, where: str, length: int | None) -> str:
+    value = cfg.get(key)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: field {key!r} must be a non-empty string of {', '.join(PATTERN_SYMBOLS)}, "
+                          f"got {value!r}; copy it from the model's config.json")
+    bad = sorted({c for c in value if c not in PATTERN_SYMBOLS})
+    if bad:
+        names = ", ".join(f"{k} ({v})" for k, v in PATTERN_SYMBOLS.items())
+        raise ConfigError(f"{where}: field {key!r} has unknown symbol(s) {bad}; allowed: {names} "
+                          "(pipeline separators '|' are not part of a checkpoint's pattern)")
+    if length is not None and len(value) != length:
+        raise ConfigError(f"{where}: field {key!r} has {len(value)} layers but num_hidden_layers is {length}; "
+                          "make them agree")
+    return value
+
+
+def _block_types(cfg: dict, where: str) -> str:
+    types = cfg.get("layers_block_type")
+    if not isinstance(types, list) or any(t not in _BLOCK_NAMES for t in types):
+        raise ConfigError(f"{where}: a nemotron_h config needs 'hybrid_override_pattern' (or 'layers_block_type' "
+                          f"with {', '.join(sorted(_BLOCK_NAMES))}); add it from the model's config.json")
+    return "".join(_BLOCK_NAMES[t] for t in types)
+
+
+def _positive(cfg: dict, key: str, where: str, default: int | None = None) -> int:
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{where}: field {key!r} must be a positive integer for a Mamba2 layer, got {value!r}; "
+                          "add it from the model's config.json")
+    return value
+
+
+def _nemotron_h(cfg: dict, where: str) -> tuple[dict, dict]:
+    n = cfg.get("num_hidden_layers")
+    if cfg.get("hybrid_override_pattern") is not None:
+        pattern = _pattern(cfg, "hybrid_override_pattern", where, n if isinstance(n, int) else None)
+    else:
+        pattern = _block_types(cfg, where)
+    cfg = {**cfg, "num_hidden_layers": len(pattern)}
+    kinds = {"M": MAMBA, "*": FULL, "-": NONE, "E": NONE}
+    out: dict = {
+        "layer_types": tuple(kinds[c] for c in pattern),
+        "ffn_free": tuple(i for i, c in enumerate(pattern) if c in "M*"),
+        "hybrid_pattern": pattern,
+        "gated_mlp": False,
+        "dense_layers": tuple(i for i, c in enumerate(pattern) if c == "-"),
+        "router_bias": True,
+    }
+    if "M" in pattern:
+        heads, groups = _positive(cfg, "mamba_num_heads", where), _positive(cfg, "n_groups", where)
+        if heads % groups:
+            raise ConfigError(f"{where}: mamba_num_heads {heads} is not a multiple of n_groups {groups}; "
+                              "check the config.json")
+        out["mamba"] = dict(num_heads=heads, head_dim=_positive(cfg, "mamba_head_dim", where),
+                            state_dim=_positive(cfg, "ssm_state_size", where), num_groups=groups,
+                            conv_kernel=_positive(cfg, "conv_kernel", where),
+                            chunk_size=_positive(cfg, "chunk_size", where, 128))
+    if "E" not in pattern:  # routed-expert keys of a dense Nemotron-H describe no layer
+        cfg = {k: v for k, v in cfg.items() if k not in ("n_routed_experts", "num_experts", "num_local_experts")}
+    elif cfg.get("moe_shared_expert_intermediate_size"):
+        cfg = {**cfg, "shared_expert_intermediate_size": cfg["moe_shared_expert_intermediate_size"],
+               "n_shared_experts": None}
+    if not cfg.get("head_dim") and cfg.get("attention_head_dim"):
+        cfg["head_dim"] = cfg["attention_head_dim"]
+    if cfg.get("num_nextn_predict_layers") and cfg.get("mtp_hybrid_override_pattern"):
+        out["mtp_pattern"] = _pattern(cfg, "mtp_hybrid_override_pattern", where, None)
+    if cfg.get("moe_latent_size"):
+        out["latent_size"] = cfg["moe_latent_size"]
+    return cfg, out
+
+
+def _gpt2(cfg: dict) -> tuple[dict, dict]:
+    renamed = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
+               "n_inner": "intermediate_size"}
+    cfg = {renamed.get(k, k): v for k, v in cfg.items()}
+    if cfg.get("intermediate_size") is None and isinstance(cfg.get("hidden_size"), int):
+        cfg["intermediate_size"] = 4 * cfg["hidden_size"]  # HF GPT2MLP: n_inner None means 4 x n_embd
+    cfg.setdefault("tie_word_embeddings", True)  # PretrainedConfig's default, which GPT-2 checkpoints keep
+    cfg["attention_bias"] = True
+    return cfg, {"gated_mlp": False, "mlp_bias": True, "norm_bias": True,
+                 "learned_positions": int(cfg.get("n_positions") or 1024)}
+
+
+def normalise(cfg: dict, model_type: str, where: str) -> tuple[dict, dict]:
+    """(config with common keys, ModelSpec/MoeSpec fields this family fixes; "mamba" as MambaSpec kwargs)."""
+    if model_type == "nemotron_h":
+        return _nemotron_h(cfg, where)
+    if model_type == "gpt2":
+        return _gpt2(cfg)
+    if model_type == "nemotron":
+        return cfg, {"gated_mlp": False, "norm_bias": True}
+    return cfg, {}

@@ -1,0 +1,81 @@
+"""The sub-specs of a ModelSpec: Gated DeltaNet linear attention, the Mamba2 mixer, multi-head latent
+attention, routed experts. Plain frozen dataclasses; `model.py` reads them from a config.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec"]
+
+
+@dataclass(frozen=True)
+class LinearAttentionSpec:
+    """Gated DeltaNet linear attention (Qwen3-Next / Qwen3.5)."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+
+@dataclass(frozen=True)
+class MambaSpec:
+    """Mamba2 mixer (Megatron's MambaMixer; HF NemotronH): SSD with grouped B/C, a gated RMSNorm."""
+
+    num_heads: int
+    head_dim: int
+    state_dim: int
+    num_groups: int
+    conv_kernel: int
+    chunk_size: int = 128  # the chunked SSD scan's block length (Megatron and HF default 128)
+
+    @property
+    def d_inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:  # x, B, C go through the depthwise conv
+        return self.d_inner + 2 * self.num_groups * self.state_dim
+
+    @property
+    def in_proj_dim(self) -> int:  # z, x, B, C, dt
+        return 2 * self.d_inner + 2 * self.num_groups * self.state_dim + self.num_heads
+
+
+@dataclass(frozen=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek-V2/V3)."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    """Routed experts, optional shared experts, and which layers stay dense."""
+
+    num_experts: int
+    top_k: int
+    ffn_hidden_size: int
+    shared_ffn_hidden_size: int = 0
+    shared_expert_gate: bool = False
+    expert_bias: bool = False
+    router_bias: bool = False
+    dense_layers: tuple[int, ...] = ()
+    latent_size: int = 0  # LatentMoE: experts (and the dispatch) run at this width between two projections
+
+    def width(self, hidden: int) -> int:
+        """The width tokens have inside the routed experts and on the EP all-to-all."""
+        return self.latent_size or hidden

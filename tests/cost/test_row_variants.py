@@ -1,0 +1,129 @@
+"""Published rows the catalog now expresses: the new name patterns, NVFP4 (Blackwell only, FP4 peak, its amax
+pass), trained MTP blocks (compute and memory on the last stage), TFLOP/s read in their source's own count,
+and the runner refusing a model it cannot build."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autotune.catalog import GPUS, ClusterSpec, Workload, load_model, param_counts
+from autotune.cli.main import main
+from autotune.cost import Calibration, evaluate
+from autotune.cost._published import catalog_name, map_row, train_flops_per_token
+from autotune.cost.flops import stage_flops
+from autotune.cost.measurements import published_measurements
+from autotune.cost.memory import estimate_memory
+from autotune.errors import BadInput
+from autotune.layout import Layout, LayoutTable
+from autotune.trials.plan import plan_trial
+from autotune.trials.spec import TrialSpec
+
+NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A12B"
+
+
+@pytest.mark.parametrize("source,want", [
+    ("Nemotron_3_Nano", NANO), ("Nemotron V3 Nano 30B (26.02)", NANO), ("Nemotron_3_Super", SUPER),
+    ("Nemotron V3 Super 120B (26.02)", SUPER), ("Llama 3.1 8B", "Llama-3.1-8B"), ("LLAMA3_8B", "Llama-3.1-8B"),
+    ("LLAMA3-8B", "Llama-3.1-8B"), ("Llama-3-style 7B (8.03B)", "Llama-3.1-8B"), ("LLAMA2-7B", "Llama-2-7b-hf"),
+    ("LLAMA2-13B", "Llama-2-13b-hf"), ("LLAMA2-70B", "Llama-2-70b-hf"), ("GPT3-5B", "NeMo-GPT3-5B"),
+    ("GPT3-175B", "NeMo-GPT3-175B"), ("GPT 1.7B (dense)", "Megatron-GPT-1.7B"), ("GPT 462B (dense)", "Megatron-GPT-462B"),
+    ("Nemotron-8B", "Nemotron-3-8B"), ("Nemotron-22B", "Nemotron-3-22B"), ("Nemotron-340B", "Nemotron-4-340B"),
+    ("GPT-OSS 20B", "gpt-oss-20b"), ("DeepSeekV3 (w/ MTP)", "DeepSeek-V3"),
+])
+def test_new_source_names_map_onto_the_catalog(source, want):
+    assert catalog_name(source) == (want, None)
+
+
+@pytest.mark.parametrize("source", ["Nemotron_3_Ultra", "Llama-3-style 13B (14.84B)", "DeepSeekV4 Flash",
+                                    "LLAMA3_70B [LoRA (fine-tuning)]"])
+def test_models_and_variants_left_out_say_why(source):
+    name, why = catalog_name(source)
+    assert name is None and ("not in the catalog" in why or "LoRA" in why)
+
+
+ROW = dict(source="Megatron-Bridge perf summary:26.08", model="Nemotron_3_Super", gpu="GB300", num_gpus="64",
+           seq_len="8192", global_batch="512", micro_batch="1", tp="1", pp="1", cp="1", vp="", ep="64", etp="",
+           precision="NVFP4", recompute="", tokens_per_s_per_gpu="10240", tflops_per_gpu="", notes="MoE")
+
+
+def test_super_rows_train_the_recipes_mtp_block_in_nvfp4():
+    got = map_row(ROW)
+    m = got["measurement"]
+    assert m["precision"] == "nvfp4" and m["train_mtp"] and m["mtp_passes"] == 2
+    assert "MTP trained" in got["source"] and "bf16_with_nvfp4_mixed" in got["source"]
+    assert "train_mtp" not in map_row({**ROW, "source": "my cluster"})["measurement"]  # the preset is its source's
+    ds = {**ROW, "model": "DeepSeekV3 (w/ MTP)", "ep": "8", "precision": "FP8-MX"}
+    assert map_row(ds)["measurement"]["train_mtp"]
+    assert "train_mtp" not in map_row({**ds, "model": "DeepSeekV3 (w/o MTP)"})["measurement"]
+
+
+def test_nvfp4_is_blackwell_only_and_one_line_bad_input(capsys):
+    with pytest.raises(BadInput, match="H100 has no FP4 tensor cores"):
+        Workload(precision="nvfp4").check_gpu(GPUS["H100"])
+    Workload(precision="nvfp4").check_gpu(GPUS["B200"])
+    assert [g for g, spec in GPUS.items() if spec.fp4_tflops] == ["B200", "B300", "GB200", "GB300"]
+    rc = main(["estimate", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "8", "--layout", "TP1",
+               "--precision", "nvfp4"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "FP4 tensor cores" in err
+
+
+def _ev(model, w, gpu, layout):
+    return evaluate(load_model(model), w, ClusterSpec.of(gpu, layout.world), LayoutTable.from_layouts([layout]),
+                    Calibration(gpu))
+
+
+def test_nvfp4_runs_the_linears_at_the_fp4_peak_and_pays_an_amax_pass():
+    lay = Layout(world=8, tp=1)
+    fp4 = _ev("Llama-3.1-8B", Workload(precision="nvfp4"), "B200", lay).time.mb_terms
+    mx = _ev("Llama-3.1-8B", Workload(precision="mxfp8"), "B200", lay).time.mb_terms
+    b = GPUS["B200"]
+    assert fp4["compute_dense"][0, 0] == pytest.approx(mx["compute_dense"][0, 0] * b.fp8_tflops / b.fp4_tflops)
+    assert fp4["compute_attention"][0, 0] == pytest.approx(mx["compute_attention"][0, 0])  # attention stays BF16
+    assert fp4["quantize"][0, 0] > mx["quantize"][0, 0]  # two-level scaling: an amax per tensor
+
+
+def test_a_trained_mtp_block_adds_its_work_and_weights_to_the_last_stage_only():
+    m = load_model(SUPER)
+    t = LayoutTable.from_layouts([Layout(world=64, pp=2, ep=32)])
+    off, one, two = (Workload(train_mtp=p > 0, mtp_passes=p) for p in (0, 1, 2))
+    f0, f1, f2 = (stage_flops(m, w, t) for w in (off, one, two))
+    for k in ("dense", "experts", "linear_attention", "attention"):
+        a0, a1, a2 = (getattr(f, k)[0] for f in (f0, f1, f2))
+        assert a1[0] == a0[0] and a2[1] - a0[1] == pytest.approx(2 * (a1[1] - a0[1]))
+    assert f1.experts[0, 1] > f0.experts[0, 1] and f2.output[0, 1] == pytest.approx(3 * f0.output[0, 1])
+    cluster = ClusterSpec.of("GB300", 64)
+    w0, w2 = (estimate_memory(m, w, cluster, t).terms for w in (off, two))
+    assert w2["weights"][0, 0] == w0["weights"][0, 0] and w2["weights"][0, 1] > w0["weights"][0, 1]
+    added = (w2["weights"][0, 1] - w0["weights"][0, 1]) / 2  # bf16 weights; one copy for both passes
+    assert added < param_counts(m).mtp / 8  # the block's experts are split over EP 32
+    assert w2["activations"][0, 1] > w0["activations"][0, 1] and w2["activations"][0, 0] == w0["activations"][0, 0]
+
+
+def test_megatron_readme_tflops_are_read_in_its_own_count():
+    kept, _ = published_measurements()
+    row = next(m for m in kept if m.model == "Megatron-GPT-1.7B")
+    model = load_model("Megatron-GPT-1.7B")
+    # Megatron-LM r0.8's num_floating_point_operations: attention over the whole row
+    assert row.tokens_per_s_per_gpu == pytest.approx(408.8e12 / train_flops_per_token(model, 4096, causal=False))
+    assert "Megatron-LM r0.8" in row.source
+
+
+def test_expressed_rows_cover_the_new_families():
+    kept, skipped = published_measurements()
+    models = {m.model for m in kept}
+    assert {NANO, SUPER, "Llama-3.1-8B", "Llama-2-70b-hf", "NeMo-GPT3-175B", "Megatron-GPT-462B",
+            "Nemotron-4-340B"} <= models
+    assert {"mxfp8", "nvfp4"} <= {m.precision for m in kept if m.model == SUPER}
+    assert not [why for _, why in skipped if "NVFP4" in why]
+
+
+def test_the_runner_refuses_a_model_it_cannot_build():
+    spec = TrialSpec(study="t", number=3, model=NANO, gpu="cpu", count=2, gpus_per_node=2,
+                     layout=Layout(world=2, ep=2).to_dict(),
+                     workload=dataclasses.asdict(Workload(seq_len=256, global_batch=8)), steps=4, warmup_steps=1)
+    with pytest.raises(BadInput) as err:
+        plan_trial(spec)
+    assert "\n" not in str(err.value) and "Mamba2" in str(err.value) and "autotune estimate" in str(err.value)

@@ -1,0 +1,171 @@
+"""The families added for the published rows: parameter counts against published figures, the Mamba2 layer's
+per-rank sharding, FLOPs and saved bytes, bad Nemotron-H configs, and the models' Megatron arguments.
+
+No parity test against megatron-core's MambaMixer: its constructor raises ImportError without mamba-ssm
+(HAVE_MAMBA_SSM; mamba-ssm needs CUDA to build) and allocates on torch.cuda.current_device(), so it cannot be
+built on this CPU machine. The sharding test below restates MambaMixer's per-rank tensor shapes
+(megatron/core/ssm/mamba_mixer.py, megatron-core 0.16.1) instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from autotune.catalog import load_model, param_counts
+from autotune.catalog.model import FULL, MAMBA, NONE
+from autotune.catalog.params import layer_items
+from autotune.cost.layers import KIND_ATTENTION, layer_tables
+from autotune.errors import ConfigError
+from autotune.launch import slime_model_args
+
+NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A12B"
+
+
+def _buffers(m) -> int:
+    return sum(it.count for i in range(m.num_layers) for it in layer_items(m, i) if it.shard == "buffer")
+
+
+@pytest.mark.parametrize("name,total", [
+    ("Llama-3.1-8B", 8_030_261_248), ("Llama-2-7b-hf", 6_738_415_616), ("Llama-2-13b-hf", 13_015_864_320),
+    ("Llama-2-70b-hf", 68_976_648_192), ("gpt-oss-20b", 20_914_757_184),
+    # HF registers the routers' e_score_correction_bias as a buffer: its index counts parameters only
+    (NANO, 31_577_937_344), (SUPER, 123_611_012_096 - 2_942_324_736),  # Super: the MTP tensors are apart
+])
+def test_published_totals(name, total):
+    m = load_model(name)
+    assert param_counts(m).total - _buffers(m) == total
+
+
+def test_super_mtp_block_and_structure():
+    m = load_model(SUPER)
+    # one MTP block (*E): norms, the 2h -> h projection, an attention and a latent-MoE layer; less its router bias
+    assert param_counts(m).mtp - m.moe.num_experts == 2_942_324_736
+    assert (m.count(MAMBA), m.count(FULL), m.count(NONE)) == (40, 8, 40)
+    assert m.moe.latent_size == 1024 and not m.gated_mlp and m.mtp_pattern == "*E"
+    assert all(m.is_moe_layer(i) == (c == "E") for i, c in enumerate(m.hybrid_pattern))
+    assert all(m.has_ffn(i) == (c in "-E") for i, c in enumerate(m.hybrid_pattern))
+
+
+@pytest.mark.parametrize("name,billions", [
+    ("Megatron-GPT-1.7B", 1.7), ("Megatron-GPT-7.1B", 7.1), ("Megatron-GPT-16B", 16), ("Megatron-GPT-32B", 32),
+    ("Megatron-GPT-70B", 70), ("Megatron-GPT-119B", 119), ("Megatron-GPT-177B", 177), ("Megatron-GPT-314B", 314),
+    ("Megatron-GPT-462B", 462), ("NeMo-GPT3-5B", 5), ("NeMo-GPT3-20B", 20), ("NeMo-GPT3-175B", 175),
+    ("Nemotron-4-340B", 340),
+])
+def test_sizes_only_named_match_the_name(name, billions):
+    """Only the name is published: the count is within its rounding (3.5% covers '1.7B' for 1.75B)."""
+    total = param_counts(load_model(name)).total / 1e9
+    assert abs(total - billions) <= 0.035 * billions
+
+
+def test_untied_embeddings_are_what_reproduce_the_readme_sizes():
+    m = load_model("Megatron-GPT-1.7B")
+    tied = param_counts(m).total - m.vocab_size * m.hidden_size
+    assert not m.tie_embeddings and abs(tied / 1e9 - 1.7) > 0.1  # tied would be 1.48B, not "1.7B"
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_mamba_layer_shards_as_megatrons_mixer(tp):
+    """Per TP rank: in_proj column-parallel over (z, x, B, C, dt), conv1d weight and bias over (x, B, C), dt_bias,
+    A_log and D per local head, the gated norm's weight over d_inner / TP, out_proj row-parallel; the layer's
+    pre-norm whole on every rank."""
+    m = load_model(NANO)
+    mb, h = m.mamba, m.hidden_size
+    i = m.layer_types.index(MAMBA)
+    d, g, n, heads = mb.num_heads * mb.head_dim // tp, mb.num_groups // tp, mb.state_dim, mb.num_heads // tp
+    megatron = (h * (2 * d + 2 * g * n + heads)  # in_proj
+                + (d + 2 * g * n) * (mb.conv_kernel + 1)  # conv1d weight [conv_dim, 1, k] and bias
+                + 3 * heads + d  # dt_bias, A_log, D; norm
+                + d * h  # out_proj
+                + h)  # the layer's RMSNorm (fused into in_proj's LayerNormColumnParallelLinear)
+    lt = layer_tables(m)
+    assert lt.params_tp[i] / tp + lt.params_rep[i] == megatron
+
+
+def test_mamba_and_ffn_only_layers_in_the_tables():
+    m = load_model(NANO)
+    lt = layer_tables(m)
+    kinds = {c: set(lt.kind[[i for i, x in enumerate(m.hybrid_pattern) if x == c]]) for c in "M*E"}
+    assert kinds == {"M": {4}, "*": {0}, "E": {5}}
+    assert set(np.flatnonzero(lt.is_attention)) == {i for i, c in enumerate(m.hybrid_pattern) if c == "*"}
+    mamba = lt.kind == 4
+    assert (lt.flops_linear_attn[mamba] > 0).all() and (lt.flops_attn_quadratic[mamba] == 0).all()
+    assert (lt.flops_expert[mamba] == 0).all() and (lt.flops_expert[lt.is_moe] > 0).all()
+    # every weight matrix a token meets is 2 FLOPs per parameter: dense + experts = 2 x active matrices (the
+    # depthwise conv, an elementwise filter, is counted as 2 x channels x kernel in either)
+    active = sum(round(it.count * it.active) for i in range(m.num_layers) for it in layer_items(m, i) if it.matrix)
+    assert lt.flops_dense.sum() + lt.flops_expert.sum() == pytest.approx(2 * active)
+    assert KIND_ATTENTION == (0, 1, 3)
+
+
+def test_mamba_layer_saves_what_the_fused_scan_and_linears_keep():
+    """Per token, bytes: the pre-norm's input and in_proj's input (h each), zxbcdt (the in_proj output) and out_x
+    kept by mamba_split_conv1d_scan_combined, the gated norm's input and fp32 rstd per group, out_proj's input."""
+    m = load_model(NANO)
+    mb, h = m.mamba, m.hidden_size
+    i = m.layer_types.index(MAMBA)
+    d = mb.num_heads * mb.head_dim
+    zxbcdt = 2 * d + 2 * mb.num_groups * mb.state_dim + mb.num_heads
+    want = 2 * (h + h + zxbcdt + d + d + d) + 4 * mb.num_groups
+    assert layer_tables(m).act[i].sum() == want
+
+
+def test_latent_moe_runs_experts_and_dispatch_at_the_latent_width():
+    m = load_model(SUPER)
+    e = m.moe
+    i = m.hybrid_pattern.index("E")
+    lt = layer_tables(m)
+    # squared ReLU without a gate: fc1 and fc2 per expert, each latent x FFN; top-22 of 512
+    assert lt.flops_expert[i] == pytest.approx(2 * e.top_k * 2 * e.latent_size * e.ffn_hidden_size)
+    assert e.width(m.hidden_size) == 1024 and load_model("Qwen3-30B-A3B").moe.width(2048) == 2048
+
+
+def _nemotron_h(tmp_path, **change):
+    cfg = json.loads(json.dumps({
+        "model_type": "nemotron_h", "hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hybrid_override_pattern": "M*ME",
+        "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "intermediate_size": 32}))
+    cfg.update(change)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return str(p)
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"hybrid_override_pattern": "M*MX"}, ["hybrid_override_pattern", "'X'", "allowed"]),
+    ({"hybrid_override_pattern": "M*M|E"}, ["'|'", "pipeline separators"]),
+    ({"hybrid_override_pattern": "M*"}, ["2 layers", "num_hidden_layers is 4"]),
+    ({"hybrid_override_pattern": 5}, ["hybrid_override_pattern", "5"]),
+    ({"mamba_num_heads": 5}, ["mamba_num_heads 5", "n_groups 2"]),
+    ({"ssm_state_size": None}, ["ssm_state_size", "positive integer"]),
+    ({"hybrid_override_pattern": None}, ["hybrid_override_pattern", "layers_block_type"]),
+])
+def test_bad_nemotron_h_configs_are_one_line_config_errors(tmp_path, change, words):
+    with pytest.raises(ConfigError) as err:
+        load_model(_nemotron_h(tmp_path, **change))
+    msg = str(err.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_a_small_nemotron_h_reads_its_pattern_and_block_type_names(tmp_path):
+    m = load_model(_nemotron_h(tmp_path))
+    assert m.layer_types == (MAMBA, FULL, MAMBA, NONE) and m.ffn_free == (0, 1, 2) and m.is_moe_layer(3)
+    named = load_model(_nemotron_h(tmp_path, hybrid_override_pattern=None,
+                                   layers_block_type=["mamba", "attention", "mamba", "moe"]))
+    assert named.layer_types == m.layer_types and named.hybrid_pattern == "M*ME"
+
+
+def test_megatron_arguments_of_the_new_stacks():
+    sup = slime_model_args(load_model(SUPER))
+    assert sup[sup.index("--hybrid-override-pattern") + 1] == load_model(SUPER).hybrid_pattern
+    assert {"--is-hybrid-model", "--squared-relu", "--moe-router-enable-expert-bias"} <= set(sup)
+    assert sup[sup.index("--mamba-num-heads") + 1] == "128" and sup[sup.index("--moe-latent-size") + 1] == "1024"
+    assert "--swiglu" not in sup and "--moe-layer-freq" not in sup
+    gpt = slime_model_args(load_model("NeMo-GPT3-175B"))
+    assert gpt[gpt.index("--position-embedding-type") + 1] == "learned_absolute" and "--swiglu" not in gpt
+    assert "--disable-bias-linear" not in gpt and gpt[gpt.index("--normalization") + 1] == "LayerNorm"
+    assert "--swiglu" in slime_model_args(load_model("Llama-3.1-8B"))
