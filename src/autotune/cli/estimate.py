@@ -109,7 +109,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         "layout_detail": lay.to_dict(),
         "summary": lay.summary(workload.seq_len),
         "precision": workload.precision,
-        "args": format_args(layout_args(lay, "slime", workload.seq_len)
+        "args": format_args(layout_args(lay, "slime", workload.seq_len, moe=m.is_moe)
                             + precision_args(workload.precision, workload.fp8_param_gather)),
         "memory": {
             "peak_bytes": int(mem.peak[i]),
