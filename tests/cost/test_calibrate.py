@@ -95,7 +95,7 @@ def test_source_names_and_gpus_map_onto_the_catalog():
                       ("Mixtral 8x7B", "Mixtral-8x7B-v0.1"), ("Mixtral 8x22B", "Mixtral-8x22B-v0.1"),
                       ("Qwen3-Next", "Qwen3-Next-80B-A3B-Instruct")]:
         assert catalog_name(src) == (want, None), src
-    assert catalog_name("Qwen3_30B_a3B (tokendrop)")[0] is None
+    assert catalog_name("Qwen3_30B_a3B (tokendrop)")[0] == "Qwen3-30B-A3B"  # token drop is a Layout setting now
     assert "not in the catalog" in catalog_name("Nemotron_3_Nano")[1]
     assert gpu_kind("H100 (Grand Teton, 96GB HBM2e, 500W power limit)") == ("H100", None)
     assert gpu_kind("H200 (4 per node)") == ("H200", 4)
@@ -111,8 +111,12 @@ def test_published_rows_kept_and_skipped_with_reasons():
         assert text in reasons
     gpt = [m for m in kept if m.model == "gpt-oss-120b" and m.gpu == "H100"]
     assert gpt and gpt[0].layout.pp == 4 and gpt[0].layout.ep == 8 and gpt[0].count == 64
-    # the table leaves recompute blank; Megatron-Bridge's gpt-oss perf presets set layernorm + moe_act
-    assert all(str(m.layout.recompute) == "selective:layernorm,moe_act" and "perf preset" in m.source for m in gpt)
+    # the table leaves recompute blank; Megatron-Bridge's gpt-oss perf recipes set layernorm + moe_act
+    assert all(str(m.layout.recompute) == "selective:layernorm,moe_act" and "Megatron-Bridge" in m.source for m in gpt)
+    dropped = [m for m in kept if "token drop" in m.source]  # 25.09's tokendrop rows: capacity factor 1.0, padded
+    assert dropped and all(m.layout.moe_capacity_factor == 1.0 for m in dropped)
+    balanced = [m for m in kept if m.model == "DeepSeek-V3" and m.source.startswith("Megatron-Bridge")]
+    assert balanced and all(m.force_balance for m in balanced)  # the page's footnote: force-balanced routing
     bridge = [m for m in kept if m.source.startswith("Megatron-Bridge perf")]
     assert bridge and not any(m.grads_fp32 for m in bridge)  # its perf recipes reduce gradients in bf16
     assert all(m.grads_fp32 for m in kept if not m.source.startswith("Megatron-Bridge perf"))

@@ -47,7 +47,10 @@ def test_small_moe_by_hand():
     w0, w1 = r.terms["weights"][0]
     assert (w0, w1) == (2 * (s0_dense + s_exp), 2 * (s1_dense + s_exp))
     assert r.terms["optimizer"][0, 0] == pytest.approx(12 * (s0_dense / 2 + s_exp / 1))  # DP 2, expert-DP 1
-    imb = C.imbalance_off
+    # the hottest of EP 2 ranks, 4 of the 8 experts each: imbalance_off is the EP 8 x 32-experts-per-rank maximum,
+    # scaled by the extreme-value spread sqrt(2 ln EP) / sqrt(experts per rank)
+    spread = lambda ep, per: np.sqrt(2 * np.log(ep)) / np.sqrt(per)  # noqa: E731
+    imb = 1 + (C.imbalance_off - 1) * spread(2, 4) / spread(8, 32)
     tok = 2 * (2 * 64) + 2 * 64 + (2 * 64 + 2 * 96) + 2 * (64 + 2 * 32) + 2 * 64 + 4 * 2 * 8 \
         + imb * (2 * 2 * 64 + 2 * 2 * 2 * 32 + 2 * 2 * 32) + 2 * 3 * 32
     a0, a1 = r.terms["activations"][0]

@@ -42,6 +42,9 @@ class Workload:
     steps: int = 20
     window: tuple[int, int] = (5, 19)  # steps scored for tokens/s (inclusive)
     load_balancing_loss: bool = False
+    # --moe-router-force-load-balancing (benchmarks): every expert gets the same tokens, no routing imbalance;
+    # it replaces the router's choice, so it changes the math (published MoE benchmarks run it)
+    force_balance: bool = False
     train_mtp: bool = False
     task: str = "sft"
     # gradient buffers and their DP reduction in fp32 (--accumulate-allreduce-grads-in-fp32, as the seed);

@@ -53,6 +53,7 @@ class Measurement:
     grads_fp32: bool = True  # gradients reduced in fp32 (--accumulate-allreduce-grads-in-fp32)
     precision: str = "bf16"  # a Workload precision (bf16, fp8-tensorwise, mxfp8, ...)
     fp8_param_gather: bool = False
+    force_balance: bool = False  # --moe-router-force-load-balancing (published MoE benchmarks)
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -79,7 +80,8 @@ class Measurement:
     def workload(self) -> Workload:
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch,
                         load_balancing_loss=self.load_balancing_loss, grads_fp32=self.grads_fp32,
-                        precision=self.precision, fp8_param_gather=self.fp8_param_gather)
+                        precision=self.precision, fp8_param_gather=self.fp8_param_gather,
+                        force_balance=self.force_balance)
 
     @property
     def cluster(self) -> ClusterSpec:

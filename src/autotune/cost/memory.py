@@ -12,8 +12,13 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
   recompute    the transient working set while one recompute group is re-run in backward
   logits       output layer and loss on the last stage (fp32 softmax unless the loss is fused)
   dispatcher   token-dispatch buffers: all-to-all receive copies, all-gather of the EP x TP group, or DeepEP's
-               preallocated NVLink/RDMA buffers for flex
-  overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation
+               preallocated NVLink/RDMA buffers for flex; EP overlap keeps two micro-batches' buffers at once
+  overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation; CUDA graphs' private
+               memory pool (an assumption: `cuda_graph_pool`, more for a whole-step graph)
+The routed experts' activations and buffers scale with the hottest rank's load (_comm.routing_load: the routing
+imbalance, 1 when balancing is forced, the capacity factor with token drop). Activation offload
+(--cpu-offloading-num-layers N) keeps the offloaded layers' saved activations on the host, one in flight on the
+GPU.
 Host (per node, only with optimizer offload): Megatron's HybridDeviceOptimizer keeps the offloaded share's
 fp32 master copy, both Adam moments and a pinned fp32 gradient buffer in host memory (16 B/param) for every
 GPU of the node.
@@ -25,11 +30,13 @@ Sources: Korthikanti et al. 2022 (activation accounting), megatron/training/theo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
+from ._comm import routing_load
 from .layers import (PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
                      vocab_per_row)
 
@@ -74,6 +81,7 @@ class MemoryCoefficients:
     optim_bytes: float = 12.0  # fp32 master + Adam m, v
     host_offload_bytes: float = 16.0  # per offloaded parameter in host memory: master, m, v, pinned grad
     fsdp_layers_in_flight: float = 2.0  # FSDP: unsharded layers held at once (the running one, the prefetched)
+    cuda_graph_pool: float = 1.0 * GiB  # partial graphs' private pool (static inputs/outputs, workspaces); x2 full
 
 
 @dataclass
@@ -83,9 +91,11 @@ class MemoryResult:
     capacity_bytes: float
     host_bytes: np.ndarray  # (n,) host memory per node for the offloaded optimizer
     host_capacity_bytes: float
+    params: tuple | None = None  # (dense, expert) parameters per GPU per stage (n, S): the time model reuses them
 
-    @property
+    @cached_property
     def total(self) -> np.ndarray:
+        """Bytes per stage (n, S), zero beyond each row's PP (the terms themselves are not masked there)."""
         tot = sum(self.terms.values())
         S = tot.shape[1]
         return np.where(np.arange(S)[None, :] < self.n_stages[:, None], tot, 0.0)
@@ -164,8 +174,9 @@ def embedding_params(model: ModelSpec, t: LayoutTable, S: int) -> np.ndarray:
 
 def owned_params(t: LayoutTable, dense: np.ndarray, expert: np.ndarray) -> np.ndarray:
     """Parameters whose optimizer state a rank holds (n, S): the distributed optimizer shards dense
-    parameters over DP and expert parameters over expert-DP; without it every rank holds all of its own."""
-    dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
+    parameters over DP x CP (megatron-core's intra_dp_cp group: CP ranks hold the same parameters) and expert
+    parameters over expert-DP; without it every rank holds all of its own."""
+    dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp * t.cp, t.edp))
     return np.where(t.dist_opt[:, None], dense / dp + expert / edp, dense + expert)
 
 
@@ -205,8 +216,8 @@ def estimate_memory(
     if t.fsdp.any():  # FSDP: a 1 / DP shard of each, plus the gathered layers in flight (this one, the next)
         per_layer = params / np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))
         shard = owned_params(t, p_dense, p_exp) / np.maximum(params, 1.0)
-        shard = np.where(t.dist_opt[:, None], shard, 1.0 / np.maximum(t.dp, 1)[:, None])
-        f = t.fsdp[:, None]
+        shard = np.where(t.dist_opt[:, None], shard, 1.0 / np.maximum(t.dp * t.cp, 1)[:, None])
+        f = (t.fsdp & (t.pp == 1))[:, None]  # with PP the stage's parameters stay gathered (see _terms.step_raw)
         w_bytes = np.where(f, w_bytes * shard + 2 * coef.fsdp_layers_in_flight * per_layer, w_bytes)
         g_bytes = np.where(f, g_bytes * shard + 4.0 * per_layer, g_bytes)
     terms = {
@@ -220,7 +231,7 @@ def estimate_memory(
     tokens = (rows * workload.seq_len)[:, None].astype(float)  # tokens of one micro-batch (whole rows)
     sp = t.sp_eff[:, None]
     tok = 1.0 / (cp * np.where(sp, tp, 1.0))
-    imb = np.where(ep > 1, coef.imbalance_on if workload.load_balancing_loss else coef.imbalance_off, 1.0)
+    imb = routing_load(model, workload, t, coef)[:, None]
     div = {"seq": tok, "tp": 1.0 / (cp * tp), "rep": tok, "exph": tok * etp * imb, "expf": tok * imb}
     # per (PP, VPP) pair, never per row x part: the (n, S, P) table is the slow part at 10^5 rows
     act = lt.act * FP8_SAVED[None, :] if workload.fp8 else lt.act
@@ -252,9 +263,13 @@ def estimate_memory(
     n_rc = np.minimum(N, chunk_layers) * t.vpp[:, None]  # block: layers recomputed per stage
     stored_full = np.where(block, n_rc * seq_in + (L_stage - n_rc) * avg_layer, groups * seq_in)
     stored = np.where(full, stored_full, kept_layer)
+    off = np.minimum(t.act_offload[:, None], L_stage)  # offloaded layers leave their saved activations on the host
+    stored = stored * (L_stage - off + np.minimum(off, 1.0)) / L_stage
     M = t.num_microbatches(workload.global_batch, workload.seq_len)
     inflight = _inflight(t, M, S)
     terms["activations"] = stored * tokens * inflight * (1 + coef.fragmentation)
+    # EP overlap runs a layer of the next micro-batch's forward inside this one's backward: one more layer's worth
+    terms["activations"] += np.where(t.ep_overlap[:, None], avg_layer * tokens, 0.0)
     working = np.where(full, np.where(block, 1.0, np.minimum(N, chunk_layers)) * avg_layer,
                        np.where(sel[:, None], (full_layer - kept_layer) / L_stage, 0.0))
     terms["recompute"] = working * tokens
@@ -272,16 +287,18 @@ def estimate_memory(
         inter_node = (t.ep * t.etp * t.tp > cluster.nvlink_size)[:, None]
         deepep = np.broadcast_to(coef.deepep_buffer * np.where(inter_node, 1.5, 1.0), a2a.shape)
         buf = np.select([t.dispatcher[:, None] == 0, t.dispatcher[:, None] == 1], [a2a, ag], deepep)
+        buf = buf * np.where(t.ep_overlap, 2.0, 1.0)[:, None]  # the overlapped micro-batch's buffers too
         terms["dispatcher"] = np.where((ep * etp * tp) > 1, buf, 0.0) * bool(lt.is_moe.any())
     else:
         terms["dispatcher"] = np.zeros((n, S))
 
     groups_in_use = 2 + (t.tp > 1) + (t.pp > 1) + (t.cp > 1) + (t.ep > 1) + (t.etp > 1) + (t.edp > 1)
+    graphs = coef.cuda_graph_pool * np.select([t.cuda_graphs == 0, t.cuda_graphs == 3], [0.0, 2.0], 1.0)
     terms["overhead"] = np.broadcast_to(
-        (coef.cuda_context + coef.nccl_per_group * groups_in_use)[:, None], (n, S)).astype(float)
+        (coef.cuda_context + coef.nccl_per_group * groups_in_use + graphs)[:, None], (n, S)).astype(float)
     mask = np.arange(S)[None, :] < t.pp[:, None]
-    terms = {k: np.where(mask, v, 0.0) for k, v in terms.items()}
+    terms = {k: np.broadcast_to(v, (n, S)) for k, v in terms.items()}  # views: every term (n, S), not masked
     held = np.where(mask, owned, 0.0).max(axis=1)  # the optimizer's share on the fullest stage
     host = coef.host_offload_bytes * t.offload * held * cluster.node_size
     return MemoryResult(terms=terms, n_stages=t.pp.copy(), capacity_bytes=float(cluster.gpu.memory_bytes),
-                        host_bytes=host, host_capacity_bytes=cluster.gpu.host_mem_gib * GiB)
+                        host_bytes=host, host_capacity_bytes=cluster.gpu.host_mem_gib * GiB, params=(p_dense, p_exp))

@@ -1,0 +1,72 @@
+"""Communication physics of the time model: link bandwidths, collectives, the MoE all-to-all and routing load.
+
+Shapes and why:
+  - a collective over a group moves (n - 1) / n of its data per GPU, at NVLink inside an NVLink domain and at the
+    node's network share per GPU across domains (a ring is paced by its slowest link);
+  - an all-to-all over an EP group splits its bytes by the share of peers off the NVLink domain. NCCL's alltoall
+    sends every routed copy (top-k per token) to its rank, so off-domain bytes are k x the off-domain share; the
+    flex dispatcher (DeepEP / HybridEP) sends a token once to each remote domain that holds one of its experts and
+    forwards it over NVLink there, so its network bytes are the expected number of distinct remote domains among
+    the k experts (k picks over D domains reach D (1 - (1 - 1/D)^k) distinct ones) instead of k x the off share;
+  - routing load: a rank's tokens are the sum over its E / EP experts; with natural routing the hottest of EP ranks
+    carries 1 + cv sqrt(2 ln EP) / sqrt(E / EP) times the mean (the expected maximum of EP sums of independent
+    expert loads with coefficient of variation cv); `MemoryCoefficients.imbalance_on / _off` give that maximum at
+    the reference shape EP 8 of 256 experts (the seed's), forced balancing gives 1, token drop with padding gives
+    exactly the capacity factor (every expert computes and sends its padded capacity).
+No torch, no ray.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..catalog import ClusterSpec, ModelSpec, Workload
+from ..layout import LayoutTable
+
+__all__ = ["link_bandwidths", "ring_bw", "a2a_time", "routing_load", "REF_EP", "REF_EXPERTS"]
+
+REF_EP, REF_EXPERTS = 8, 256  # the shape at which imbalance_on / imbalance_off are given (seed: EP8, 256 experts)
+
+
+def link_bandwidths(cluster: ClusterSpec, c) -> tuple[float, float]:
+    """Achieved per-GPU bytes/s over (NVLink, the network): the network is the node's NICs shared by its GPUs."""
+    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
+    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
+    return nvl, net
+
+
+def ring_bw(cluster: ClusterSpec, span, c):
+    """Per-GPU bandwidth (bytes/s) of a ring over `span` consecutive ranks: NVLink inside a domain, otherwise the
+    node's network share per GPU."""
+    nvl, net = link_bandwidths(cluster, c)
+    return np.where(span <= cluster.nvlink_size, nvl, net)
+
+
+def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex):
+    """Seconds of one dispatch (or combine) of `tokens` tokens per GPU, each routed to k experts, over an EP group
+    of `span` consecutive ranks. NVLink carries the in-domain copies (and, for flex, the forwarded ones); the
+    network carries k x the off-domain share (alltoall) or one copy per distinct remote domain (flex)."""
+    nvl, net = link_bandwidths(cluster, c)
+    span = np.maximum(span, 1)
+    dom = np.maximum(span / cluster.nvlink_size, 1.0)  # NVLink domains the group spans
+    off = np.clip(1.0 - 1.0 / dom, 0.0, 1.0)
+    peers = (span - 1) / span  # the copy kept on the GPU itself does not move
+    distinct_remote = dom * (1.0 - (1.0 - 1.0 / dom) ** k) - (1.0 - (1.0 - 1.0 / dom) ** k) * 1.0
+    net_copies = np.where(flex, distinct_remote, k * off)
+    nvl_copies = k * peers * np.where(flex, 1.0, 1.0 - off)
+    nvl_bw = np.where(flex, nvl * c.flex_nvl, nvl)
+    return tokens * h_bytes * (nvl_copies / nvl_bw + net_copies / net)
+
+
+def routing_load(model: ModelSpec, workload: Workload, t: LayoutTable, mcoef) -> np.ndarray:
+    """(n,) the hottest EP rank's routed tokens over the mean (see the module docstring)."""
+    n = len(t)
+    if not model.is_moe:
+        return np.ones(n)
+    ep = t.ep.astype(float)
+    ref = mcoef.imbalance_on if workload.load_balancing_loss else mcoef.imbalance_off
+    spread = lambda e, per: np.sqrt(2 * np.log(np.maximum(e, 1.0))) / np.sqrt(np.maximum(per, 1.0))  # noqa: E731
+    cv = (ref - 1.0) / spread(REF_EP, REF_EXPERTS / REF_EP)
+    natural = 1.0 + cv * spread(ep, model.moe.num_experts / ep)
+    load = np.ones(n) if workload.force_balance else natural
+    return np.where(t.capacity > 0, t.capacity, load)
