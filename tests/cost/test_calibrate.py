@@ -226,3 +226,19 @@ def test_cli_reads_a_json_list_of_measurements(capsys, tmp_path):
     p.write_text(json.dumps([{"model": "Qwen3.5-122B-A10B", "gpu": "H200"}]))
     rc, _, err = run(capsys, "calibrate", "--measurements", str(p), "--out", str(tmp_path / "c.json"))
     assert rc == 2 and "measurement 0" in err
+
+
+def test_rows_take_the_settings_of_their_sources_recipe():
+    """A published row names its layout; the settings come from its source's recipe of that release (named in the
+    row's provenance) or from its notes: EP overlap, flex dispatcher, CUDA graphs, token drop, forced balance."""
+    kept, skipped = published_measurements()
+    h100 = [m for m in kept if m.model == "DeepSeek-V3" and m.gpu == "H100" and m.source.startswith("Megatron-Bridge")]
+    assert h100 and all(m.layout.ep_overlap and m.layout.dispatcher == "flex" for m in h100)  # 25.09 run_script.py
+    assert all("v0.1.0rc4" in m.source for m in h100)
+    hybrid = [m for m in kept if "moe-optimization" in m.source]  # HybridEP + EP overlap + router graphs (notes)
+    assert hybrid and hybrid[0].layout.ep_overlap and hybrid[0].layout.cuda_graphs == "router"
+    assert any("kernels autotune does not model" in why for _, why in skipped)  # paged stash, fused grouped MLP
+    auto = [m for m in kept if m.source.startswith("NeMo AutoModel") and m.model != "Llama-3.1-405B"]
+    assert auto and all(str(m.layout.recompute) == "full:uniform:1" for m in auto)  # activation_checkpointing
+    titan = [m for m in kept if m.source.startswith("torchtitan") and m.layout.pp > 1]
+    assert titan and all(m.layout.micro_batch_size == 1 for m in titan)  # pipeline_parallel_microbatch_size

@@ -129,7 +129,13 @@ def test_uncertainty_grows_where_the_calibration_saw_nothing():
         ev = evaluate(m, w, c, LayoutTable.from_layouts([lay, lay.with_(pp=8)]), cal)
         out[(gpu, prec)] = uncertainty(ev.time, cal, w)
         assert out[(gpu, prec)].shape == (2,) and (out[(gpu, prec)] >= 0.07).all()
-    assert out[("H200", "fp8-tensorwise")][0] > out[("H200", "bf16")][0]  # FP8 GEMMs are derived, not fitted
+    assert ev.sigma == pytest.approx(out[("cpu", "bf16")])  # every evaluation carries its interval
+    # a term no H200 row spends time in (activation offload): its share of the step at the prior's width
+    c, w, cal = ClusterSpec.of("H200", 32), Workload(), load_calibration("H200")
+    assert "act_offload" not in cal.report.get("fitted_terms", [])
+    plain = Layout.parse("TP1 PP1 EP8 DP32", world=32, micro_batch_size=1)
+    ev = evaluate(m, w, c, LayoutTable.from_layouts([plain, plain.with_(activation_offload_layers=24)]), cal)
+    assert ev.time.step_terms["act_offload"][1] > 0 and ev.sigma[1] > ev.sigma[0]
     assert out[("H800", "bf16")][0] > out[("H200", "bf16")][0]  # borrowed calibration
     assert out[("cpu", "bf16")][0] >= 0.2  # no calibration: the prior everywhere
 

@@ -1,8 +1,11 @@
 """Communication physics of the time model: link bandwidths, collectives, the MoE all-to-all and routing load.
 
 Shapes and why:
-  - a collective over a group moves (n - 1) / n of its data per GPU, at NVLink inside an NVLink domain and at the
-    node's network share per GPU across domains (a ring is paced by its slowest link);
+  - a ring collective (all-gather, reduce-scatter, all-reduce) over n ranks moves (n - 1) / n of its data per GPU
+    over NVLink; when the group spans NVLink domains, each domain needs the other domains' shards only once: they
+    enter through the NICs of the group's G members in that domain, (n - G) / n of the data over G NICs, while
+    NVLink forwards them inside (NCCL's rings cross each node once per channel, one channel per NIC). The slower
+    of the two paces it: a data-parallel group with 8 members per node runs at ~8 NICs' bandwidth, not one's;
   - an all-to-all over an EP group splits its bytes by the share of peers off the NVLink domain. NCCL's alltoall
     sends every routed copy (top-k per token) to its rank, so off-domain bytes are k x the off-domain share; the
     flex dispatcher (DeepEP / HybridEP) sends a token once to each remote domain that holds one of its experts and
@@ -23,7 +26,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 
-__all__ = ["link_bandwidths", "ring_bw", "a2a_time", "routing_load", "REF_EP", "REF_EXPERTS"]
+__all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "REF_EP", "REF_EXPERTS"]
 
 REF_EP, REF_EXPERTS = 8, 256  # the shape at which imbalance_on / imbalance_off are given (seed: EP8, 256 experts)
 
@@ -40,6 +43,17 @@ def ring_bw(cluster: ClusterSpec, span, c):
     node's network share per GPU."""
     nvl, net = link_bandwidths(cluster, c)
     return np.where(span <= cluster.nvlink_size, nvl, net)
+
+
+def group_bw(cluster: ClusterSpec, n, stride, c):
+    """Per-GPU bandwidth (bytes/s, for (n - 1) / n of the data) of a ring collective over n ranks `stride` apart
+    in rank order (TP: 1; DP x CP: TP; expert-DP: EP x ETP), see the module docstring."""
+    nvl, net = link_bandwidths(cluster, c)
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    G = np.clip(cluster.nvlink_size // np.maximum(np.asarray(stride), 1), 1, None).astype(float)
+    G = np.minimum(G, n)
+    cross = (n - G) / (np.maximum(n - 1, 1) * G * net)  # seconds per byte of the (n - 1) / n share
+    return 1.0 / np.maximum(1.0 / nvl, cross)
 
 
 def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex):

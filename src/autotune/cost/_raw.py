@@ -17,7 +17,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
-from ._comm import ring_bw
+from ._comm import group_bw
 from ._terms import DEPS, MB_TERMS, microbatch_terms
 from .layers import layer_tables, stage_sums
 from .memory import MemoryCoefficients, owned_params, stage_params
@@ -84,14 +84,17 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     g = 4.0 if workload.grads_fp32 else 2.0  # gradient bytes on the wire
     ag = 1.0 if workload.fp8_param_gather else 2.0  # --fp8-param-gather all-gathers FP8 parameters
     per_param = np.where(t.dist_opt, g + ag, 2 * g)  # grad RS + param AG, or grad all-reduce
-    bw = ring_bw(cluster, t.world // t.pp, c)
+    # dense parameters reduce over DP x CP (ranks TP apart), experts over expert-DP (ranks EP x ETP apart)
+    bw_dense = group_bw(cluster, t.dp * t.cp, t.tp, c)[:, None]
+    bw_exp = group_bw(cluster, t.edp, t.ep * t.etp, c)[:, None]
     M = t.num_microbatches(workload.global_batch, workload.seq_len).astype(float)
     # FSDP gathers the parameters in forward and again in backward and reduce-scatters the gradients, every
     # micro-batch; layer-by-layer prefetch hides it behind all the micro-batches' compute. With PP a stage keeps
     # its gathered parameters across its micro-batches (torch pipelining stops resharding between them,
     # torchtitan's default reshard_after_forward = not pp_enabled, Llama 3's 405B run): once per step
     per_param = np.where(t.fsdp, np.where(t.pp > 1, ag + g, (2 * ag + g) * M), per_param)
-    comm = np.where(valid, dense * (dp - 1) / dp + expert * (edp - 1) / edp, 0.0).max(axis=1) * per_param / bw
+    comm = np.where(valid, dense * (dp - 1) / dp / bw_dense + expert * (edp - 1) / edp / bw_exp, 0.0).max(axis=1)
+    comm = comm * per_param
     held = np.where(valid, owned_params(t, dense, expert), 0.0).max(axis=1)
     on_host = t.offload * held
     host_bw = cluster.gpu.host_mem_gbps * 1e9 * c.host_mem_eff / cluster.node_size  # one rank's share

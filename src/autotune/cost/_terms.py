@@ -24,7 +24,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
-from ._comm import a2a_time, link_bandwidths, ring_bw, routing_load
+from ._comm import a2a_time, group_bw, link_bandwidths, ring_bw, routing_load
 from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
@@ -159,9 +159,10 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     seq_bytes = tokens / cp * h * 2.0
     mb["tp_comm"] = mb["cp_comm"] = 0.0
     if (t.tp > 1).any():  # AG + RS around attention and MLP, forward and backward; recompute re-runs the forward half
-        per_layer = np.where(tp > 1, 8 * seq_bytes * (tp - 1) / tp / ring_bw(cluster, tp, c), 0.0)
+        per_layer = np.where(tp > 1, 8 * seq_bytes * (tp - 1) / tp / group_bw(cluster, tp, 1, c), 0.0)
         mb["tp_comm"] = per_layer * L_stage * (1.0 + frac * 0.5)
     if (t.cp > 1).any():
+        # ring attention passes K/V chunks hop by hop: a hop off the NVLink domain paces the ring (no dedupe)
         kv_bytes = tokens / cp * 2 * model.num_kv_heads * model.head_dim * 2.0 / tp
         attn_layers = stage_sums((lt.kind != 2).astype(float), t.pp, t.vpp, S, t.split)
         mb["cp_comm"] = np.where(cp > 1, 3 * (cp - 1) * kv_bytes * (1 - c.cp_hidden) / ring_bw(cluster, tp * cp, c),
@@ -172,7 +173,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         span = ep * etp  # Megatron's expert ranks run etp-ep-edp-pp: an EP group is ep x etp consecutive ranks
         flex = (t.dispatcher == 2)[:, None]
         a2a = a2a_time(tokens * tok_share, k, h * 2.0, span, cluster, c, flex)
-        ag = tokens / cp * h * 2.0 * (ep * tp - 1) / ring_bw(cluster, ep * tp, c)  # allgather of the TP x EP group
+        ag = tokens / cp * h * 2.0 * (ep * tp - 1) / group_bw(cluster, ep * tp, 1, c)  # allgather over TP x EP
         one = np.where(span > 1, np.where((t.dispatcher == 1)[:, None], ag, a2a), 0.0)
         # dispatch + combine, forward and backward (+ the recompute's forward)
         mb["ep_comm"] = one * (4 + 2 * frac) * moe_stage
