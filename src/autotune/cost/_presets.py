@@ -52,7 +52,8 @@ def _eq(recipe_value: str, value) -> bool:
     return recipe_value == "*" or recipe_value == str(value)
 
 
-def _bridge(source: str, task: str, model: str, gpu: str, precision: str, lay: dict, gb: int) -> dict | None:
+def _bridge(source: str, task: str, model: str, gpu: str, precision: str, lay: dict, gb: int,
+            any_mbs: bool = False) -> dict | None:
     m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
     rels = set(RELEASES.get(m.group(1), ())) if m else set()
     if not rels:
@@ -60,7 +61,8 @@ def _bridge(source: str, task: str, model: str, gpu: str, precision: str, lay: d
     found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and _eq(r["gpu"], gpu)
              and _eq(r["precision"], precision) and r["task"] == task
              and all(_eq(r[k], lay[f]) for k, f in (("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("vp", "vpp"),
-                                                     ("ep", "ep"), ("mbs", "micro_batch_size")))]
+                                                     ("ep", "ep"), ("mbs", "micro_batch_size"))
+                     if not (any_mbs and k == "mbs"))]
     exact = [r for r in found if _eq(r["gbs"], gb)]
     return (exact or found or [None])[0]
 
@@ -90,7 +92,10 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         out["layout"]["recompute"] = "full:uniform:1"
         out["read"].append(f"recompute full:uniform:1 (activation_checkpointing in NeMo AutoModel {_AUTOMODEL[model]})")
     task = "sft" if re.search(r"\bSFT\b", name) else "pretrain"
-    rec = _bridge(source, task, model, gpu, precision, lay, gb) if source.startswith("Megatron-Bridge perf") else None
+    # a page's parenthesised alternative value (another precision of the same row) shares the row's MBS and GBS
+    # columns with the main value: its own recipe's micro-batch is the one that ran
+    alt = bool(re.search(r"parenthesised alternative", notes))
+    rec = _bridge(source, task, model, gpu, precision, lay, gb, alt) if source.startswith("Megatron-Bridge perf") else None
     if source.startswith("Megatron-Bridge perf") and rec is None:
         out["read"].append("no matching Megatron-Bridge recipe: Megatron's defaults")
     if rec is None:
@@ -99,6 +104,9 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         return (f"it runs kernels autotune does not model: {rec['unmodelled'].replace(' ', ', ')} (Megatron-Bridge "
                 f"recipe {rec['recipe']}, {rec['release'].split()[0]})")
     L = out["layout"]
+    if alt and rec["mbs"] not in ("*", str(lay["micro_batch_size"])):
+        L["micro_batch_size"] = int(rec["mbs"])
+        out["read"].append(f"micro-batch {rec['mbs']} of its recipe (the page's MBS column is the main value's)")
     if moe:
         L["dispatcher"] = rec["dispatcher"]
         L["ep_overlap"] = L.get("ep_overlap", False) or rec["ep_overlap"] == "1"

@@ -256,14 +256,22 @@ def grid_axes(space_values: dict, model, cluster) -> list[list]:
 
 
 def grid_columns(axes: list[list], workload) -> tuple[int, dict]:
-    """Every combination of `axes` as LayoutTable columns: (rows, {column: array})."""
-    idx = np.stack(np.meshgrid(*[np.arange(len(a)) for a in axes], indexing="ij"), -1).reshape(-1, len(axes))
-    numeric = {d.name: np.asarray(a)[idx[:, j]] for j, (d, a) in enumerate(zip(DIMENSIONS, axes)) if d.kind is not str}
+    """Every combination of `axes` as LayoutTable columns: (rows, {column: array}). Row r takes value
+    (r // stride_j) % len(axis_j) of axis j (C order, the last axis fastest), built by repeat-and-tile of each
+    axis's few values, not an (rows x axes) index table (10^6 rows x 18 axes is the slow part)."""
+    sizes = [max(len(a), 1) for a in axes]
+    n = int(np.prod(sizes))
+    strides = [int(np.prod(sizes[j + 1:])) for j in range(len(sizes))]
+
+    def spread(values: np.ndarray, j: int) -> np.ndarray:
+        return np.tile(np.repeat(values, strides[j]), n // (sizes[j] * strides[j]))
+
+    numeric = {d.name: spread(np.asarray(a), j) for j, (d, a) in enumerate(zip(DIMENSIONS, axes)) if d.kind is not str}
     cols: dict = {}
     for j, (d, a) in enumerate(zip(DIMENSIONS, axes)):
-        if d.kind is str:  # encode the few distinct strings once, then index per row
+        if d.kind is str:  # encode the few distinct strings once, then spread per row
             small = d.columns(np.asarray(a, dtype=object), {}, workload)
-            cols.update({k: np.asarray(v)[idx[:, j]] for k, v in small.items()})
+            cols.update({k: spread(np.asarray(v), j) for k, v in small.items()})
         else:
             cols.update(d.columns(numeric[d.name], numeric, workload))
-    return len(idx), cols
+    return n, cols

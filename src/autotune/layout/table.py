@@ -121,7 +121,10 @@ class LayoutTable:
         for k, default in base.items():
             v = cols.pop(k, default)
             dtype = bool if k in _BOOL_COLS else (float if k in _FLOAT_COLS else np.int64)
-            out[k] = np.broadcast_to(np.asarray(v, dtype=dtype), (n,)).copy()
+            if isinstance(v, np.ndarray) and v.shape == (n,) and v.dtype == dtype and v.flags.owndata:
+                out[k] = v  # a fresh column of the right kind (space enumeration builds 10^6-row ones): no copy
+            else:
+                out[k] = np.broadcast_to(np.asarray(v, dtype=dtype), (n,)).copy()
         if cols:
             raise TypeError(f"unknown LayoutTable columns: {sorted(cols)}")
         return cls(world=world, **out)
