@@ -12,10 +12,11 @@ Shapes and why:
     forwards it over NVLink there, so its network bytes are the expected number of distinct remote domains among
     the k experts (k picks over D domains reach D (1 - (1 - 1/D)^k) distinct ones) instead of k x the off share;
   - routing load: a rank's tokens are the sum over its E / EP experts; with natural routing the hottest of EP ranks
-    carries 1 + cv sqrt(2 ln EP) / sqrt(E / EP) times the mean (the expected maximum of EP sums of independent
-    expert loads with coefficient of variation cv); `MemoryCoefficients.imbalance_on / _off` give that maximum at
-    the reference shape EP 8 of 256 experts (the seed's), forced balancing gives 1, token drop with padding gives
-    exactly the capacity factor (every expert computes and sends its padded capacity).
+    carries 1 + cv z(EP) / sqrt(E / EP) times the mean, z(N) the expected maximum of N standard normals (Blom's
+    approximation: the normal quantile at (N - 0.375) / (N + 0.25)), cv the expert loads' coefficient of variation;
+    `MemoryCoefficients.imbalance_on / _off` give that maximum at the reference shape EP 8 of 256 experts (the
+    seed's), forced balancing gives 1, token drop with padding gives exactly the capacity factor (every expert
+    computes and sends its padded capacity).
 No torch, no ray.
 """
 
@@ -26,7 +27,8 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 
-__all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "REF_EP", "REF_EXPERTS"]
+__all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "expected_max", "REF_EP",
+           "REF_EXPERTS"]
 
 REF_EP, REF_EXPERTS = 8, 256  # the shape at which imbalance_on / imbalance_off are given (seed: EP8, 256 experts)
 
@@ -72,6 +74,16 @@ def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex
     return tokens * h_bytes * (nvl_copies / nvl_bw + net_copies / net)
 
 
+def expected_max(n) -> np.ndarray:
+    """E[max of n standard normals] (0 for n <= 1): Blom's quantile (n - 0.375) / (n + 0.25), the normal quantile
+    by Abramowitz & Stegun 26.2.23 (error < 4.5e-4)."""
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    q = 1.0 - (n - 0.375) / (n + 0.25)  # upper tail
+    t = np.sqrt(-2.0 * np.log(q))
+    z = t - (2.515517 + 0.802853 * t + 0.010328 * t**2) / (1 + 1.432788 * t + 0.189269 * t**2 + 0.001308 * t**3)
+    return np.where(n > 1, z, 0.0)
+
+
 def routing_load(model: ModelSpec, workload: Workload, t: LayoutTable, mcoef) -> np.ndarray:
     """(n,) the hottest EP rank's routed tokens over the mean (see the module docstring)."""
     n = len(t)
@@ -79,7 +91,7 @@ def routing_load(model: ModelSpec, workload: Workload, t: LayoutTable, mcoef) ->
         return np.ones(n)
     ep = t.ep.astype(float)
     ref = mcoef.imbalance_on if workload.load_balancing_loss else mcoef.imbalance_off
-    spread = lambda e, per: np.sqrt(2 * np.log(np.maximum(e, 1.0))) / np.sqrt(np.maximum(per, 1.0))  # noqa: E731
+    spread = lambda e, per: expected_max(e) / np.sqrt(np.maximum(per, 1.0))  # noqa: E731
     cv = (ref - 1.0) / spread(REF_EP, REF_EXPERTS / REF_EP)
     natural = 1.0 + cv * spread(ep, model.moe.num_experts / ep)
     load = np.ones(n) if workload.force_balance else natural
