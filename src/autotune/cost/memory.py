@@ -4,7 +4,7 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
   weights      bf16 parameters (dense / TP, experts / (EP x ETP), embedding on the first stage, output
                layer on the last; Megatron pads the vocabulary to a multiple of 128 x TP)
   grads        main gradients: fp32 with --accumulate-allreduce-grads-in-fp32 (the seed), else bf16
-  optimizer    fp32 master copy + two Adam moments: 12 B/param, sharded over DP (dense) and expert-DP
+  optimizer    fp32 master copy + two Adam moments: 12 B/param, sharded over DP x CP (dense) and expert-DP
                (experts) by the distributed optimizer, less the host-offloaded fraction
   activations  what the in-flight micro-batches keep for backward: 1F1B keeps PP - stage micro-batches,
                interleaved keeps 2(PP - stage - 1) + (VPP - 1) PP + 1 model chunks; full recompute keeps only
@@ -15,13 +15,10 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
                preallocated NVLink/RDMA buffers for flex; EP overlap keeps two micro-batches' buffers at once
   overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation; CUDA graphs' private
                memory pool (an assumption: `cuda_graph_pool`, more for a whole-step graph)
-The routed experts' activations and buffers scale with the hottest rank's load (_comm.routing_load: the routing
-imbalance, 1 when balancing is forced, the capacity factor with token drop). Activation offload
-(--cpu-offloading-num-layers N) keeps the offloaded layers' saved activations on the host, one in flight on the
-GPU.
-Host (per node, only with optimizer offload): Megatron's HybridDeviceOptimizer keeps the offloaded share's
-fp32 master copy, both Adam moments and a pinned fp32 gradient buffer in host memory (16 B/param) for every
-GPU of the node.
+Routed experts' activations and buffers scale with the hottest rank's load (_comm.routing_load). Activation offload
+(--cpu-offloading-num-layers N) keeps the offloaded layers' activations on the host, one in flight on the GPU.
+Host (per node, only with optimizer offload): Megatron's HybridDeviceOptimizer keeps the offloaded share's fp32
+master copy, both Adam moments and a pinned fp32 gradient buffer in host memory (16 B/param) per GPU of the node.
 
 Sources: Korthikanti et al. 2022 (activation accounting), megatron/training/theoretical_memory_usage.py
 (weights/optimizer, in-flight micro-batches), extended for MoE, hybrid attention and full recompute.
@@ -74,7 +71,8 @@ class MemoryCoefficients:
     cuda_context: float = 0.8 * GiB  # context + cuBLAS/cuDNN workspaces
     nccl_per_group: float = 0.25 * GiB  # buffers per communicator kind in use
     fragmentation: float = 0.08  # share of activation bytes lost to the caching allocator
-    imbalance_off: float = 1.3  # hottest EP rank's token load when the load-balancing loss is off
+    # hottest of 8 EP ranks' token load at 32 experts per rank, load-balancing loss off / on (_comm.routing_load)
+    imbalance_off: float = 1.3
     imbalance_on: float = 1.1
     deepep_buffer: float = 2.0 * GiB  # DeepEP NVLink (+ RDMA) buffers for the flex dispatcher
     grad_bytes: float = 4.0  # fp32 main gradients
@@ -143,20 +141,13 @@ def stage_params(model: ModelSpec, t: LayoutTable, S: int) -> tuple[np.ndarray, 
     h = model.hidden_size
     tp = t.tp[:, None].astype(float)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
-    first = np.zeros((len(t), S), dtype=bool)
-    first[:, 0] = True
     dense = (stage_sums(lt.params_tp, t.pp, t.vpp, S, t.split) / tp
              + stage_sums(lt.params_rep, t.pp, t.vpp, S, t.split))
     expert = stage_sums(lt.params_exp, t.pp, t.vpp, S, t.split) / (t.ep * t.etp)[:, None].astype(float)
     if lt.params_exp_ep.any():  # the experts' fc2 biases: whole on every ETP rank
         expert = expert + stage_sums(lt.params_exp_ep, t.pp, t.vpp, S, t.split) / t.ep[:, None].astype(float)
-    vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * h / tp
-    dense = dense + np.where(first, vocab, 0) + np.where(last, h, 0)  # embedding; final norm
-    if not model.tie_embeddings:
-        dense = dense + np.where(last, vocab, 0)
-    elif S > 1:
-        dense = dense + np.where(last & ~first, vocab, 0)  # tied: the last stage keeps a copy
-    return dense, expert
+    # the embedding (first stage), the output layer or the tied copy (last stage), the final norm (last stage)
+    return dense + embedding_params(model, t, S) + np.where(last, h, 0), expert
 
 
 def embedding_params(model: ModelSpec, t: LayoutTable, S: int) -> np.ndarray:
