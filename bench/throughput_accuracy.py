@@ -136,7 +136,7 @@ def main() -> None:
     print("  MAPE of tokens/s/GPU; rank: mean Spearman within the (model, GPU, seq len) groups of 3+ rows;\n"
           "  no fit: published rows (they ran) predicted not to fit. Skipped rows of unknown GPUs count under 'all'.")
     settings(rows, mape, cal, lomo)
-    print("\nrows predicted not to fit (they ran): predicted peak / HBM and the largest memory terms")
+    print("\nrows predicted not to fit (they ran): predicted peak / HBM (GiB)")
     for i in np.flatnonzero(peak > cap):
         print(f"  {rows[i].label()[:70]:<71}{rows[i].precision:<15}{peak[i] / 2**30:5.0f}/{cap[i] / 2**30:<4.0f} "
               f"{rows[i].source.split(';')[0][:45]}")

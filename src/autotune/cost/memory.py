@@ -189,8 +189,6 @@ def estimate_memory(
     n, S = len(t), int(t.pp.max())
     h = model.hidden_size
     last = (np.arange(S)[None, :] == (t.pp - 1)[:, None])
-    first = np.zeros((n, S), dtype=bool)
-    first[:, 0] = True
     tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
 
     # --- parameters --------------------------------------------------------------------------------
@@ -201,8 +199,9 @@ def estimate_memory(
     # FP8: TE keeps an FP8 copy of each linear weight next to the BF16 one for the step's micro-batches; with
     # --fp8-param-gather the parameter itself is FP8 (1 B) plus that copy (its transpose / column-wise form).
     # Embedding, output layer and norms stay BF16.
-    linear = params - embedding_params(model, t, S)
-    w_bytes = 2.0 * params + (linear if workload.fp8 and not workload.fp8_param_gather else 0.0)
+    w_bytes = 2.0 * params
+    if workload.fp8 and not workload.fp8_param_gather:
+        w_bytes = w_bytes + (params - embedding_params(model, t, S))  # the linear weights' FP8 copy
     g_bytes = (coef.grad_bytes if workload.grads_fp32 else 2.0) * params
     if t.fsdp.any():  # FSDP: a 1 / DP shard of each, plus the gathered layers in flight (this one, the next)
         per_layer = params / np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))
@@ -235,8 +234,9 @@ def estimate_memory(
         for part in SELECTIVE_DROPS[mod]:
             keep_part[on, PARTS.index(part)] = False
     full_layer = np.zeros((n, S)) + fold_activations(per_pair, pair_of, div)  # per token, everything saved
-    kept_layer = full_layer.copy()
+    kept_layer = full_layer
     if sel.any():  # only selective rows drop parts
+        kept_layer = full_layer.copy()
         rs = np.flatnonzero(sel)
         kept = np.zeros((len(rs), S))
         for j, part in enumerate(PARTS):
@@ -250,19 +250,21 @@ def estimate_memory(
     block = (t.rc_method == 1)[:, None]
     N = np.maximum(1, t.rc_layers)[:, None].astype(float)
     chunk_layers = L_stage / t.vpp[:, None]
-    groups = np.ceil(chunk_layers / N) * t.vpp[:, None]
-    n_rc = np.minimum(N, chunk_layers) * t.vpp[:, None]  # block: layers recomputed per stage
-    stored_full = np.where(block, n_rc * seq_in + (L_stage - n_rc) * avg_layer, groups * seq_in)
-    stored = np.where(full, stored_full, kept_layer)
-    off = np.minimum(t.act_offload[:, None], L_stage)  # offloaded layers leave their saved activations on the host
-    stored = stored * (L_stage - off + np.minimum(off, 1.0)) / L_stage
+    stored, working = kept_layer, np.where(sel[:, None], (full_layer - kept_layer) / L_stage, 0.0) if sel.any() else 0.0
+    if full.any():  # full recompute keeps each group's input; a block keeps its N layers' inputs, the rest whole
+        groups = np.ceil(chunk_layers / N) * t.vpp[:, None]
+        n_rc = np.minimum(N, chunk_layers) * t.vpp[:, None]  # block: layers recomputed per stage
+        stored_full = np.where(block, n_rc * seq_in + (L_stage - n_rc) * avg_layer, groups * seq_in)
+        stored = np.where(full, stored_full, kept_layer)
+        working = np.where(full, np.where(block, 1.0, np.minimum(N, chunk_layers)) * avg_layer, working)
+    if (t.act_offload > 0).any():  # offloaded layers leave their saved activations on the host
+        off = np.minimum(t.act_offload[:, None], L_stage)
+        stored = stored * (L_stage - off + np.minimum(off, 1.0)) / L_stage
     M = t.num_microbatches(workload.global_batch, workload.seq_len)
     inflight = _inflight(t, M, S)
-    terms["activations"] = stored * tokens * inflight * (1 + coef.fragmentation)
-    # EP overlap runs a layer of the next micro-batch's forward inside this one's backward: one more layer's worth
-    terms["activations"] += np.where(t.ep_overlap[:, None], avg_layer * tokens, 0.0)
-    working = np.where(full, np.where(block, 1.0, np.minimum(N, chunk_layers)) * avg_layer,
-                       np.where(sel[:, None], (full_layer - kept_layer) / L_stage, 0.0))
+    terms["activations"] = stored * (tokens * (1 + coef.fragmentation)) * inflight
+    if t.ep_overlap.any():  # EP overlap runs a layer of the next micro-batch's forward inside this one's backward
+        terms["activations"] = terms["activations"] + np.where(t.ep_overlap[:, None], avg_layer * tokens, 0.0)
     terms["recompute"] = working * tokens
 
     # --- output layer and loss on the last stage ----------------------------------------------------
@@ -281,12 +283,11 @@ def estimate_memory(
         buf = buf * np.where(t.ep_overlap, 2.0, 1.0)[:, None]  # the overlapped micro-batch's buffers too
         terms["dispatcher"] = np.where((ep * etp * tp) > 1, buf, 0.0) * bool(lt.is_moe.any())
     else:
-        terms["dispatcher"] = np.zeros((n, S))
+        terms["dispatcher"] = 0.0
 
     groups_in_use = 2 + (t.tp > 1) + (t.pp > 1) + (t.cp > 1) + (t.ep > 1) + (t.etp > 1) + (t.edp > 1)
     graphs = coef.cuda_graph_pool * np.select([t.cuda_graphs == 0, t.cuda_graphs == 3], [0.0, 2.0], 1.0)
-    terms["overhead"] = np.broadcast_to(
-        (coef.cuda_context + coef.nccl_per_group * groups_in_use + graphs)[:, None], (n, S)).astype(float)
+    terms["overhead"] = (coef.cuda_context + coef.nccl_per_group * groups_in_use + graphs)[:, None]
     mask = np.arange(S)[None, :] < t.pp[:, None]
     terms = {k: np.broadcast_to(v, (n, S)) for k, v in terms.items()}  # views: every term (n, S), not masked
     held = np.where(mask, owned, 0.0).max(axis=1)  # the optimizer's share on the fullest stage
