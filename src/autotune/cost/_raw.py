@@ -71,8 +71,8 @@ def host_time(model: ModelSpec, t: LayoutTable, c, S: int, frac) -> np.ndarray:
     graphs = t.cuda_graphs[:, None]
     dense_share = np.select([graphs == 2, graphs == 3], [1.0 - c.host_graph_attn, 0.0], 1.0)
     moe_share = np.select([graphs == 1, graphs == 2, graphs == 3], [1.0 - c.host_graph_router] * 2 + [0.0], 1.0)
-    per_pass = L_stage * c.host_layer_s * dense_share + moe_stage * c.host_moe_s * moe_share
-    return per_pass * (1.0 + frac / 3)
+    per_pass = L_stage * (c.host_layer_s * dense_share * (1.0 + frac / 3))
+    return per_pass + moe_stage * (c.host_moe_s * moe_share * (1.0 + frac / 3)) if lt.is_moe.any() else per_pass
 
 
 def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, c, S: int,
@@ -93,7 +93,9 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     # its gathered parameters across its micro-batches (torch pipelining stops resharding between them,
     # torchtitan's default reshard_after_forward = not pp_enabled, Llama 3's 405B run): once per step
     per_param = np.where(t.fsdp, np.where(t.pp > 1, ag + g, (2 * ag + g) * M), per_param)
-    comm = np.where(valid, dense * (dp - 1) / dp / bw_dense + expert * (edp - 1) / edp / bw_exp, 0.0).max(axis=1)
+    comm = dense * ((dp - 1) / dp / bw_dense)  # (n, 1) factors first: one pass over each (n, S) array
+    comm += expert * ((edp - 1) / edp / bw_exp)
+    comm = np.where(valid, comm, 0.0).max(axis=1)
     comm = comm * per_param
     held = np.where(valid, owned_params(t, dense, expert), 0.0).max(axis=1)
     on_host = t.offload * held

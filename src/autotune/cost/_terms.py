@@ -78,16 +78,18 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     n = len(t)
     tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
     rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
-    mb = {"compute_dense": 3 * fl.dense / (lin_peak * gemm_efficiency(c, h / tp, rows)),
-          "compute_attention": 3.5 * fl.attention / (peak * attention_efficiency(c, model)),
-          "compute_linear_attention": 3 * fl.linear_attention / (peak * c.linear_attention)}
+    # (the (n, 1) and scalar factors are multiplied first: one pass over each (n, S) array)
+    mb = {"compute_dense": fl.dense * (3 / (lin_peak * gemm_efficiency(c, h / tp, rows))),
+          "compute_attention": fl.attention * (3.5 / (peak * attention_efficiency(c, model))),
+          "compute_linear_attention": fl.linear_attention * (3 / (peak * c.linear_attention))
+          if layer_tables(model).flops_linear_attn.any() else 0.0}
     if model.is_moe:
         e = model.moe
         copies = tokens * tok_share * e.top_k * etp  # routed token copies per GPU (ETP ranks share tokens)
         local = np.maximum(1.0, e.num_experts / ep)
         grouped = c.grouped + (1.0 - c.grouped) / local  # one local expert is one plain GEMM
         exp_eff = grouped * gemm_efficiency(c, np.minimum(h, e.ffn_hidden_size / etp), copies / local)
-        mb["compute_experts"] = 3 * fl.experts / (lin_peak * exp_eff)
+        mb["compute_experts"] = fl.experts * (3 / (lin_peak * exp_eff))
     else:
         mb["compute_experts"] = 0.0
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
@@ -96,7 +98,7 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     vocab = vocab_per_row(model, t.tp).astype(float)[:, None]
     logit_bytes = np.where(t.ce_fusion, 8.0, 40.0)[:, None] * vocab / tp * rows
     loss = np.where(last, logit_bytes / (cluster.gpu.hbm_gbps * 1e9), 0.0)
-    mb["compute_output"] = 3 * fl.output / (peak * gemm_efficiency(c, h, rows)) + loss
+    mb["compute_output"] = fl.output * (3 / (peak * gemm_efficiency(c, h, rows))) + loss
     return mb
 
 
@@ -193,10 +195,12 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # launches are per layer per pass; the MoE host sync (token counts -> split sizes) per forward pass drains the
     # launch queue (a full-iteration graph has no host in the loop)
     eager = (t.cuda_graphs != 3)[:, None]
-    overhead = L_stage * np.where(eager, c.launch_s, 0.0) * (3 + frac)
+    overhead = L_stage * (np.where(eager, c.launch_s, 0.0) * (3 + frac))
     if lt.is_moe.any():
-        overhead = overhead + moe_stage * np.where(eager, c.moe_sync_s, 0.0) * (1 + frac)
-    mb["layer_overhead"] = overhead + regions * c.recompute_group_s
+        overhead += moe_stage * (np.where(eager, c.moe_sync_s, 0.0) * (1 + frac))
+    if full.any():
+        overhead += regions * c.recompute_group_s
+    mb["layer_overhead"] = overhead
     # activation offload: the offloaded layers' saved activations cross PCIe down in forward and up in backward
     mb["act_offload"] = 0.0
     if (t.act_offload > 0).any():

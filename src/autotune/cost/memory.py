@@ -94,9 +94,12 @@ class MemoryResult:
     @cached_property
     def total(self) -> np.ndarray:
         """Bytes per stage (n, S), zero beyond each row's PP (the terms themselves are not masked there)."""
-        tot = sum(self.terms.values())
-        S = tot.shape[1]
-        return np.where(np.arange(S)[None, :] < self.n_stages[:, None], tot, 0.0)
+        shape = next(iter(self.terms.values())).shape
+        tot = np.zeros(shape)
+        for v in self.terms.values():  # in place: a fresh 10^5 x 16 array per term costs as much as the adds
+            tot += v
+        tot[np.arange(shape[1])[None, :] >= self.n_stages[:, None]] = 0.0
+        return tot
 
     @property
     def peak(self) -> np.ndarray:
@@ -173,10 +176,12 @@ def owned_params(t: LayoutTable, dense: np.ndarray, expert: np.ndarray) -> np.nd
 
 def _inflight(t: LayoutTable, M: np.ndarray, S: int) -> np.ndarray:
     """Micro-batch-equivalents of activations each stage keeps (n, S)."""
-    s = np.arange(S)[None, :]
-    pp, vpp = t.pp[:, None], t.vpp[:, None]
-    one_f_one_b = np.minimum(pp - s, M[:, None])
-    chunks = 2 * (pp - s - 1) + (vpp - 1) * pp + 1
+    ahead = t.pp[:, None] - np.arange(S)[None, :]  # stages from this one to the last, inclusive
+    one_f_one_b = np.minimum(ahead, M[:, None])
+    if not (t.vpp > 1).any():
+        return np.maximum(one_f_one_b, 0)
+    vpp = t.vpp[:, None]
+    chunks = 2 * ahead + ((vpp - 1) * t.pp[:, None] - 1)  # 2 (pp - s - 1) + (vpp - 1) pp + 1
     interleaved = np.minimum(chunks, (M * t.vpp)[:, None]) / vpp  # in units of a whole stage's layers
     return np.maximum(np.where(vpp > 1, interleaved, one_f_one_b), 0)
 
@@ -213,7 +218,7 @@ def estimate_memory(
     terms = {
         "weights": w_bytes,
         "grads": g_bytes,
-        "optimizer": coef.optim_bytes * owned * keep,
+        "optimizer": owned * (coef.optim_bytes * keep),
     }
 
     # --- activations per token of one micro-batch ------------------------------------------------------
@@ -233,7 +238,7 @@ def estimate_memory(
         on = sel & ((mods >> b) & 1).astype(bool)
         for part in SELECTIVE_DROPS[mod]:
             keep_part[on, PARTS.index(part)] = False
-    full_layer = np.zeros((n, S)) + fold_activations(per_pair, pair_of, div)  # per token, everything saved
+    full_layer = fold_activations(per_pair, pair_of, div)  # per token, everything saved (n, S)
     kept_layer = full_layer
     if sel.any():  # only selective rows drop parts
         kept_layer = full_layer.copy()
@@ -244,14 +249,14 @@ def estimate_memory(
             kept += per_pair[pair_of[rs], :, j] * (d[rs] if np.ndim(d) else d) * keep_part[rs, j][:, None]
         kept_layer[rs] = kept
     L_stage = np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))  # layers per stage
-    avg_layer = full_layer / L_stage
     seq_in = 2.0 * h * tok  # a recompute group's checkpointed input
     full = (t.rc_gran == 2)[:, None]
     block = (t.rc_method == 1)[:, None]
     N = np.maximum(1, t.rc_layers)[:, None].astype(float)
-    chunk_layers = L_stage / t.vpp[:, None]
+    avg_layer = full_layer / L_stage if full.any() or t.ep_overlap.any() else None
     stored, working = kept_layer, np.where(sel[:, None], (full_layer - kept_layer) / L_stage, 0.0) if sel.any() else 0.0
     if full.any():  # full recompute keeps each group's input; a block keeps its N layers' inputs, the rest whole
+        chunk_layers = L_stage / t.vpp[:, None]
         groups = np.ceil(chunk_layers / N) * t.vpp[:, None]
         n_rc = np.minimum(N, chunk_layers) * t.vpp[:, None]  # block: layers recomputed per stage
         stored_full = np.where(block, n_rc * seq_in + (L_stage - n_rc) * avg_layer, groups * seq_in)

@@ -231,13 +231,36 @@ def compose(raw: RawTime, scale: dict, model: ModelSpec, gpu) -> TimeResult:
     )
 
 
+def _own(a, shape) -> bool:
+    """Whether `a` is a whole (n, S) array of its own that may be overwritten (not a scalar, column or view)."""
+    return isinstance(a, np.ndarray) and a.shape == shape and a.flags.writeable and a.base is None
+
+
 def _compose_terms(mb: dict, deps: dict, host, pieces: dict, valid, f: np.ndarray) -> tuple[dict, dict, np.ndarray]:
     """`step_breakdown` without stacking: the same arithmetic on a dict of (n, S) terms (what `evaluate` uses; a
-    (n, K, S) stack of 10^5 layouts is the slow part). Returns (step terms, scaled MB terms, step time)."""
+    (n, K, S) stack of 10^5 layouts is the slow part). Scales `mb`'s own arrays in place (estimate_time made them
+    for this call): a fresh 10^5 x 16 array costs its page faults as much as the arithmetic. Returns (step terms,
+    scaled MB terms, step time)."""
     fk = dict(zip(STEP_TERMS, f))
-    out = {k: mb[k] * fk[k] for k in MB_TERMS if k not in DERIVED}
+    shape = valid.shape
+    out = {}
+    for k in MB_TERMS:
+        if k in DERIVED:
+            continue
+        x = mb[k]
+        if _own(x, shape):
+            x *= fk[k]
+            out[k] = x
+        else:
+            out[k] = x * fk[k]
     for d in DERIVED:  # derived terms follow the scaled terms they are made of
-        out[d] = sum((out[k] * v for k, v in deps[d].items()), 0.0) * fk[d]
+        acc = 0.0
+        for k, v in deps[d].items():
+            if _own(acc, shape):
+                acc += out[k] * v
+            else:
+                acc = acc + out[k] * v
+        out[d] = acc * fk[d]
     for o, name in enumerate(OVERLAPS):
         share = pieces["overlap"][:, o]
         if not share.any():
@@ -246,17 +269,22 @@ def _compose_terms(mb: dict, deps: dict, host, pieces: dict, valid, f: np.ndarra
         beside = x * share[:, None]
         hidden = beside - _exposed(beside, sum(out[k] for k in WINDOW[name]))
         out[name] = x - hidden * (1.0 - pieces["contention"][:, o, None])
-    gpu = sum(out.values())
-    excess = np.maximum(host * fk["host_bound"] - gpu, 0.0)
-    stage = np.where(valid, gpu + excess, -np.inf)
+    gpu = np.zeros(shape)
+    for v in out.values():
+        gpu += v
+    excess = host * fk["host_bound"] - gpu
+    np.maximum(excess, 0.0, out=excess)
+    gpu += excess
+    stage = np.where(valid, gpu, -np.inf)
     worst_i = stage.argmax(axis=1)
     rows = np.arange(len(worst_i))
     M = pieces["microbatches"]
-    pick = lambda a: np.broadcast_to(a, valid.shape)[rows, worst_i]  # noqa: E731 - terms may be (n, 1)
+    pick = lambda a: np.broadcast_to(a, shape)[rows, worst_i]  # noqa: E731 - terms may be (n, 1)
     step = {k: pick(out[k]) * M for k in MB_TERMS}
     step["host_bound"] = pick(excess) * M
     worst = stage[rows, worst_i]
-    mean = np.where(valid, stage, 0.0).sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+    gpu[~valid] = 0.0
+    mean = gpu.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
     step["bubble"] = fk["bubble"] * pieces["bubble_coef"] * mean
     step["dp_comm"] = _exposed(pieces["dp_comm"] * fk["dp_comm"], pieces["dp_overlap"] * worst)
     for k in ("optimizer", "step_overhead", "offload"):
