@@ -242,3 +242,19 @@ def test_rows_take_the_settings_of_their_sources_recipe():
     assert auto and all(str(m.layout.recompute) == "full:uniform:1" for m in auto)  # activation_checkpointing
     titan = [m for m in kept if m.source.startswith("torchtitan") and m.layout.pp > 1]
     assert titan and all(m.layout.micro_batch_size == 1 for m in titan)  # pipeline_parallel_microbatch_size
+
+
+def test_a_layout_no_recipe_has_takes_only_what_all_the_models_recipes_set():
+    """The perf scripts overlay the command line's layout on the model's recipe: a page layout no recipe of its
+    release has still runs the settings every recipe of that model sets (Llama 3.1 405B: TP comm overlap), and
+    nothing the recipes disagree on (Llama 3.1 70B's TP overlap differs between recipes)."""
+    from autotune.cost._presets import row_settings
+    lay = {"tp": 2, "pp": 8, "cp": 2, "vpp": 4, "ep": 1, "micro_batch_size": 1}
+    row = {"source": "Megatron-Bridge perf archive:26.02.01", "model": "LLAMA3.1-405B"}
+    out = row_settings(row, "Llama-3.1-405B", "GB300", "fp8-tensorwise", lay, 1536, False)
+    assert out["layout"]["tp_comm_overlap"] is True and "all of the model's recipes" in " ".join(out["read"])
+    out = row_settings(row, "Llama-3.1-70B", "GB300", "fp8-tensorwise", {**lay, "pp": 3}, 128, False)
+    assert not out["layout"].get("tp_comm_overlap")
+    out = row_settings({**row, "source": "Megatron-Bridge perf archive:99.01"}, "Llama-3.1-405B", "GB300",
+                       "fp8-tensorwise", lay, 1536, False)
+    assert "tp_comm_overlap" not in out["layout"] and "Megatron's defaults" in " ".join(out["read"])

@@ -14,7 +14,9 @@ implies and the readings it made (for the row's provenance), or the reason the r
     recompute (where the row leaves it blank), dispatcher, EP and TP overlap, CUDA graphs, FSDP, token drop and
     activation offload are taken, and the recipe is named in the provenance. A recipe that runs kernels autotune
     has no model of (paged stash with full-iteration graphs, CuTe-DSL fused grouped MLP, FP8 attention) makes the
-    row inexpressible, with that reason. A row with no matching recipe keeps Megatron's defaults and says so.
+    row inexpressible, with that reason. A row whose layout no recipe has takes what all of its model's recipes
+    of that release set (the perf scripts overlay the command line's layout on the model's recipe), the rest
+    Megatron's defaults, and says so.
 No torch, no ray.
 """
 
@@ -67,6 +69,24 @@ def _bridge(source: str, task: str, model: str, gpu: str, precision: str, lay: d
     return (exact or found or [None])[0]
 
 
+_SETTINGS = ("recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep_overlap", "tp_comm_overlap",
+             "capacity_factor", "fsdp", "unmodelled")
+
+
+def _shared(source: str, task: str, model: str) -> dict | None:
+    """The settings every recipe of `model` (and task) in the row's release agrees on, others blank: the perf
+    scripts build a run from its model's recipe and the layout given on the command line, so a page's layout with
+    no recipe of its own still runs what all of that model's recipes set (Llama 3.1 405B's TP comm overlap)."""
+    m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
+    rels = set(RELEASES.get(m.group(1), ())) if m else set()
+    found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and r["task"] == task]
+    if not found:
+        return None
+    out = {k: found[0][k] if len({r[k] for r in found}) == 1 else "" for k in _SETTINGS}
+    return {**out, "recipe": f"the {len(found)} {model} {task} recipes' shared settings", "release": found[0]["release"],
+            "file": found[0]["file"], "mbs": "*", "model": model}
+
+
 def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb: int, moe: bool) -> dict | str:
     """{"layout": Layout keywords, "workload": Measurement keywords, "read": [readings]} or the skip reason."""
     notes, source, name = row.get("notes") or "", row.get("source") or "", row.get("model") or ""
@@ -97,7 +117,9 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     alt = bool(re.search(r"parenthesised alternative", notes))
     rec = _bridge(source, task, model, gpu, precision, lay, gb, alt) if source.startswith("Megatron-Bridge perf") else None
     if source.startswith("Megatron-Bridge perf") and rec is None:
-        out["read"].append("no matching Megatron-Bridge recipe: Megatron's defaults")
+        rec = _shared(source, task, model)
+        out["read"].append("no Megatron-Bridge recipe at this layout: " + ("Megatron's defaults" if rec is None else
+                                                                           "what all of the model's recipes set"))
     if rec is None:
         return out
     if rec["unmodelled"]:
@@ -107,7 +129,7 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     if alt and rec["mbs"] not in ("*", str(lay["micro_batch_size"])):
         L["micro_batch_size"] = int(rec["mbs"])
         out["read"].append(f"micro-batch {rec['mbs']} of its recipe (the page's MBS column is the main value's)")
-    if moe:
+    if moe and rec["dispatcher"]:
         L["dispatcher"] = rec["dispatcher"]
         L["ep_overlap"] = L.get("ep_overlap", False) or rec["ep_overlap"] == "1"
         L["moe_capacity_factor"] = float(rec["capacity_factor"] or 0) or L.get("moe_capacity_factor", 0.0)
@@ -120,7 +142,7 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         L["fsdp"] = True
     if int(rec["act_offload_layers"] or 0):
         L["activation_offload_layers"] = int(rec["act_offload_layers"])
-    if not (row.get("recompute") or "").strip():
+    if not (row.get("recompute") or "").strip() and rec["recompute"]:
         L["recompute"] = rec["recompute"]
     out["read"].append(f"Megatron-Bridge recipe {rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
     return out

@@ -111,8 +111,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # TE linears (projections, MLPs, experts) run FP8 GEMMs under an FP8 recipe; attention's core and the
     # output layer stay BF16. `fp8_gemm` is the FP8 GEMM's achieved share of its peak relative to BF16's.
     fp8 = workload.fp8
-    lin_peak = g.fp8_tflops * 1e12 * c.fp8_gemm * (c.fp8_blockwise if workload.precision == "fp8-blockwise"
-                                                    else 1.0) if fp8 else peak
+    scaled = {"fp8-blockwise": c.fp8_blockwise, "mxfp8": c.mxfp8_gemm}.get(workload.precision, 1.0)  # finer scales
+    lin_peak = g.fp8_tflops * 1e12 * c.fp8_gemm * scaled if fp8 else peak
     lt = layer_tables(model)
     n, S = len(t), int(t.pp.max())
     h = model.hidden_size

@@ -114,6 +114,10 @@ class TimeCoefficients:
     ep_overlap_sm: float = 0.22
     tp_overlap_sm: float = 0.1
     amax_bytes: float = 2.0  # per-tensor current scaling: an extra BF16 read for the amax before the cast
+    # MXFP8's block-scaled GEMMs against per-tensor FP8's on Blackwell, kernels alone: Transformer Engine's GEMM
+    # profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst, B300, 5B-model shapes, --pre-quantize):
+    # 6.812 ms per layer FP8 current scaling vs 7.161 ms MXFP8 (the E8M0 scale loads): 0.95
+    mxfp8_gemm: float = 0.95
     scale: dict = field(default_factory=dict)  # term -> calibrated factor (missing = 1)
 
     def physics_key(self) -> tuple:
