@@ -57,6 +57,18 @@ def test_a_cross_node_ep_group_pays_the_network():
     assert flex < across / 2
 
 
+def test_flex_crosses_the_network_near_line_rate():
+    """One copy per token (top-1) over 8 nodes: the same network bytes either way, NCCL's all-to-all at `net_eff`
+    of the NIC, DeepEP's RDMA kernels at `flex_net`."""
+    from autotune.cost._comm import a2a_time
+    cl = ClusterSpec.of("B200", 64)
+    nccl, flex = (float(a2a_time(4096.0, 1, 14336.0, 64, cl, C, f)) for f in (False, True))
+    nvl, net = link_bandwidths(cl, C)
+    off = 4096 * 14336 * (1 - 1 / 8)
+    assert nccl >= off / net and flex >= off / (net * C.flex_net / C.net_eff)
+    assert flex < nccl  # same bytes, the network part faster (flex's NVLink forwarding costs it a little back)
+
+
 def test_dp_collectives_across_nodes_use_every_nic_of_the_node():
     cl = ClusterSpec.of("H100", 64)
     nvl, net = link_bandwidths(cl, C)

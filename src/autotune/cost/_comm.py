@@ -10,7 +10,8 @@ Shapes and why:
     sends every routed copy (top-k per token) to its rank, so off-domain bytes are k x the off-domain share; the
     flex dispatcher (DeepEP / HybridEP) sends a token once to each remote domain that holds one of its experts and
     forwards it over NVLink there, so its network bytes are the expected number of distinct remote domains among
-    the k experts (k picks over D domains reach D (1 - (1 - 1/D)^k) distinct ones) instead of k x the off share;
+    the k experts (k picks over D domains reach D (1 - (1 - 1/D)^k) distinct ones) instead of k x the off share,
+    near the network's line rate (`flex_net`, DeepEP's RDMA kernels) where NCCL gets `net_eff`;
   - routing load: a rank's tokens are the sum over its E / EP experts; with natural routing the hottest of EP ranks
     carries 1 + cv z(EP) / sqrt(E / EP) times the mean, z(N) the expected maximum of N standard normals (Blom's
     approximation: the normal quantile at (N - 0.375) / (N + 0.25)), cv the expert loads' coefficient of variation;
@@ -71,7 +72,8 @@ def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex
     net_copies = np.where(flex, distinct_remote, k * off)
     nvl_copies = k * peers * np.where(flex, 1.0, 1.0 - off)
     nvl_bw = np.where(flex, nvl * c.flex_nvl, nvl)
-    return tokens * h_bytes * (nvl_copies / nvl_bw + net_copies / net)
+    net_bw = np.where(flex, net * (c.flex_net / c.net_eff), net)  # DeepEP's RDMA kernels near line rate
+    return tokens * h_bytes * (nvl_copies / nvl_bw + net_copies / net_bw)
 
 
 def expected_max(n) -> np.ndarray:

@@ -71,6 +71,10 @@ class TimeCoefficients:
     nvlink_eff: float = 0.70  # achieved fraction of NVLink bandwidth (NCCL busbw ~320 of 450 GB/s on H100)
     net_eff: float = 0.70  # achieved fraction of the network bandwidth
     flex_nvl: float = 0.85  # DeepEP intra-node throughput relative to NCCL all-to-all
+    # the flex dispatcher's achieved share of the network's line rate: DeepEP's normal kernels run at 43-58 GB/s
+    # RDMA bottleneck bandwidth on ~50 GB/s CX7 (deepseek-ai/DeepEP docs/legacy.md, EP 16-64), where NCCL's
+    # all-to-all gets `net_eff`
+    flex_net: float = 0.9
     cp_hidden: float = 0.5  # share of the CP ring exchange hidden behind attention
     p2p_hidden_vpp: float = 0.8  # share of PP sends hidden when interleaved (Megatron overlaps p2p with VPP)
     launch_s: float = 1.0e-4  # per layer per pass: launches the GPU work does not hide
