@@ -7,7 +7,9 @@ over numpy columns: no per-layout Python loops. Shapes and why:
   - GEMMs run at gemm x width/(width + gemm_width) x rows/(rows + gemm_rows) of peak: narrow sides (TP-split
     hidden sizes, thin experts) and few rows (tokens per expert) waste tiles and waves. The routed experts use the
     same curve at their own shape (per-expert rows, min(hidden, FFN / ETP)); a grouped GEMM over G local experts
-    loses `grouped` of one dense GEMM's speed when G is large (per-group tails), nothing when G = 1: it is one GEMM.
+    loses `grouped` of one dense GEMM's speed when G is large (per-group tails), nothing when G = 1: it is one GEMM;
+    and every local expert's GEMM is a kernel of its own that pays a fixed `expert_gemm_s` (launch gap, last-wave
+    tail) that does not shrink on a faster GPU: small experts with few tokens each run far below peak.
   - backward is 2x forward for GEMMs, ~2.5x for flash attention; full recompute re-runs the forward of every layer
     of a recompute region, with its TP and EP collectives.
   - collectives and the MoE all-to-all: _comm.py (NVLink inside a domain, the node's network share across, flex's
@@ -72,7 +74,7 @@ def attention_efficiency(c, model: ModelSpec) -> float:
     return c.attention * (1 + x) / (1 + x * 128.0 / max(d, 1))
 
 
-def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, peak, S):
+def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, peak, S, moe_stage):
     """Forward x 3 (forward + 2x backward) of each kind of work, per micro-batch per stage."""
     h = model.hidden_size
     n = len(t)
@@ -89,7 +91,9 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         local = np.maximum(1.0, e.num_experts / ep)
         grouped = c.grouped + (1.0 - c.grouped) / local  # one local expert is one plain GEMM
         exp_eff = grouped * gemm_efficiency(c, np.minimum(h, e.ffn_hidden_size / etp), copies / local)
-        mb["compute_experts"] = fl.experts * (3 / (lin_peak * exp_eff))
+        # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
+        # layer per micro-batch), each paying a fixed `expert_gemm_s` whatever the GPU's speed
+        mb["compute_experts"] = fl.experts * (3 / (lin_peak * exp_eff)) + moe_stage * (6 * c.expert_gemm_s * local)
     else:
         mb["compute_experts"] = 0.0
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
@@ -123,7 +127,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     tok_share = 1.0 / (cp * np.where(sp, tp, 1.0))  # tokens on one GPU's sequence-parallel path
     L_stage = stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split)
     moe_stage = stage_sums(lt.is_moe.astype(float), t.pp, t.vpp, S, t.split)
-    mb = _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, peak, S)
+    mb = _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, peak, S, moe_stage)
 
     # --- memory-bound traffic: norms, activations, rope, permutes, router softmax ---------------------
     # (a term no row of the table has is the scalar 0: 10^5 x 16 zeros cost as much as a real term)

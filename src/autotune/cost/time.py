@@ -122,6 +122,10 @@ class TimeCoefficients:
     # profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst, B300, 5B-model shapes, --pre-quantize):
     # 6.812 ms per layer FP8 current scaling vs 7.161 ms MXFP8 (the E8M0 scale loads): 0.95
     mxfp8_gemm: float = 0.95
+    # fixed GPU time of one local expert's GEMM: Transformer Engine's grouped linear issues one cuBLAS GEMM per expert
+    # over a few streams (transformer_engine/common/gemm/cublaslt_gemm.cu, multi-stream cuBLAS); each kernel pays a
+    # launch gap (~3-5 us) and a partly filled last wave (half a wave of a 20-60 us expert GEMM): ~10 us
+    expert_gemm_s: float = 1e-5
     scale: dict = field(default_factory=dict)  # term -> calibrated factor (missing = 1)
 
     def physics_key(self) -> tuple:

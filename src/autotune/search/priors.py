@@ -37,11 +37,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.3198, "feature": 0.2086, "interaction": 0.3573, "noise": 0.0784, "tp": 0.1866, "pp": 0.2046,
-    "vpp": 0.2334, "cp": 0.1695, "ep": 0.2062, "recompute": 0.191, "recompute_1": 0.2086, "dispatcher": 0.2212,
-    "max_tokens_per_gpu": 0.2, "precision_aware_optimizer": 0.2, "moe_shared_expert_overlap": 0.2149,
-    "ep_overlap": 0.1739, "tp_comm_overlap": 0.1693, "cuda_graphs": 0.1935, "moe_capacity_factor": 0.3061,
-    "ep_x_nodes": 0.3459, "pp_x_recompute": 0.4207, "tp_x_hidden": 0.2845,
+    "intercept": 0.3008, "feature": 0.1844, "interaction": 0.2132, "noise": 0.0945, "tp": 0.1561, "pp": 0.2138,
+    "vpp": 0.1701, "cp": 0.1449, "ep": 0.1594, "recompute": 0.1527, "recompute_1": 0.182, "dispatcher": 0.1798,
+    "max_tokens_per_gpu": 0.1816, "precision_aware_optimizer": 0.1816, "moe_shared_expert_overlap": 0.1699,
+    "ep_overlap": 0.1943, "tp_comm_overlap": 0.1545, "cuda_graphs": 0.2025, "moe_capacity_factor": 0.2829,
+    "ep_x_nodes": 0.1778, "pp_x_recompute": 0.2627, "tp_x_hidden": 0.162,
 }
 
 
