@@ -258,3 +258,16 @@ def test_a_layout_no_recipe_has_takes_only_what_all_the_models_recipes_set():
     out = row_settings({**row, "source": "Megatron-Bridge perf archive:99.01"}, "Llama-3.1-405B", "GB300",
                        "fp8-tensorwise", lay, 1536, False)
     assert "tp_comm_overlap" not in out["layout"] and "Megatron's defaults" in " ".join(out["read"])
+
+
+def test_a_blank_vp_with_pipeline_stages_takes_the_releases_recipe():
+    """A page row with PP > 1 and no VP, beside its release's recipes that all run that TP/PP/CP/EP at one VP and
+    micro-batch, is read as that recipe (named in the provenance); a row with its VP given is left as published."""
+    from autotune.cost._presets import row_settings
+    lay = {"tp": 1, "pp": 4, "cp": 1, "vpp": 1, "ep": 1, "micro_batch_size": 2}
+    row = {"source": "Megatron-Bridge perf archive:26.02.01", "model": "LLAMA3_70B", "vp": ""}
+    out = row_settings(row, "Llama-3.1-70B", "GB300", "mxfp8", lay, 256, False)
+    assert out["layout"]["vpp"] == 5 and out["layout"]["micro_batch_size"] == 1
+    assert "leaves VP blank" in " ".join(out["read"])
+    out = row_settings({**row, "vp": "1"}, "Llama-3.1-70B", "GB300", "mxfp8", lay, 256, False)
+    assert "vpp" not in out["layout"]

@@ -116,6 +116,17 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     # columns with the main value: its own recipe's micro-batch is the one that ran
     alt = bool(re.search(r"parenthesised alternative", notes))
     rec = _bridge(source, task, model, gpu, precision, lay, gb, alt) if source.startswith("Megatron-Bridge perf") else None
+    if rec is None and source.startswith("Megatron-Bridge perf") and lay["pp"] > 1 and not (row.get("vp") or "").strip():
+        # a blank VP column with pipeline stages: the release's recipes at this TP / PP / CP / EP, if they agree on
+        # one VP and micro-batch, are what ran (26.02.01's Llama 3.1 70B GB300 MXFP8 row: VP blank, MBS 2 beside
+        # its release's only recipe at TP1 PP4, VP 5 MBS 1, the layout every other release's row shows)
+        cand = [_bridge(source, task, model, gpu, precision, {**lay, "vpp": int(r["vp"]), "micro_batch_size": int(r["mbs"])},
+                        gb) for r in _recipes() if r["vp"].isdigit() and r["mbs"].isdigit()]
+        cand = {(r["vp"], r["mbs"]): r for r in cand if r is not None and r["vp"] != "1"}
+        if len(cand) == 1:
+            (vp, mbs), rec = next(iter(cand.items()))
+            out["layout"].update(vpp=int(vp), micro_batch_size=int(mbs))
+            out["read"].append(f"VP {vp} and micro-batch {mbs} of its release's recipe (the page leaves VP blank)")
     if source.startswith("Megatron-Bridge perf") and rec is None:
         rec = _shared(source, task, model)
         out["read"].append("no Megatron-Bridge recipe at this layout: " + ("Megatron's defaults" if rec is None else
@@ -144,5 +155,8 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         L["activation_offload_layers"] = int(rec["act_offload_layers"])
     if not (row.get("recompute") or "").strip() and rec["recompute"]:
         L["recompute"] = rec["recompute"]
-    out["read"].append(f"Megatron-Bridge recipe {rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
+    if rec["recipe"].startswith("the "):  # _shared: no one recipe
+        out["read"].append(f"{rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
+    else:
+        out["read"].append(f"Megatron-Bridge recipe {rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
     return out
