@@ -89,6 +89,9 @@ def test_token_drop_caps_each_expert_at_its_capacity():
     assert r["imbalance"][1] == 0
     assert r["imbalance"][2] == pytest.approx(0.25 * (r["compute_experts"][2] + r["ep_comm"][2]))
     assert r["imbalance"][0] > 0  # natural routing: the hottest rank's extra tokens
+    # padded capacities are known on the host: no token-count sync per MoE layer (megatron-core's drop_and_pad)
+    assert r["layer_overhead"][1] == pytest.approx(r["layer_overhead"][2])
+    assert r["layer_overhead"][1] < r["layer_overhead"][0]
 
 
 def test_natural_imbalance_grows_with_ep_and_shrinks_with_experts_per_rank():

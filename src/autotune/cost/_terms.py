@@ -197,11 +197,14 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     p2p = p2p * np.where((t.vpp > 1)[:, None], 1.0 - c.p2p_hidden_vpp, 1.0)
     mb["pp_p2p"] = np.where((t.pp > 1)[:, None], p2p, 0.0)
     # launches are per layer per pass; the MoE host sync (token counts -> split sizes) per forward pass drains the
-    # launch queue (a full-iteration graph has no host in the loop)
+    # launch queue (a full-iteration graph has no host in the loop). Token drop pads every expert to its capacity:
+    # the split sizes are known without asking the GPU (megatron-core's alltoall dispatcher: cuda_sync_point
+    # "no_sync" under drop_and_pad), so no sync
     eager = (t.cuda_graphs != 3)[:, None]
     overhead = L_stage * (np.where(eager, c.launch_s, 0.0) * (3 + frac))
     if lt.is_moe.any():
-        overhead += moe_stage * (np.where(eager, c.moe_sync_s, 0.0) * (1 + frac))
+        synced = eager & (t.capacity == 0)[:, None]
+        overhead += moe_stage * (np.where(synced, c.moe_sync_s, 0.0) * (1 + frac))
     if full.any():
         overhead += regions * c.recompute_group_s
     mb["layer_overhead"] = overhead
