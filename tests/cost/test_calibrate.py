@@ -271,3 +271,11 @@ def test_a_blank_vp_with_pipeline_stages_takes_the_releases_recipe():
     assert "leaves VP blank" in " ".join(out["read"])
     out = row_settings({**row, "vp": "1"}, "Llama-3.1-70B", "GB300", "mxfp8", lay, 256, False)
     assert "vpp" not in out["layout"]
+
+
+def test_torchtitans_interleaved_schedule_runs_two_stages_per_rank():
+    kept, _ = published_measurements()
+    titan = [m for m in kept if m.source.startswith("torchtitan") and m.model == "Llama-3.1-405B" and m.seq_len == 8192]
+    inter = [m for m in titan if "VP 2 (torchtitan" in m.source]
+    assert len(inter) == 1 and inter[0].layout.vpp == 2
+    assert all(m.layout.vpp == 1 for m in titan if m not in inter)

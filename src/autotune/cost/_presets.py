@@ -7,7 +7,8 @@ implies and the readings it made (for the row's provenance), or the reason the r
     routing even; "EP overlap" / "A2A overlap" / "1F1B" turn on EP overlap; "async TP" / "AsyncTP" (torchtitan's
     decomposed all-gather + matmul) and Megatron's TP comm overlap turn on TP overlap; "tokendrop" sets token drop
     at capacity factor 1.0 with padding (Megatron-Bridge's apply_moe_token_drop defaults); "CG" / "CUDA graphs"
-    (partial unless "full") turn on CUDA graphs; DeepEP / HybridEP the flex dispatcher.
+    (partial unless "full") turn on CUDA graphs; DeepEP / HybridEP the flex dispatcher; torchtitan's "Interleaved
+    1F1B" with no VP runs 2 stages per rank (its default for multi-stage schedules).
   - Megatron-Bridge performance rows: the recipe of the row's release (container 26.04 ships Megatron-Bridge
     v0.4.0, see RELEASES) whose model, GPU, precision, TP/PP/CP/VP/EP and micro-batch equal the row's, from
     data/megatron_bridge_presets.csv (bench/bridge_presets.py rebuilds it from a Megatron-Bridge checkout). Its
@@ -111,6 +112,10 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     if source.startswith("NeMo AutoModel") and model in _AUTOMODEL and not (row.get("recompute") or "").strip():
         out["layout"]["recompute"] = "full:uniform:1"
         out["read"].append(f"recompute full:uniform:1 (activation_checkpointing in NeMo AutoModel {_AUTOMODEL[model]})")
+    if (source.startswith("torchtitan") and lay["pp"] > 1 and re.search(r"interleaved 1f1b", notes, re.I)
+            and not (row.get("vp") or "").strip()):  # torchtitan's looped schedules: 2 stages per rank by default
+        out["layout"]["vpp"] = 2  # (torchtitan/distributed/pipeline_parallel.py, pipeline_parallel_layers_per_stage unset)
+        out["read"].append("VP 2 (torchtitan's default 2 stages per rank for interleaved schedules)")
     task = "sft" if re.search(r"\bSFT\b", name) else "pretrain"
     # a page's parenthesised alternative value (another precision of the same row) shares the row's MBS and GBS
     # columns with the main value: its own recipe's micro-batch is the one that ran

@@ -37,11 +37,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.3022, "feature": 0.1725, "interaction": 0.2201, "noise": 0.0953, "tp": 0.1481, "pp": 0.1946,
-    "vpp": 0.1619, "cp": 0.1379, "ep": 0.1518, "recompute": 0.1451, "recompute_1": 0.1706, "dispatcher": 0.1698,
-    "max_tokens_per_gpu": 0.171, "precision_aware_optimizer": 0.171, "moe_shared_expert_overlap": 0.1593,
-    "ep_overlap": 0.1845, "tp_comm_overlap": 0.1452, "cuda_graphs": 0.1926, "moe_capacity_factor": 0.2548,
-    "ep_x_nodes": 0.1828, "pp_x_recompute": 0.2734, "tp_x_hidden": 0.1665,
+    "intercept": 0.3094, "feature": 0.1441, "interaction": 0.2262, "noise": 0.1044, "tp": 0.1276, "pp": 0.1516,
+    "vpp": 0.1285, "cp": 0.1147, "ep": 0.1303, "recompute": 0.1256, "recompute_1": 0.1438, "dispatcher": 0.1439,
+    "max_tokens_per_gpu": 0.1444, "precision_aware_optimizer": 0.1444, "moe_shared_expert_overlap": 0.1319,
+    "ep_overlap": 0.1565, "tp_comm_overlap": 0.1228, "cuda_graphs": 0.1627, "moe_capacity_factor": 0.2161,
+    "ep_x_nodes": 0.1848, "pp_x_recompute": 0.2872, "tp_x_hidden": 0.1671,
 }
 
 
