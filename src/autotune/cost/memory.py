@@ -157,8 +157,7 @@ def embedding_params(model: ModelSpec, t: LayoutTable, S: int) -> np.ndarray:
     """Embedding and output-layer parameters per GPU on each stage (n, S), as `stage_params` counts them."""
     tp = t.tp[:, None].astype(float)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
-    first = np.zeros((len(t), S), dtype=bool)
-    first[:, 0] = True
+    first = np.broadcast_to(np.arange(S)[None, :] == 0, (len(t), S))
     vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * model.hidden_size / tp
     out = np.where(first, vocab, 0.0)
     if not model.tie_embeddings:
