@@ -7,7 +7,7 @@ where it has seen nothing alike), and the predicted peak memory against the GPU'
 so it fit). Then per GPU family and precision: rows expressed and skipped, MAPE in-sample / LOMO / LOSO,
 the mean Spearman rank correlation within each (model, GPU, sequence length) group of 3+ rows, and the
 rows predicted not to fit; the groups one by one; the seed rows and their order; skipped rows by reason.
-FP8 rows are never fitted (calibrate.FIT_PRECISIONS): every FP8 number is out of sample.
+Every precision's rows are fitted (calibrate.FIT_PRECISIONS); LOMO and LOSO are the out-of-sample checks.
 
     python bench/throughput_accuracy.py [--csv PATH] [--no-lomo]
 """
@@ -135,6 +135,11 @@ def main() -> None:
               f"{int((peak[mask] > cap[mask]).sum()):>7}")
     print("  MAPE of tokens/s/GPU; rank: mean Spearman within the (model, GPU, seq len) groups of 3+ rows;\n"
           "  no fit: published rows (they ran) predicted not to fit. Skipped rows of unknown GPUs count under 'all'.")
+    settings(rows, mape, cal, lomo)
+    print("\nrows predicted not to fit (they ran): predicted peak / HBM (GiB)")
+    for i in np.flatnonzero(peak > cap):
+        print(f"  {rows[i].label()[:70]:<71}{rows[i].precision:<15}{peak[i] / 2**30:5.0f}/{cap[i] / 2**30:<4.0f} "
+              f"{rows[i].source.split(';')[0][:45]}")
     print("\nwithin-group rank correlation, (model, GPU, seq len) groups of 3+ rows: calibrated, LOMO")
     for idx in rank_groups(rows, np.ones(len(rows), bool)):
         m = rows[idx[0]]
@@ -151,8 +156,25 @@ def main() -> None:
     print(f"  predicted in the measured order: {order}; all within 3%: {bool(np.all(np.abs(err(cal)[seeds]) < 3))}")
     other_gpus()
     print(f"\nskipped {len(skipped)} rows, by reason:")
-    for why, n in Counter(why for _, why in skipped).most_common():
+    for why, n in Counter(re.sub(r" \(Megatron-Bridge recipe .*\)$", "", why) for _, why in skipped).most_common():
         print(f"  {n:4d}  {why[:110]}")
+
+
+def settings(rows, mape, cal, lomo) -> None:
+    """Rows per setting the published rows vary beyond the layout (from their notes or their source's recipe)."""
+    checks = [("EP overlap", lambda m: m.layout.ep_overlap), ("TP comm overlap", lambda m: m.layout.tp_overlap),
+              ("CUDA graphs (router/attn)", lambda m: m.layout.cuda_graphs in ("router", "attn")),
+              ("CUDA graphs (full)", lambda m: m.layout.cuda_graphs == "full"),
+              ("token drop (capacity factor)", lambda m: m.layout.moe_capacity_factor > 0),
+              ("activation offload", lambda m: m.layout.activation_offload_layers > 0),
+              ("flex dispatcher (DeepEP/HybridEP)", lambda m: m.layout.dispatcher == "flex"),
+              ("forced balanced routing", lambda m: m.force_balance),
+              ("natural routing (MoE)", lambda m: m.spec.is_moe and not m.force_balance),
+              ("FSDP", lambda m: m.layout.fsdp)]
+    print(f"\n{'setting':<36}{'rows':>5}{'in-sample':>10}{'LOMO':>7}")
+    for name, on in checks:
+        mask = np.array([bool(on(m)) for m in rows])
+        print(f"{name:<36}{int(mask.sum()):>5}{mape(cal, mask):>9.1f}%{mape(lomo, mask):>6.1f}%")
 
 
 def other_gpus() -> None:

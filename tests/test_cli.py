@@ -136,7 +136,7 @@ def test_estimate_bf16_gradients(capsys):
     selective recompute, bf16 gradients) fits only then."""
     args = ["estimate", "--model", "gpt-oss-120b", "--gpu", "B200", "--count", "64", "--layout", "TP1 PP1 EP8",
             "--seq-len", "4096", "--global-batch", "1280", "--micro-batch-size", "4",
-            "--recompute", "selective:layernorm,moe_act", "--json"]
+            "--recompute", "selective:layernorm,moe_act", "--force-balance", "--json"]
     fp32, bf16 = (json.loads(run(capsys, *args, "--grads", g)[1])["memory"] for g in ("fp32", "bf16"))
     assert fp32["stages"][0]["grads"] == 2 * bf16["stages"][0]["grads"]
     assert not fp32["fits"] and bf16["fits"]

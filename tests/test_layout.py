@@ -151,3 +151,17 @@ def test_the_cost_model_follows_the_split():
     mem = ev.memory.terms["weights"]
     assert mem[1, 0] > mem[0, 0]  # 9 + 8 layers on stage 0 against 7 + 8
     assert ev.time.step_time[1] > ev.time.step_time[0]  # the slowest stage paces the pipeline
+
+
+def test_the_overlap_graph_drop_and_offload_settings_round_trip_through_megatron_arguments():
+    from autotune.layout import format_args, layout_args, layout_from_args
+
+    lays = [Layout(world=32, tp=2, pp=2, vpp=2, ep=8, ep_overlap=True, tp_comm_overlap=True, cuda_graphs="attn"),
+            Layout(world=32, ep=8, cuda_graphs="full", moe_capacity_factor=1.25, micro_batch_size=2),
+            Layout(world=32, tp=2, ep=8, cuda_graphs="router", activation_offload_layers=4, micro_batch_size=1)]
+    for lay in lays:
+        argv = format_args(layout_args(lay, "megatron", 8192, moe=True))
+        back = layout_from_args(argv, world=32)
+        for f in ("ep_overlap", "tp_comm_overlap", "cuda_graphs", "moe_capacity_factor", "activation_offload_layers"):
+            assert getattr(back, f) == getattr(lay, f), (f, argv)
+    assert "--tp-comm-overlap" not in format_args(layout_args(Layout(world=8, tp_comm_overlap=True)))  # TP 1

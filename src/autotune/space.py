@@ -21,6 +21,7 @@ from .catalog import ClusterSpec, ModelSpec, Workload
 from .cost import Calibration, Evaluation, evaluate
 from .errors import ConfigError
 from .layout import DISPATCHERS, RULES, LayoutTable, Recompute, check
+from .layout.core import CUDA_GRAPHS
 from .layout.dimensions import DIMENSIONS, grid_axes, grid_columns
 
 __all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult"]
@@ -38,20 +39,23 @@ class _DimensionValues(BaseModel):
         if not v:
             raise ValueError("is empty; give at least one value")
         dim = _BY_KEY[info.field_name]
-        if dim.kind is int and min(v) < 1:
-            raise ValueError("values must be positive integers")
+        if dim.kind is int and min(v) < (dim.bounds[0] if dim.bounds else 1):
+            raise ValueError("values must be positive integers" if not dim.bounds else f"values must be >= {dim.bounds[0]}")
         if dim.name == "recompute":
             for r in v:
                 Recompute.parse(r)
         if dim.kind is float:
-            bad = [f for f in v if not 0 <= f <= 1]
-            if bad:
+            lo, hi = dim.bounds or (0.0, 1.0)
+            bad = [f for f in v if not lo <= f <= hi]
+            if bad and dim.name == "optimizer_offload":
                 raise ValueError(f"offload fraction(s) {bad} outside [0, 1]; e.g. [0.0, 0.5, 1.0]")
-            v = [float(f) for f in v]
-        if dim.name == "dispatcher":
-            bad = [d for d in v if d not in DISPATCHERS]
             if bad:
-                raise ValueError(f"unknown dispatcher(s) {bad}; allowed: {', '.join(DISPATCHERS)}")
+                raise ValueError(f"value(s) {bad} outside [{lo:g}, {hi:g}]")
+            v = [float(f) for f in v]
+        for name, allowed in (("dispatcher", DISPATCHERS), ("cuda_graphs", CUDA_GRAPHS)):
+            bad = [d for d in v if dim.name == name and d not in allowed]
+            if bad:
+                raise ValueError(f"unknown {name} value(s) {bad}; allowed: {', '.join(allowed)}")
         return sorted(set(v), key=v.index)
 
 
@@ -266,6 +270,7 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     if not cluster.has_te and True in space.dimensions.precision_aware_optimizer:
         notes.append("precision-aware optimizer replaced by the plain distributed optimizer: Transformer Engine "
                      "is not available on this cluster")
+    notes += [n for d in DIMENSIONS if (n := d.narrowed(list(getattr(space.dimensions, d.key)), model, cluster))]
     funnel.append(("supported and practical", int(alive.sum())))
     idx = np.flatnonzero(alive)
     last_reasons = last if last is not None else dict(reasons)

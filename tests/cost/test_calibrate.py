@@ -95,7 +95,7 @@ def test_source_names_and_gpus_map_onto_the_catalog():
                       ("Mixtral 8x7B", "Mixtral-8x7B-v0.1"), ("Mixtral 8x22B", "Mixtral-8x22B-v0.1"),
                       ("Qwen3-Next", "Qwen3-Next-80B-A3B-Instruct")]:
         assert catalog_name(src) == (want, None), src
-    assert catalog_name("Qwen3_30B_a3B (tokendrop)")[0] is None
+    assert catalog_name("Qwen3_30B_a3B (tokendrop)")[0] == "Qwen3-30B-A3B"  # token drop is a Layout setting now
     assert "not in the catalog" in catalog_name("DeepSeekV4 Flash")[1]
     assert gpu_kind("H100 (Grand Teton, 96GB HBM2e, 500W power limit)") == ("H100", None)
     assert gpu_kind("H200 (4 per node)") == ("H200", 4)
@@ -111,8 +111,12 @@ def test_published_rows_kept_and_skipped_with_reasons():
         assert text in reasons
     gpt = [m for m in kept if m.model == "gpt-oss-120b" and m.gpu == "H100"]
     assert gpt and gpt[0].layout.pp == 4 and gpt[0].layout.ep == 8 and gpt[0].count == 64
-    # the table leaves recompute blank; Megatron-Bridge's gpt-oss perf presets set layernorm + moe_act
-    assert all(str(m.layout.recompute) == "selective:layernorm,moe_act" and "perf preset" in m.source for m in gpt)
+    # the table leaves recompute blank; Megatron-Bridge's gpt-oss perf recipes set layernorm + moe_act
+    assert all(str(m.layout.recompute) == "selective:layernorm,moe_act" and "Megatron-Bridge" in m.source for m in gpt)
+    dropped = [m for m in kept if "token drop" in m.source]  # 25.09's tokendrop rows: capacity factor 1.0, padded
+    assert dropped and all(m.layout.moe_capacity_factor == 1.0 for m in dropped)
+    balanced = [m for m in kept if m.model == "DeepSeek-V3" and m.source.startswith("Megatron-Bridge")]
+    assert balanced and all(m.force_balance for m in balanced)  # the page's footnote: force-balanced routing
     bridge = [m for m in kept if m.source.startswith("Megatron-Bridge perf")]
     assert bridge and not any(m.grads_fp32 for m in bridge)  # its perf recipes reduce gradients in bf16
     assert all(m.grads_fp32 for m in kept if not m.source.startswith("Megatron-Bridge perf"))
@@ -223,3 +227,56 @@ def test_cli_reads_a_json_list_of_measurements(capsys, tmp_path):
     p.write_text(json.dumps([{"model": "Qwen3.5-122B-A10B", "gpu": "H200"}]))
     rc, _, err = run(capsys, "calibrate", "--measurements", str(p), "--out", str(tmp_path / "c.json"))
     assert rc == 2 and "measurement 0" in err
+
+
+def test_rows_take_the_settings_of_their_sources_recipe():
+    """A published row names its layout; the settings come from its source's recipe of that release (named in the
+    row's provenance) or from its notes: EP overlap, flex dispatcher, CUDA graphs, token drop, forced balance."""
+    kept, skipped = published_measurements()
+    h100 = [m for m in kept if m.model == "DeepSeek-V3" and m.gpu == "H100" and m.source.startswith("Megatron-Bridge")]
+    assert h100 and all(m.layout.ep_overlap and m.layout.dispatcher == "flex" for m in h100)  # 25.09 run_script.py
+    assert all("v0.1.0rc4" in m.source for m in h100)
+    hybrid = [m for m in kept if "moe-optimization" in m.source]  # HybridEP + EP overlap + router graphs (notes)
+    assert hybrid and hybrid[0].layout.ep_overlap and hybrid[0].layout.cuda_graphs == "router"
+    assert any("kernels autotune does not model" in why for _, why in skipped)  # paged stash, fused grouped MLP
+    auto = [m for m in kept if m.source.startswith("NeMo AutoModel") and m.model != "Llama-3.1-405B"]
+    assert auto and all(str(m.layout.recompute) == "full:uniform:1" for m in auto)  # activation_checkpointing
+    titan = [m for m in kept if m.source.startswith("torchtitan") and m.layout.pp > 1]
+    assert titan and all(m.layout.micro_batch_size == 1 for m in titan)  # pipeline_parallel_microbatch_size
+
+
+def test_a_layout_no_recipe_has_takes_only_what_all_the_models_recipes_set():
+    """The perf scripts overlay the command line's layout on the model's recipe: a page layout no recipe of its
+    release has still runs the settings every recipe of that model sets (Llama 3.1 405B: TP comm overlap), and
+    nothing the recipes disagree on (Llama 3.1 70B's TP overlap differs between recipes)."""
+    from autotune.cost._presets import row_settings
+    lay = {"tp": 2, "pp": 8, "cp": 2, "vpp": 4, "ep": 1, "micro_batch_size": 1}
+    row = {"source": "Megatron-Bridge perf archive:26.02.01", "model": "LLAMA3.1-405B"}
+    out = row_settings(row, "Llama-3.1-405B", "GB300", "fp8-tensorwise", lay, 1536, False)
+    assert out["layout"]["tp_comm_overlap"] is True and "all of the model's recipes" in " ".join(out["read"])
+    out = row_settings(row, "Llama-3.1-70B", "GB300", "fp8-tensorwise", {**lay, "pp": 3}, 128, False)
+    assert not out["layout"].get("tp_comm_overlap")
+    out = row_settings({**row, "source": "Megatron-Bridge perf archive:99.01"}, "Llama-3.1-405B", "GB300",
+                       "fp8-tensorwise", lay, 1536, False)
+    assert "tp_comm_overlap" not in out["layout"] and "Megatron's defaults" in " ".join(out["read"])
+
+
+def test_a_blank_vp_with_pipeline_stages_takes_the_releases_recipe():
+    """A page row with PP > 1 and no VP, beside its release's recipes that all run that TP/PP/CP/EP at one VP and
+    micro-batch, is read as that recipe (named in the provenance); a row with its VP given is left as published."""
+    from autotune.cost._presets import row_settings
+    lay = {"tp": 1, "pp": 4, "cp": 1, "vpp": 1, "ep": 1, "micro_batch_size": 2}
+    row = {"source": "Megatron-Bridge perf archive:26.02.01", "model": "LLAMA3_70B", "vp": ""}
+    out = row_settings(row, "Llama-3.1-70B", "GB300", "mxfp8", lay, 256, False)
+    assert out["layout"]["vpp"] == 5 and out["layout"]["micro_batch_size"] == 1
+    assert "leaves VP blank" in " ".join(out["read"])
+    out = row_settings({**row, "vp": "1"}, "Llama-3.1-70B", "GB300", "mxfp8", lay, 256, False)
+    assert "vpp" not in out["layout"]
+
+
+def test_torchtitans_interleaved_schedule_runs_two_stages_per_rank():
+    kept, _ = published_measurements()
+    titan = [m for m in kept if m.source.startswith("torchtitan") and m.model == "Llama-3.1-405B" and m.seq_len == 8192]
+    inter = [m for m in titan if "VP 2 (torchtitan" in m.source]
+    assert len(inter) == 1 and inter[0].layout.vpp == 2
+    assert all(m.layout.vpp == 1 for m in titan if m not in inter)

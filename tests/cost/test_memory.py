@@ -47,15 +47,20 @@ def test_small_moe_by_hand():
     w0, w1 = r.terms["weights"][0]
     assert (w0, w1) == (2 * (s0_dense + s_exp), 2 * (s1_dense + s_exp))
     assert r.terms["optimizer"][0, 0] == pytest.approx(12 * (s0_dense / 2 + s_exp / 1))  # DP 2, expert-DP 1
-    imb = C.imbalance_off
+    # the hottest of EP 2 ranks, 4 of the 8 experts each: imbalance_off is the EP 8 x 32-experts-per-rank maximum,
+    # scaled by the expected maximum of EP normals (Blom) over sqrt(experts per rank)
+    from statistics import NormalDist
+
+    spread = lambda ep, per: NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25)) / np.sqrt(per)  # noqa: E731
+    imb = 1 + (C.imbalance_off - 1) * spread(2, 4) / spread(8, 32)
     tok = 2 * (2 * 64) + 2 * 64 + (2 * 64 + 2 * 96) + 2 * (64 + 2 * 32) + 2 * 64 + 4 * 2 * 8 \
         + imb * (2 * 2 * 64 + 2 * 2 * 2 * 32 + 2 * 2 * 32) + 2 * 3 * 32
     a0, a1 = r.terms["activations"][0]
     # 1F1B: stage 0 keeps PP - 0 = 2 micro-batches in flight, stage 1 keeps 1
-    assert a0 == pytest.approx(tok * 2 * 256 * 2 * (1 + C.fragmentation))
-    assert a1 == pytest.approx(tok * 2 * 256 * 1 * (1 + C.fragmentation))
+    assert a0 == pytest.approx(tok * 2 * 256 * 2 * (1 + C.fragmentation), rel=2e-3)  # A&S quantile: 4.5e-4
+    assert a1 == pytest.approx(tok * 2 * 256 * 1 * (1 + C.fragmentation), rel=2e-3)
     assert r.terms["logits"][0, 0] == 0 and r.terms["logits"][0, 1] > 0
-    assert r.terms["dispatcher"][0, 0] == pytest.approx(256 * 2 * 2 * 64 * 2 * imb)
+    assert r.terms["dispatcher"][0, 0] == pytest.approx(256 * 2 * 2 * 64 * 2 * imb, rel=2e-3)
 
 
 def test_seed_layouts_fit_on_h200_and_not_without_recompute():

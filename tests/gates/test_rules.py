@@ -38,14 +38,18 @@ def _layouts():
                      distributed_optimizer=opt != "plain", precision_aware_optimizer=opt == "precision",
                      optimizer_offload=0.5 if opt == "offload" else 0.0, moe_shared_expert_overlap=flags,
                      cross_entropy_fusion=flags, overlap_grad_reduce=flags, overlap_param_gather=flags)
+    for graphs in ("none", "router", "attn", "full"):  # the overlap, CUDA-graph, token-drop and offload settings
+        yield Layout(world=32, tp=2, pp=2, vpp=2, ep=8, ep_overlap=graphs != "full", tp_comm_overlap=True,
+                     cuda_graphs=graphs, moe_capacity_factor=1.0 if graphs == "full" else 0.0)
+    yield Layout(world=32, tp=2, ep=8, activation_offload_layers=4)
 
 
 def emitted_arguments() -> set[str]:
     seen: set[str] = set()
     cluster = ClusterSpec.of("H200", 32, 8)
     for lay in _layouts():
-        for style in ("slime", "megatron"):
-            seen |= {f for f, _ in layout_args(lay, style)}
+        for style, moe in itertools.product(("slime", "megatron"), (False, True)):
+            seen |= {f for f, _ in layout_args(lay, style, moe=moe)}
         seen |= set(format_args(layout_args(lay)))
     for grads in (True, False):
         run = build_run_block(Layout(world=32, pp=4, ep=8), Workload(grads_fp32=grads), cluster)
@@ -75,6 +79,9 @@ def test_the_classes_the_issue_names():
     assert r.cls_of("--tensor-model-parallel-size") == "layout"
     assert r.cls_of("--recompute-num-layers") == r.cls_of("--moe-shared-expert-overlap") == "performance"
     assert r.cls_of("--moe-token-dispatcher-type") == r.cls_of("--moe-grouped-gemm") == "kernel"
+    assert r.cls_of("--overlap-moe-expert-parallel-comm") == r.cls_of("--tp-comm-overlap") == "performance"
+    assert r.cls_of("--cuda-graph-impl") == r.cls_of("--cuda-graph-scope") == "kernel"
+    assert r.cls_of("--moe-expert-capacity-factor") == r.cls_of("--moe-pad-expert-input-to-capacity") == "numerics"
     for arg in ("--moe-aux-loss-coeff", "--bf16", "--moe-router-dtype", "--attention-softmax-in-fp32", "--hidden-dropout"):
         assert r.cls_of(arg) == "numerics", arg
 

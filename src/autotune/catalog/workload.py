@@ -57,6 +57,9 @@ class Workload:
     steps: int = 20
     window: tuple[int, int] = (5, 19)  # steps scored for tokens/s (inclusive)
     load_balancing_loss: bool = False
+    # --moe-router-force-load-balancing (benchmarks): every expert gets the same tokens, no routing imbalance;
+    # it replaces the router's choice, so it changes the math (published MoE benchmarks run it)
+    force_balance: bool = False
     train_mtp: bool = False
     mtp_passes: int = 0  # MTP block passes per step when train_mtp (0: the model's MTP layer count)
     task: str = "sft"

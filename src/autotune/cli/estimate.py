@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -34,6 +36,18 @@ def estimate(
                                     "layers do not divide: embedding/loss counted, ...) or layers per virtual "
                                     "stage, e.g. 2,3,3,2."),
     fsdp: bool = typer.Option(False, "--fsdp", help="Megatron FSDP (parameters, gradients, optimizer sharded)."),
+    ep_overlap: bool = typer.Option(False, "--ep-overlap", help="--overlap-moe-expert-parallel-comm: the all-to-all "
+                                    "beside another micro-batch's compute (EP > 1, no full recompute, VPP with PP)."),
+    tp_overlap: bool = typer.Option(False, "--tp-comm-overlap", help="TE userbuffers overlap of the TP "
+                                    "collectives with their GEMMs (TP > 1 with sequence parallel)."),
+    cuda_graphs: str = typer.Option("none", "--cuda-graphs", help="none | router | attn | full (full needs "
+                                    "--capacity-factor on an MoE model)."),
+    capacity: float = typer.Option(0.0, "--capacity-factor", help="MoE token drop at this capacity factor, padded "
+                                   "(0: dropless)."),
+    act_offload: int = typer.Option(0, "--activation-offload-layers", help="--cpu-offloading-num-layers: layers "
+                                    "whose activations wait in host memory (PP 1, no recompute)."),
+    force_balance: bool = typer.Option(False, "--force-balance", help="Forced even routing "
+                                       "(--moe-router-force-load-balancing, as published MoE benchmarks run)."),
     gpus_per_node: int = PerNodeOpt,
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
@@ -64,7 +78,10 @@ def estimate(
                                        precision, fp8_param_gather)
         lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, seq_len,
                              precision_aware_optimizer=precision_aware, distributed_optimizer=dist_opt,
-                             moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload)
+                             moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload,
+                             ep_overlap=ep_overlap, tp_comm_overlap=tp_overlap, cuda_graphs=cuda_graphs,
+                             moe_capacity_factor=capacity, activation_offload_layers=act_offload)
+        workload = replace(workload, force_balance=force_balance and m.is_moe)
     if layer_split:
         lay = lay.with_(layer_split=_split(layer_split, m.num_layers, lay))
     if fsdp:
@@ -109,7 +126,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         "layout_detail": lay.to_dict(),
         "summary": lay.summary(workload.seq_len),
         "precision": workload.precision,
-        "args": format_args(layout_args(lay, "slime", workload.seq_len)
+        "args": format_args(layout_args(lay, "slime", workload.seq_len, moe=m.is_moe)
                             + precision_args(workload.precision, workload.fp8_param_gather)),
         "memory": {
             "peak_bytes": int(mem.peak[i]),
@@ -123,6 +140,9 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         },
         "throughput": {
             "tokens_per_s_per_gpu": float(tim.tokens_per_s_per_gpu[i]),
+            # one sigma either side, from the calibration's residuals (cost.uncertainty)
+            "relative_sigma": float(ev.sigma[i]),
+            "tokens_per_s_per_gpu_68": [round(x, 1) for x in ev.interval(i)],
             "mfu": float(tim.mfu[i]),
             "usd_per_million_tokens": float(tim.usd_per_million_tokens[i]),
             "step_time_s": float(tim.step_time[i]),
@@ -158,7 +178,9 @@ def render(out: dict) -> None:
         if v > 0:
             b.add_row(k, f"{v:.3f}", f"{v / thr['step_time_s']:.1%}")
     console.print(b)
-    line = (f"predicted [bold]{thr['tokens_per_s_per_gpu']:,.1f}[/] tokens/s/GPU, MFU {thr['mfu']:.1%}, "
+    lo, hi = thr["tokens_per_s_per_gpu_68"]
+    line = (f"predicted [bold]{thr['tokens_per_s_per_gpu']:,.1f}[/] tokens/s/GPU (68%: {lo:,.0f}-{hi:,.0f}), "
+            f"MFU {thr['mfu']:.1%}, "
             f"${thr['usd_per_million_tokens']:.2f} per 1M tokens, step {thr['step_time_s']:.2f} s")
     if "measured" in out:
         line += f"; measured {out['measured']['tokens_per_s_per_gpu']:,.1f} ({out['measured']['error_percent']:+.1f}%)"

@@ -1,13 +1,17 @@
 """Pure, vectorised predictions: memory per stage and step time, as named breakdowns.
 
-`evaluate` runs both models over a LayoutTable with the calibrated coefficients of the GPU kind;
-`uncertainty` gives each prediction's relative standard deviation from the calibration's residuals.
+`evaluate` runs both models over a LayoutTable with the calibrated coefficients of the GPU kind; each
+Evaluation carries its predictions' relative standard deviation (`sigma`, from the calibration's residuals and
+the terms no calibration row constrained: `uncertainty`), so every tokens/s comes with an interval.
 No torch, no ray.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
@@ -44,9 +48,20 @@ class Evaluation:
     table: LayoutTable
     memory: MemoryResult
     time: TimeResult
+    calibration: Calibration | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.table)
+
+    @cached_property
+    def sigma(self) -> np.ndarray:
+        """(n,) relative standard deviation of each predicted tokens/s (cost.uncertainty)."""
+        return uncertainty(self.time, self.calibration or Calibration("unknown"))
+
+    def interval(self, i: int, k: float = 1.0) -> tuple[float, float]:
+        """tokens/s/GPU of layout i at -k and +k sigma (log-normal: x exp(-k sigma), x exp(k sigma))."""
+        tps, s = float(self.time.tokens_per_s_per_gpu[i]), float(self.sigma[i])
+        return tps * float(np.exp(-k * s)), tps * float(np.exp(k * s))
 
 
 def evaluate(model: ModelSpec, workload: Workload, cluster: ClusterSpec, table: LayoutTable,
@@ -54,4 +69,4 @@ def evaluate(model: ModelSpec, workload: Workload, cluster: ClusterSpec, table: 
     cal = calibration if calibration is not None else load_calibration(cluster.gpu.name)
     mem = estimate_memory(model, workload, cluster, table, cal.memory)
     tim = estimate_time(model, workload, cluster, table, cal.time, cal.memory, mem=mem)
-    return Evaluation(table, mem, tim)
+    return Evaluation(table, mem, tim, cal)

@@ -40,7 +40,7 @@ class FitResult:
 
 def _group_key(m):
     return (m.model, m.gpu, m.count, m.gpus_per_node, m.seq_len, m.global_batch, m.load_balancing_loss, m.grads_fp32,
-            m.precision, m.fp8_param_gather)
+            m.precision, m.fp8_param_gather, m.force_balance)
 
 
 def stack_raw(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients) -> RawTime:
@@ -62,16 +62,14 @@ def stack_raw(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients) -
     rows = [_CACHE[(m, phys)] for m in measurements]
     S = max(r.mb.shape[2] for r in rows)
     rows = [r.pad(S) for r in rows]
-    cat = lambda name: np.concatenate([getattr(r, name) for r in rows])  # noqa: E731
-    return RawTime(cat("mb"), cat("dep"), cat("valid"), cat("microbatches"), cat("bubble_coef"), cat("dp_comm"),
-                   cat("dp_overlap"), cat("optimizer"), cat("step_overhead"), cat("offload"), 0.0, 0)
+    return RawTime(**{f: np.concatenate([getattr(r, f) for r in rows]) for f in RawTime.FIELDS},
+                   tokens_per_step=0.0, world=0)
 
 
 def _row(raw: RawTime, i: int) -> RawTime:
     s = slice(i, i + 1)
-    return RawTime(raw.mb[s], raw.dep[s], raw.valid[s], raw.microbatches[s], raw.bubble_coef[s], raw.dp_comm[s],
-                   raw.dp_overlap[s], raw.optimizer[s], raw.step_overhead[s], raw.offload[s], raw.tokens_per_step,
-                   raw.world)
+    return RawTime(**{f: getattr(raw, f)[s] for f in RawTime.FIELDS}, tokens_per_step=raw.tokens_per_step,
+                   world=raw.world)
 
 
 def predict_step_times(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients) -> np.ndarray:

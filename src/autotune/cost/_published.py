@@ -3,7 +3,7 @@
 One function, `map_row`, turns a CSV row into the keyword arguments of a Layout and a Measurement, or
 returns the one-line reason the cost model cannot represent it. The rules, and why:
   - model names: the sources spell the same model many ways ('LLAMA3_70B', 'Llama3 70B', 'Llama 3.1 70B');
-    anything not in the catalog is skipped, as are variants we do not model (token dropping, LoRA). MTP
+    anything not in the catalog is skipped, as are variants we do not model (LoRA). MTP
     training is a Workload setting (`training_of`): rows that say so, and the sources whose recipe trains it.
   - GPU: the kind before any parenthesis ('H100 (Grand Teton, ...)' -> H100); '(4 per node)' sets the
     node size; NVL72 kinds (GB200, GB300) are 4-GPU trays on one 72-GPU NVLink domain (the catalog's).
@@ -39,7 +39,8 @@ import re
 import numpy as np
 
 from ..catalog import ModelSpec, load_model, padded_vocab
-from ..layout import Recompute
+from ..layout import SELECTIVE_MODULES, Recompute
+from ._presets import row_settings
 from .layers import layer_tables
 
 __all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "precision_of", "train_flops_per_token"]
@@ -80,7 +81,6 @@ _NAMES = [
       for size in ("1.7", "7.1", "16", "32", "70", "119", "177", "314", "462")],
 ]
 _VARIANTS = [  # qualifiers that change the training step beyond what the model knows
-    (r"tokendrop|token drop", "token-dropping MoE (capacity factor) is not modelled; only dropless"),
     (r"lora", "LoRA fine-tuning (frozen base weights) is not modelled: it needs the time model's backward "
               "without weight-gradient GEMMs and the memory model's grads and optimizer state for adapters only"),
 ]
@@ -123,6 +123,7 @@ _PRECISIONS = [
 ]
 _RECOMPUTE = {"": "none", "none": "none", "selective ac": "selective", "per-op sac": "selective",
               "selective": "selective", "full ac": "full", "full": "full"}
+_MODULE_NAMES = {"up_proj": "mla_up_proj"}  # the sources' short names for Megatron's recompute modules
 # (source prefix, catalog model, GPU kinds) -> recompute the source's recipe sets where the row is blank.
 # Megatron-Bridge's gpt-oss-120b BF16 perf presets for B200 and H100 set recompute_modules=["layernorm",
 # "moe_act"] (selective) in every release behind the containers in the table (v0.2.0 to v0.4.2:
@@ -227,18 +228,18 @@ def map_row(row: dict) -> dict | str:
                               ("ep", ep)) if v is None]
     if missing:
         return f"missing field(s): {', '.join(missing)}"
-    if re.search(r"async TP", notes, re.I):
-        return "async TP (TP communication overlapped with GEMMs) is not a Layout setting"
-    if re.search(r"EP overlap|overlap-moe-expert-parallel-comm|a2a overlap", notes, re.I):
-        return "EP communication overlap (--overlap-moe-expert-parallel-comm) is not a Layout setting"
-    rc = _RECOMPUTE.get((row.get("recompute") or "").strip().lower())
+    rc_text = (row.get("recompute") or "").strip().lower()
+    rc = _RECOMPUTE.get(rc_text)
+    mods = re.match(r"selective:\s*(.+)$", rc_text)
+    if rc is None and mods:  # "selective: mlp, up_proj" names Megatron's recompute modules
+        names = [_MODULE_NAMES.get(x.strip(), x.strip()) for x in mods.group(1).split(",")]
+        if not set(names) <= set(SELECTIVE_MODULES):
+            return f"recompute {row.get('recompute')!r} names modules Megatron does not have"
+        rc = "selective:" + ",".join(names)
     if rc is None:
         return f"recompute {row.get('recompute')!r} is not a Megatron setting we can map"
-    recompute = Recompute(rc, "uniform", 1) if rc == "full" else Recompute(rc)
+    recompute = Recompute("full", "uniform", 1) if rc == "full" else Recompute.parse(rc)
     preset = next((p for p in _PRESETS if source.startswith(p[0]) and name == p[1] and kind in p[2]), None)
-    if preset and not row.get("recompute"):
-        recompute = Recompute.parse(preset[3])
-        assumed.append(f"recompute {preset[3]} ({preset[4]})")
     tps = _float(row.get("tokens_per_s_per_gpu"))
     derived = re.search(r"derived[^;]*?~=\s*([\d,]+(?:\.\d+)?)", notes)
     tflops = _float(row.get("tflops_per_gpu"))
@@ -257,15 +258,30 @@ def map_row(row: dict) -> dict | str:
         assumed.append("TFLOP/s restated from Megatron-LM r0.8's count (attention over the whole row) to the causal one")
     dispatcher = "flex" if re.search(r"DeepEP|HybridEP", notes) else "alltoall"
     cp = _int(row, "cp", 1)
+    micro = _int(row, "micro_batch", 1) or 1
+    if source.startswith("torchtitan") and pp > 1:  # torchtitan splits the local batch into PP micro-batches of
+        micro = 1  # parallelism.pipeline_parallel_microbatch_size (default 1)
+        assumed.append("torchtitan PP micro-batches of 1 row (pipeline_parallel_microbatch_size default)")
     layout = dict(
         world=count, tp=tp, pp=pp, vpp=_int(row, "vp", 1) or 1, cp=cp or 1, ep=ep, etp=_int(row, "etp", 1) or 1,
         sequence_parallel=tp > 1,
         recompute=recompute,
         dispatcher=dispatcher if name in _MOE else "alltoall",
-        micro_batch_size=_int(row, "micro_batch", 1) or 1,
+        micro_batch_size=micro,
         distributed_optimizer=True,
         fsdp=fsdp_on,
     )
+    settings = row_settings(row, name, kind, precision, layout, gb, name in _MOE)
+    if isinstance(settings, str):
+        return settings
+    recipe_rc = "recompute" in settings["layout"]  # the source's recipe for this row names its recompute
+    layout.update(settings["layout"])
+    layout["recompute"] = Recompute.parse(str(layout["recompute"]))
+    if preset and not row.get("recompute") and not recipe_rc:  # no recipe matched: the model's usual preset
+        layout["recompute"] = Recompute.parse(preset[3])
+        assumed.append(f"recompute {preset[3]} ({preset[4]})")
+    fsdp_on = bool(layout["fsdp"])
+    assumed += settings["read"]
     training, training_how = training_of(name, row)
     assumed += training_how + [why for src, model, prec, why in _PRECISION_GAPS
                                if source.startswith(src) and name == model and precision == prec]
@@ -275,7 +291,7 @@ def map_row(row: dict) -> dict | str:
     fp8_pg = precision != "bf16" and bool(re.search(r"fp8 fsdp all-gather", (row.get("precision") or "").lower())
                                           or (source.startswith("Megatron-Bridge perf")
                                               and precision in ("fp8-tensorwise", "mxfp8")))
-    assumed += [s for s, cond in (("recompute none", not row.get("recompute") and not preset),
+    assumed += [s for s, cond in (("recompute none", not row.get("recompute") and not preset and not recipe_rc),
                                   ("bf16 gradient reduction (Megatron-Bridge perf recipes)", not grads_fp32),
                                   ("FSDP: parameters, gradients and optimizer sharded over DP", fsdp_on), (prec_how, bool(prec_how)),
                                   ("FP8 parameter all-gather", fp8_pg)) if cond]
@@ -286,7 +302,7 @@ def map_row(row: dict) -> dict | str:
         "measurement": dict(model=name, gpu=kind, count=count, gpus_per_node=per_node or 8, seq_len=seq,
                             global_batch=gb, load_balancing_loss=True, grads_fp32=grads_fp32,
                             precision=precision, fp8_param_gather=fp8_pg,
-                            tokens_per_s_per_gpu=tps or 1.0, **training),
+                            tokens_per_s_per_gpu=tps or 1.0, **training, **settings["workload"]),
         "tflops": tflops if tps is None else None,
         "source": src,
     }

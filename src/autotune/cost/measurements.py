@@ -55,6 +55,7 @@ class Measurement:
     fp8_param_gather: bool = False
     train_mtp: bool = False  # the MTP block trained with the model (see Workload.train_mtp)
     mtp_passes: int = 0
+    force_balance: bool = False  # --moe-router-force-load-balancing (published MoE benchmarks)
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -82,7 +83,8 @@ class Measurement:
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch,
                         load_balancing_loss=self.load_balancing_loss, grads_fp32=self.grads_fp32,
                         precision=self.precision, fp8_param_gather=self.fp8_param_gather,
-                        train_mtp=self.train_mtp, mtp_passes=self.mtp_passes)
+                        train_mtp=self.train_mtp, mtp_passes=self.mtp_passes,
+                        force_balance=self.force_balance)
 
     @property
     def cluster(self) -> ClusterSpec:

@@ -4,7 +4,7 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
   weights      bf16 parameters (dense / TP, experts / (EP x ETP), embedding on the first stage, output
                layer on the last; Megatron pads the vocabulary to a multiple of 128 x TP)
   grads        main gradients: fp32 with --accumulate-allreduce-grads-in-fp32 (the seed), else bf16
-  optimizer    fp32 master copy + two Adam moments: 12 B/param, sharded over DP (dense) and expert-DP
+  optimizer    fp32 master copy + two Adam moments: 12 B/param, sharded over DP x CP (dense) and expert-DP
                (experts) by the distributed optimizer, less the host-offloaded fraction
   activations  what the in-flight micro-batches keep for backward: 1F1B keeps PP - stage micro-batches,
                interleaved keeps 2(PP - stage - 1) + (VPP - 1) PP + 1 model chunks; full recompute keeps only
@@ -12,11 +12,13 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
   recompute    the transient working set while one recompute group is re-run in backward
   logits       output layer and loss on the last stage (fp32 softmax unless the loss is fused)
   dispatcher   token-dispatch buffers: all-to-all receive copies, all-gather of the EP x TP group, or DeepEP's
-               preallocated NVLink/RDMA buffers for flex
-  overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation
-Host (per node, only with optimizer offload): Megatron's HybridDeviceOptimizer keeps the offloaded share's
-fp32 master copy, both Adam moments and a pinned fp32 gradient buffer in host memory (16 B/param) for every
-GPU of the node.
+               preallocated NVLink/RDMA buffers for flex; EP overlap keeps two micro-batches' buffers at once
+  overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation; CUDA graphs' private
+               memory pool (an assumption: `cuda_graph_pool`, more for a whole-step graph)
+Routed experts' activations and buffers scale with the hottest rank's load (_comm.routing_load). Activation offload
+(--cpu-offloading-num-layers N) keeps the offloaded layers' activations on the host, one in flight on the GPU.
+Host (per node, only with optimizer offload): Megatron's HybridDeviceOptimizer keeps the offloaded share's fp32
+master copy, both Adam moments and a pinned fp32 gradient buffer in host memory (16 B/param) per GPU of the node.
 
 Sources: Korthikanti et al. 2022 (activation accounting), megatron/training/theoretical_memory_usage.py
 (weights/optimizer, in-flight micro-batches), extended for MoE, hybrid attention and full recompute.
@@ -25,12 +27,14 @@ Sources: Korthikanti et al. 2022 (activation accounting), megatron/training/theo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
 from ._mtp import mtp_stage_activations, mtp_stage_params
+from ._comm import routing_load
 from .layers import (PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
                      vocab_per_row)
 
@@ -68,13 +72,15 @@ class MemoryCoefficients:
     cuda_context: float = 0.8 * GiB  # context + cuBLAS/cuDNN workspaces
     nccl_per_group: float = 0.25 * GiB  # buffers per communicator kind in use
     fragmentation: float = 0.08  # share of activation bytes lost to the caching allocator
-    imbalance_off: float = 1.3  # hottest EP rank's token load when the load-balancing loss is off
+    # hottest of 8 EP ranks' token load at 32 experts per rank, load-balancing loss off / on (_comm.routing_load)
+    imbalance_off: float = 1.3
     imbalance_on: float = 1.1
     deepep_buffer: float = 2.0 * GiB  # DeepEP NVLink (+ RDMA) buffers for the flex dispatcher
     grad_bytes: float = 4.0  # fp32 main gradients
     optim_bytes: float = 12.0  # fp32 master + Adam m, v
     host_offload_bytes: float = 16.0  # per offloaded parameter in host memory: master, m, v, pinned grad
     fsdp_layers_in_flight: float = 2.0  # FSDP: unsharded layers held at once (the running one, the prefetched)
+    cuda_graph_pool: float = 1.0 * GiB  # partial graphs' private pool (static inputs/outputs, workspaces); x2 full
 
 
 @dataclass
@@ -84,12 +90,17 @@ class MemoryResult:
     capacity_bytes: float
     host_bytes: np.ndarray  # (n,) host memory per node for the offloaded optimizer
     host_capacity_bytes: float
+    params: tuple | None = None  # (dense, expert) parameters per GPU per stage (n, S): the time model reuses them
 
-    @property
+    @cached_property
     def total(self) -> np.ndarray:
-        tot = sum(self.terms.values())
-        S = tot.shape[1]
-        return np.where(np.arange(S)[None, :] < self.n_stages[:, None], tot, 0.0)
+        """Bytes per stage (n, S), zero beyond each row's PP (the terms themselves are not masked there)."""
+        shape = next(iter(self.terms.values())).shape
+        tot = np.zeros(shape)
+        for v in self.terms.values():  # in place: a fresh 10^5 x 16 array per term costs as much as the adds
+            tot += v
+        tot[np.arange(shape[1])[None, :] >= self.n_stages[:, None]] = 0.0
+        return tot
 
     @property
     def peak(self) -> np.ndarray:
@@ -134,28 +145,20 @@ def stage_params(model: ModelSpec, t: LayoutTable, S: int) -> tuple[np.ndarray, 
     h = model.hidden_size
     tp = t.tp[:, None].astype(float)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
-    first = np.zeros((len(t), S), dtype=bool)
-    first[:, 0] = True
     dense = (stage_sums(lt.params_tp, t.pp, t.vpp, S, t.split) / tp
              + stage_sums(lt.params_rep, t.pp, t.vpp, S, t.split))
     expert = stage_sums(lt.params_exp, t.pp, t.vpp, S, t.split) / (t.ep * t.etp)[:, None].astype(float)
     if lt.params_exp_ep.any():  # the experts' fc2 biases: whole on every ETP rank
         expert = expert + stage_sums(lt.params_exp_ep, t.pp, t.vpp, S, t.split) / t.ep[:, None].astype(float)
-    vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * h / tp
-    dense = dense + np.where(first, vocab, 0) + np.where(last, h, 0)  # embedding; final norm
-    if not model.tie_embeddings:
-        dense = dense + np.where(last, vocab, 0)
-    elif S > 1:
-        dense = dense + np.where(last & ~first, vocab, 0)  # tied: the last stage keeps a copy
-    return dense, expert
+    # the embedding (first stage), the output layer or the tied copy (last stage), the final norm (last stage)
+    return dense + embedding_params(model, t, S) + np.where(last, h, 0), expert
 
 
 def embedding_params(model: ModelSpec, t: LayoutTable, S: int) -> np.ndarray:
     """Embedding and output-layer parameters per GPU on each stage (n, S), as `stage_params` counts them."""
     tp = t.tp[:, None].astype(float)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
-    first = np.zeros((len(t), S), dtype=bool)
-    first[:, 0] = True
+    first = np.broadcast_to(np.arange(S)[None, :] == 0, (len(t), S))
     vocab = vocab_per_row(model, t.tp)[:, None].astype(float) * model.hidden_size / tp
     out = np.where(first, vocab, 0.0)
     if not model.tie_embeddings:
@@ -165,17 +168,20 @@ def embedding_params(model: ModelSpec, t: LayoutTable, S: int) -> np.ndarray:
 
 def owned_params(t: LayoutTable, dense: np.ndarray, expert: np.ndarray) -> np.ndarray:
     """Parameters whose optimizer state a rank holds (n, S): the distributed optimizer shards dense
-    parameters over DP and expert parameters over expert-DP; without it every rank holds all of its own."""
-    dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp, t.edp))
+    parameters over DP x CP (megatron-core's intra_dp_cp group: CP ranks hold the same parameters) and expert
+    parameters over expert-DP; without it every rank holds all of its own."""
+    dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp * t.cp, t.edp))
     return np.where(t.dist_opt[:, None], dense / dp + expert / edp, dense + expert)
 
 
 def _inflight(t: LayoutTable, M: np.ndarray, S: int) -> np.ndarray:
     """Micro-batch-equivalents of activations each stage keeps (n, S)."""
-    s = np.arange(S)[None, :]
-    pp, vpp = t.pp[:, None], t.vpp[:, None]
-    one_f_one_b = np.minimum(pp - s, M[:, None])
-    chunks = 2 * (pp - s - 1) + (vpp - 1) * pp + 1
+    ahead = t.pp[:, None] - np.arange(S)[None, :]  # stages from this one to the last, inclusive
+    one_f_one_b = np.minimum(ahead, M[:, None])
+    if not (t.vpp > 1).any():
+        return np.maximum(one_f_one_b, 0)
+    vpp = t.vpp[:, None]
+    chunks = 2 * ahead + ((vpp - 1) * t.pp[:, None] - 1)  # 2 (pp - s - 1) + (vpp - 1) pp + 1
     interleaved = np.minimum(chunks, (M * t.vpp)[:, None]) / vpp  # in units of a whole stage's layers
     return np.maximum(np.where(vpp > 1, interleaved, one_f_one_b), 0)
 
@@ -188,8 +194,6 @@ def estimate_memory(
     n, S = len(t), int(t.pp.max())
     h = model.hidden_size
     last = (np.arange(S)[None, :] == (t.pp - 1)[:, None])
-    first = np.zeros((n, S), dtype=bool)
-    first[:, 0] = True
     tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
 
     # --- parameters --------------------------------------------------------------------------------
@@ -202,22 +206,23 @@ def estimate_memory(
     # FP8: TE keeps an FP8 copy of each linear weight next to the BF16 one for the step's micro-batches; with
     # --fp8-param-gather the parameter itself is FP8 (1 B) plus that copy (its transpose / column-wise form).
     # Embedding, output layer and norms stay BF16.
-    linear = params - embedding_params(model, t, S)
     # NVFP4 is counted at FP8's bytes: its FP4 copies (0.5 B + an E4M3 scale per 16 values, row- and column-wise)
     # come to ~1.1 B per weight, its saved linear inputs to ~0.28 of BF16 against FP8's 0.5 (conservative)
-    w_bytes = 2.0 * params + (linear if workload.quantized and not workload.fp8_param_gather else 0.0)
+    w_bytes = 2.0 * params
+    if workload.quantized and not workload.fp8_param_gather:
+        w_bytes = w_bytes + (params - embedding_params(model, t, S))  # the linear weights' low-precision copy
     g_bytes = (coef.grad_bytes if workload.grads_fp32 else 2.0) * params
     if t.fsdp.any():  # FSDP: a 1 / DP shard of each, plus the gathered layers in flight (this one, the next)
         per_layer = params / np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))
         shard = owned_params(t, p_dense, p_exp) / np.maximum(params, 1.0)
-        shard = np.where(t.dist_opt[:, None], shard, 1.0 / np.maximum(t.dp, 1)[:, None])
-        f = t.fsdp[:, None]
+        shard = np.where(t.dist_opt[:, None], shard, 1.0 / np.maximum(t.dp * t.cp, 1)[:, None])
+        f = (t.fsdp & (t.pp == 1))[:, None]  # with PP the stage's parameters stay gathered (see _terms.step_raw)
         w_bytes = np.where(f, w_bytes * shard + 2 * coef.fsdp_layers_in_flight * per_layer, w_bytes)
         g_bytes = np.where(f, g_bytes * shard + 4.0 * per_layer, g_bytes)
     terms = {
         "weights": w_bytes,
         "grads": g_bytes,
-        "optimizer": coef.optim_bytes * owned * keep,
+        "optimizer": owned * (coef.optim_bytes * keep),
     }
 
     # --- activations per token of one micro-batch ------------------------------------------------------
@@ -225,7 +230,7 @@ def estimate_memory(
     tokens = (rows * workload.seq_len)[:, None].astype(float)  # tokens of one micro-batch (whole rows)
     sp = t.sp_eff[:, None]
     tok = 1.0 / (cp * np.where(sp, tp, 1.0))
-    imb = np.where(ep > 1, coef.imbalance_on if workload.load_balancing_loss else coef.imbalance_off, 1.0)
+    imb = routing_load(model, workload, t, coef)[:, None]
     div = {"seq": tok, "tp": 1.0 / (cp * tp), "rep": tok, "exph": tok * etp * imb, "expf": tok * imb}
     # per (PP, VPP) pair, never per row x part: the (n, S, P) table is the slow part at 10^5 rows
     act = lt.act * FP8_SAVED[None, :] if workload.quantized else lt.act
@@ -237,9 +242,10 @@ def estimate_memory(
         on = sel & ((mods >> b) & 1).astype(bool)
         for part in SELECTIVE_DROPS[mod]:
             keep_part[on, PARTS.index(part)] = False
-    full_layer = np.zeros((n, S)) + fold_activations(per_pair, pair_of, div)  # per token, everything saved
-    kept_layer = full_layer.copy()
+    full_layer = fold_activations(per_pair, pair_of, div)  # per token, everything saved (n, S)
+    kept_layer = full_layer
     if sel.any():  # only selective rows drop parts
+        kept_layer = full_layer.copy()
         rs = np.flatnonzero(sel)
         kept = np.zeros((len(rs), S))
         for j, part in enumerate(PARTS):
@@ -247,21 +253,28 @@ def estimate_memory(
             kept += per_pair[pair_of[rs], :, j] * (d[rs] if np.ndim(d) else d) * keep_part[rs, j][:, None]
         kept_layer[rs] = kept
     L_stage = np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))  # layers per stage
-    avg_layer = full_layer / L_stage
     seq_in = 2.0 * h * tok  # a recompute group's checkpointed input
     full = (t.rc_gran == 2)[:, None]
     block = (t.rc_method == 1)[:, None]
     N = np.maximum(1, t.rc_layers)[:, None].astype(float)
-    chunk_layers = L_stage / t.vpp[:, None]
-    groups = np.ceil(chunk_layers / N) * t.vpp[:, None]
-    n_rc = np.minimum(N, chunk_layers) * t.vpp[:, None]  # block: layers recomputed per stage
-    stored_full = np.where(block, n_rc * seq_in + (L_stage - n_rc) * avg_layer, groups * seq_in)
-    stored = np.where(full, stored_full, kept_layer) + mtp_stage_activations(model, workload, t, S, div)
+    avg_layer = full_layer / L_stage if full.any() or t.ep_overlap.any() else None
+    stored, working = kept_layer, np.where(sel[:, None], (full_layer - kept_layer) / L_stage, 0.0) if sel.any() else 0.0
+    if full.any():  # full recompute keeps each group's input; a block keeps its N layers' inputs, the rest whole
+        chunk_layers = L_stage / t.vpp[:, None]
+        groups = np.ceil(chunk_layers / N) * t.vpp[:, None]
+        n_rc = np.minimum(N, chunk_layers) * t.vpp[:, None]  # block: layers recomputed per stage
+        stored_full = np.where(block, n_rc * seq_in + (L_stage - n_rc) * avg_layer, groups * seq_in)
+        stored = np.where(full, stored_full, kept_layer)
+        working = np.where(full, np.where(block, 1.0, np.minimum(N, chunk_layers)) * avg_layer, working)
+    if (t.act_offload > 0).any():  # offloaded layers leave their saved activations on the host
+        off = np.minimum(t.act_offload[:, None], L_stage)
+        stored = stored * (L_stage - off + np.minimum(off, 1.0)) / L_stage
+    stored = stored + mtp_stage_activations(model, workload, t, S, div)  # a trained MTP block, last stage
     M = t.num_microbatches(workload.global_batch, workload.seq_len)
     inflight = _inflight(t, M, S)
-    terms["activations"] = stored * tokens * inflight * (1 + coef.fragmentation)
-    working = np.where(full, np.where(block, 1.0, np.minimum(N, chunk_layers)) * avg_layer,
-                       np.where(sel[:, None], (full_layer - kept_layer) / L_stage, 0.0))
+    terms["activations"] = stored * (tokens * (1 + coef.fragmentation)) * inflight
+    if t.ep_overlap.any():  # EP overlap runs a layer of the next micro-batch's forward inside this one's backward
+        terms["activations"] = terms["activations"] + np.where(t.ep_overlap[:, None], avg_layer * tokens, 0.0)
     terms["recompute"] = working * tokens
 
     # --- output layer and loss on the last stage ----------------------------------------------------
@@ -277,16 +290,17 @@ def estimate_memory(
         inter_node = (t.ep * t.etp * t.tp > cluster.nvlink_size)[:, None]
         deepep = np.broadcast_to(coef.deepep_buffer * np.where(inter_node, 1.5, 1.0), a2a.shape)
         buf = np.select([t.dispatcher[:, None] == 0, t.dispatcher[:, None] == 1], [a2a, ag], deepep)
+        buf = buf * np.where(t.ep_overlap, 2.0, 1.0)[:, None]  # the overlapped micro-batch's buffers too
         terms["dispatcher"] = np.where((ep * etp * tp) > 1, buf, 0.0) * bool(lt.is_moe.any())
     else:
-        terms["dispatcher"] = np.zeros((n, S))
+        terms["dispatcher"] = 0.0
 
     groups_in_use = 2 + (t.tp > 1) + (t.pp > 1) + (t.cp > 1) + (t.ep > 1) + (t.etp > 1) + (t.edp > 1)
-    terms["overhead"] = np.broadcast_to(
-        (coef.cuda_context + coef.nccl_per_group * groups_in_use)[:, None], (n, S)).astype(float)
+    graphs = coef.cuda_graph_pool * np.select([t.cuda_graphs == 0, t.cuda_graphs == 3], [0.0, 2.0], 1.0)
+    terms["overhead"] = (coef.cuda_context + coef.nccl_per_group * groups_in_use + graphs)[:, None]
     mask = np.arange(S)[None, :] < t.pp[:, None]
-    terms = {k: np.where(mask, v, 0.0) for k, v in terms.items()}
+    terms = {k: np.broadcast_to(v, (n, S)) for k, v in terms.items()}  # views: every term (n, S), not masked
     held = np.where(mask, owned, 0.0).max(axis=1)  # the optimizer's share on the fullest stage
     host = coef.host_offload_bytes * t.offload * held * cluster.node_size
     return MemoryResult(terms=terms, n_stages=t.pp.copy(), capacity_bytes=float(cluster.gpu.memory_bytes),
-                        host_bytes=host, host_capacity_bytes=cluster.gpu.host_mem_gib * GiB)
+                        host_bytes=host, host_capacity_bytes=cluster.gpu.host_mem_gib * GiB, params=(p_dense, p_exp))

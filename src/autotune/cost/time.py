@@ -9,7 +9,14 @@ Per micro-batch and pipeline stage (seconds, forward + backward + recompute), bu
   ep_comm        token dispatch and combine (alltoall / allgather / flex) over NVLink or the network
   pp_p2p         activations sent between pipeline stages (hidden behind compute with VPP)
   layer_overhead launches and host syncs that GPU work cannot hide; per recompute-region costs
-  imbalance      the hottest EP rank's extra expert work and traffic
+  imbalance      the hottest EP rank's extra expert work and traffic (or the padding of token drop)
+  act_offload    activation offload copies over PCIe left beside compute
+Overlaps (`OVERLAPS`): with EP overlap (1F1B A2A), TP overlap (userbuffers) or activation offload, the term's
+overlapped share hides behind its compute window (another micro-batch's attention and experts, the GEMMs it
+feeds): what stays exposed is ~x^2/2W when small against the window W, x - W when large; each hidden second
+still costs `*_sm` of a second (the SMs the communication kernels take from the compute they run beside).
+host_bound: the host launches every kernel; when that takes longer than the GPU's work for a micro-batch the
+stage runs at the host's pace (the larger of the two; CUDA graphs shrink the host's part).
 Per step (`compose`): the steady state (micro-batches x the slowest stage), the pipeline bubble
 ((PP - 1) / VPP x the mean stage), the DP gradient reduce-scatter / parameter all-gather left exposed
 after overlap with one micro-batch, the optimizer step on the GPU, a fixed step overhead, and `offload`:
@@ -25,74 +32,42 @@ many factor vectors without re-running the physics. No torch, no ray.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from .flops import mfu, usd_per_million_tokens
-from ._terms import DEPS, DERIVED, MB_TERMS, STEP_TERMS, RawTime, raw_time
+from ._raw import RawTime, host_time, raw_time, step_pieces
+from ._coefficients import TimeCoefficients
+from ._terms import DEPS, DERIVED, MB_TERMS, OVERLAPS, STEP_TERMS, WINDOW, microbatch_terms
 from .memory import MemoryCoefficients, MemoryResult
 
 _DERIVED_IDX = [MB_TERMS.index(d) for d in DERIVED]
 _DEP_SRC = [MB_TERMS.index(k) for _, k in DEPS]
 _DEP_SUM = np.array([[1.0 if d == dd else 0.0 for dd, _ in DEPS] for d in DERIVED])  # (derived, deps)
+_OV_IDX = [MB_TERMS.index(k) for k in OVERLAPS]
+_WIN = np.array([[1.0 if k in WINDOW[o] else 0.0 for k in MB_TERMS] for o in OVERLAPS])  # (overlaps, K)
+_STEP = {k: i for i, k in enumerate(STEP_TERMS)}
 
 __all__ = ["TimeCoefficients", "TimeResult", "RawTime", "estimate_time", "raw_time", "compose", "step_breakdown",
            "MB_TERMS", "STEP_TERMS", "DERIVED"]
 
-@dataclass(frozen=True)
-class TimeCoefficients:
-    """Efficiencies of an ideal implementation (Hopper, Megatron-core + TE), and the calibrated factors.
 
-    The physics uses the efficiencies; calibration never changes them, it multiplies whole terms
-    (`scale`: term name -> factor, missing = 1), so a fitted factor reads as "this term is x% off"."""
+class _Masked(dict):
+    """MB terms per stage, zeroed beyond each row's PP on first access (10^5 rows x 15 terms cost more to mask
+    than to compute; the search never reads them)."""
 
-    gemm: float = 0.75  # dense BF16 GEMM at large shapes, fraction of peak (cuBLAS ~740 TF/s on H100 at 8k^3)
-    gemm_width: float = 160.0  # narrowest GEMM side at which efficiency halves (tile/wave quantisation)
-    gemm_rows: float = 256.0  # tokens per GEMM at which efficiency halves
-    grouped: float = 0.85  # grouped GEMM relative to one dense GEMM of the same per-expert shape
-    attention: float = 0.45  # flash attention, fraction of peak (backward ~2.5x forward FLOPs at lower rate)
-    linear_attention: float = 0.12  # Gated DeltaNet chunked kernels (Triton), fraction of peak
-    mem_touch: float = 2.0  # times each saved activation byte crosses HBM in elementwise kernels per pass
-    nvlink_eff: float = 0.70  # achieved fraction of NVLink bandwidth (NCCL busbw ~320 of 450 GB/s on H100)
-    net_eff: float = 0.70  # achieved fraction of the network bandwidth
-    flex_nvl: float = 0.85  # DeepEP intra-node throughput relative to NCCL all-to-all
-    flex_net: float = 1.6  # DeepEP inter-node throughput relative to NCCL all-to-all (NVLink-forwarded RDMA)
-    cp_hidden: float = 0.5  # share of the CP ring exchange hidden behind attention
-    p2p_hidden_vpp: float = 0.8  # share of PP sends hidden when interleaved (Megatron overlaps p2p with VPP)
-    launch_s: float = 1.0e-4  # per layer per pass: launches the GPU work does not hide
-    moe_sync_s: float = 8.0e-4  # per MoE layer per forward pass: host sync on token counts drains the launch queue
-    # per recompute region per micro-batch: re-entrant backward, RNG save/restore, a sync at the region edge;
-    # the seed measured 2-layer regions 3.5% faster than 1-layer ones at the same recompute FLOPs
-    recompute_group_s: float = 2.5e-3
-    dp_overlap: float = 1.0  # DP traffic hides behind this many micro-batch stage times (first fwd, last bwd)
-    optimizer_bytes: float = 40.0  # HBM bytes per locally held parameter in the optimizer step
-    step_overhead_s: float = 0.15  # per step: data, logging, loss reduction, schedule setup
-    # optimizer offload: torch's fused CPU AdamW reads param, grad, m, v and writes param, m, v (fp32): 28 B per
-    # parameter of DRAM traffic. Measured on this project's CPU machine (torch 2.13, 64M parameters): fused
-    # AdamW runs at 1.6-1.7 G params/s against a 29-33 GB/s triad, i.e. bandwidth-bound at ~19 triad-bytes
-    # per parameter (triad counts no write-allocate, so ~25 real bytes): the 28 B traffic model holds.
-    cpu_adam_bytes: float = 28.0
-    offload_copy_bytes: float = 8.0  # fp32 gradient down (4 B) and updated fp32 parameter up (4 B)
-    host_mem_eff: float = 0.6  # achieved share of the node's DRAM bandwidth with every rank stepping at once
-    host_link_eff: float = 0.8  # achieved share of PCIe bandwidth for pinned copies
-    shared_overlap_gain: float = 0.8  # share of shared-expert compute hidden by --moe-shared-expert-overlap
-    # FP8: an FP8 GEMM's achieved share of the FP8 peak relative to a BF16 GEMM's share of the BF16 peak.
-    # cuBLAS on H100 SXM at 8k^3: ~1,300-1,450 TF/s FP8 (66-73% of 1,979) against ~740 BF16 (75% of 989)
-    # (NVIDIA's "H100 Tensor Core GPU" whitepaper plots; TE's own GEMM benchmarks): ~0.9
-    fp8_gemm: float = 0.9
-    # blockwise scaling (1x128 / 128x128 scales) rescales partial sums inside the GEMM: ~80% of per-tensor
-    # FP8 speed (DeepGEMM's reported 1,350-1,550 TF/s on H800 vs per-tensor cuBLAS; TE blockwise GEMMs)
-    fp8_blockwise: float = 0.8
-    quant_bytes: float = 4.0  # per quantised element: read BF16 (2 B), write FP8 row-wise and column-wise (2 x 1 B)
-    amax_bytes: float = 2.0  # per-tensor current scaling: an extra BF16 read for the amax before the cast
-    scale: dict = field(default_factory=dict)  # term -> calibrated factor (missing = 1)
+    def __init__(self, terms: dict, valid: np.ndarray):
+        super().__init__(terms)
+        self._valid, self._done = valid, set()
 
-    def physics_key(self) -> tuple:
-        """Everything but the factors: the cache key of unscaled terms."""
-        return tuple(getattr(self, f) for f in self.__dataclass_fields__ if f != "scale")
+    def __getitem__(self, k):
+        if k not in self._done:
+            super().__setitem__(k, np.where(self._valid, super().__getitem__(k), 0.0))
+            self._done.add(k)
+        return super().__getitem__(k)
 
 
 @dataclass
@@ -124,47 +99,56 @@ def _exposed(comm: np.ndarray, window: np.ndarray) -> np.ndarray:
     return np.where(window > 0, comm - w * -np.expm1(-comm / w), comm)
 
 
-def _scaled_mb(raw: RawTime, f: np.ndarray) -> np.ndarray:
-    """(n, K, S) per-micro-batch terms under factors f; derived terms rebuilt from the scaled primaries."""
+def _scaled(raw: RawTime, F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(B, n, K, S) per-micro-batch terms under factor vectors F (B, len(STEP_TERMS)): derived terms rebuilt from
+    the scaled primaries, overlapped terms reduced to what their windows leave exposed; and the (B, n, S) host
+    excess over the GPU's work (host_bound, per micro-batch)."""
     K = len(MB_TERMS)
-    mb = raw.mb * f[:K][None, :, None]
-    derived = np.einsum("dj,njs->nds", _DEP_SUM, raw.dep * mb[:, _DEP_SRC, :])
-    mb[:, _DERIVED_IDX, :] = derived * f[_DERIVED_IDX][None, :, None]
-    return mb
+    mb = raw.mb[None] * F[:, None, :K, None]
+    derived = np.einsum("dj,bnjs->bnds", _DEP_SUM, raw.dep[None] * mb[:, :, _DEP_SRC, :])
+    mb[:, :, _DERIVED_IDX, :] = derived * F[:, None, _DERIVED_IDX, None]
+    for o in np.flatnonzero(raw.overlap.any(axis=0)):  # only the overlaps some row uses
+        j = _OV_IDX[o]
+        x = mb[:, :, j, :]
+        window = np.einsum("k,bnks->bns", _WIN[o], mb)
+        beside = x * raw.overlap[None, :, o, None]
+        hidden = beside - _exposed(beside, window)
+        mb[:, :, j, :] = x - hidden * (1.0 - raw.contention[None, :, o, None])
+    gpu = mb.sum(axis=2)
+    host = np.maximum(raw.host[None] * F[:, None, _STEP["host_bound"], None] - gpu, 0.0)
+    return mb, host
 
 
 def step_times(raw: RawTime, f: np.ndarray) -> np.ndarray:
     """Step times under factor vectors f: (len(STEP_TERMS),) -> (n,), or a batch (B, len) -> (B, n).
     The fit's inner loop: a whole finite-difference Jacobian is one call."""
-    K = len(MB_TERMS)
     F = np.atleast_2d(f)
-    mb = raw.mb[None] * F[:, None, :K, None]  # (B, n, K, S)
-    derived = np.einsum("dj,bnjs->bnds", _DEP_SUM, raw.dep[None] * mb[:, :, _DEP_SRC, :])
-    mb[:, :, _DERIVED_IDX, :] = derived * F[:, None, _DERIVED_IDX, None]
-    stage = mb.sum(axis=2)
+    mb, host = _scaled(raw, F)
+    stage = mb.sum(axis=2) + host
     worst = np.where(raw.valid[None], stage, 0.0).max(axis=2)
     mean = stage.sum(axis=2) / np.maximum(raw.valid.sum(axis=1), 1)
-    c = F[:, K:, None]
-    dp = _exposed(raw.dp_comm * c[:, 1], raw.dp_overlap * worst)
-    out = (raw.microbatches * worst + c[:, 0] * raw.bubble_coef * mean + dp + c[:, 2] * raw.optimizer
-           + c[:, 3] * raw.step_overhead + c[:, 4] * raw.offload)
+    c = {k: F[:, _STEP[k], None] for k in ("bubble", "dp_comm", "optimizer", "step_overhead", "offload")}
+    dp = _exposed(raw.dp_comm * c["dp_comm"], raw.dp_overlap * worst)
+    out = (raw.microbatches * worst + c["bubble"] * raw.bubble_coef * mean + dp + c["optimizer"] * raw.optimizer
+           + c["step_overhead"] * raw.step_overhead + c["offload"] * raw.offload)
     return out[0] if np.ndim(f) == 1 else out
 
 
 def step_breakdown(raw: RawTime, f: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Per-step terms {name: (n,)} of the slowest stage under factors f, and the scaled (n, K, S) terms."""
-    K = len(MB_TERMS)
-    mbs = _scaled_mb(raw, f)
-    stage = mbs.sum(axis=1)
+    mb, host = _scaled(raw, f[None])
+    mbs, host = mb[0], host[0]
+    stage = mbs.sum(axis=1) + host
     worst_i = np.where(raw.valid, stage, -np.inf).argmax(axis=1)
     rows = np.arange(mbs.shape[0])
     step = {k: mbs[rows, j, worst_i] * raw.microbatches for j, k in enumerate(MB_TERMS)}
+    step["host_bound"] = host[rows, worst_i] * raw.microbatches
     mean = stage.sum(axis=1) / np.maximum(raw.valid.sum(axis=1), 1)
-    step["bubble"] = f[K] * raw.bubble_coef * mean
-    step["dp_comm"] = _exposed(raw.dp_comm * f[K + 1], raw.dp_overlap * stage[rows, worst_i])
-    step["optimizer"] = f[K + 2] * raw.optimizer
-    step["step_overhead"] = f[K + 3] * raw.step_overhead
-    step["offload"] = f[K + 4] * raw.offload
+    step["bubble"] = f[_STEP["bubble"]] * raw.bubble_coef * mean
+    step["dp_comm"] = _exposed(raw.dp_comm * f[_STEP["dp_comm"]], raw.dp_overlap * stage[rows, worst_i])
+    step["optimizer"] = f[_STEP["optimizer"]] * raw.optimizer
+    step["step_overhead"] = f[_STEP["step_overhead"]] * raw.step_overhead
+    step["offload"] = f[_STEP["offload"]] * raw.offload
     return step, mbs
 
 
@@ -181,13 +165,84 @@ def compose(raw: RawTime, scale: dict, model: ModelSpec, gpu) -> TimeResult:
     )
 
 
+def _own(a, shape) -> bool:
+    """Whether `a` is a whole (n, S) array of its own that may be overwritten (not a scalar, column or view)."""
+    return isinstance(a, np.ndarray) and a.shape == shape and a.flags.writeable and a.base is None
+
+
+def _compose_terms(mb: dict, deps: dict, host, pieces: dict, valid, f: np.ndarray) -> tuple[dict, dict, np.ndarray]:
+    """`step_breakdown` without stacking: the same arithmetic on a dict of (n, S) terms (what `evaluate` uses; a
+    (n, K, S) stack of 10^5 layouts is the slow part). Scales `mb`'s own arrays in place (estimate_time made them
+    for this call): a fresh 10^5 x 16 array costs its page faults as much as the arithmetic. Returns (step terms,
+    scaled MB terms, step time)."""
+    fk = dict(zip(STEP_TERMS, f))
+    shape = valid.shape
+    out = {}
+    for k in MB_TERMS:
+        if k in DERIVED:
+            continue
+        x = mb[k]
+        if _own(x, shape):
+            x *= fk[k]
+            out[k] = x
+        else:
+            out[k] = x * fk[k]
+    for d in DERIVED:  # derived terms follow the scaled terms they are made of
+        acc = 0.0
+        for k, v in deps[d].items():
+            if _own(acc, shape):
+                acc += out[k] * v
+            else:
+                acc = acc + out[k] * v
+        out[d] = acc * fk[d]
+    for o, name in enumerate(OVERLAPS):
+        share = pieces["overlap"][:, o]
+        if not share.any():
+            continue
+        x = out[name]
+        beside = x * share[:, None]
+        hidden = beside - _exposed(beside, sum(out[k] for k in WINDOW[name]))
+        out[name] = x - hidden * (1.0 - pieces["contention"][:, o, None])
+    gpu = np.zeros(shape)
+    for v in out.values():
+        gpu += v
+    excess = host * fk["host_bound"] - gpu
+    np.maximum(excess, 0.0, out=excess)
+    gpu += excess
+    stage = np.where(valid, gpu, -np.inf)
+    worst_i = stage.argmax(axis=1)
+    rows = np.arange(len(worst_i))
+    M = pieces["microbatches"]
+    pick = lambda a: np.broadcast_to(a, shape)[rows, worst_i]  # noqa: E731 - terms may be (n, 1)
+    step = {k: pick(out[k]) * M for k in MB_TERMS}
+    step["host_bound"] = pick(excess) * M
+    worst = stage[rows, worst_i]
+    gpu[~valid] = 0.0
+    mean = gpu.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+    step["bubble"] = fk["bubble"] * pieces["bubble_coef"] * mean
+    step["dp_comm"] = _exposed(pieces["dp_comm"] * fk["dp_comm"], pieces["dp_overlap"] * worst)
+    for k in ("optimizer", "step_overhead", "offload"):
+        step[k] = fk[k] * pieces[k]
+    return step, out, sum(step.values())
+
+
 def estimate_time(
     model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable,
     coef: TimeCoefficients = TimeCoefficients(), mcoef: MemoryCoefficients = MemoryCoefficients(),
     mem: MemoryResult | None = None,
 ) -> TimeResult:
-    """Predicted step time and tokens/s/GPU of every layout in `t`, with named breakdowns.
-
-    `mem` is accepted for API stability; the time model takes parameter shards from the layer tables."""
-    del mem
-    return compose(raw_time(model, workload, cluster, t, coef, mcoef), coef.scale, model, cluster.gpu)
+    """Predicted step time and tokens/s/GPU of every layout in `t`, with named breakdowns. `mem` (the memory
+    model's result for the same table) lends its parameter shards."""
+    mb, deps, frac = microbatch_terms(model, workload, cluster, t, coef, mcoef)
+    S = int(t.pp.max())
+    valid = np.arange(S)[None, :] < t.pp[:, None]
+    pieces = step_pieces(model, workload, cluster, t, coef, S, mem.params if mem is not None else None)
+    step, mbs, total = _compose_terms(mb, deps, host_time(model, t, coef, S, frac), pieces, valid,
+                                      factor_vector(coef.scale))
+    tps = workload.tokens_per_step / total / t.world
+    return TimeResult(
+        mb_terms=_Masked(mbs, valid), step_terms=step, step_time=total,
+        tokens_per_step=float(workload.tokens_per_step), world=t.world, tokens_per_s_per_gpu=tps,
+        mfu=mfu(model, tps, cluster.gpu.bf16_tflops),
+        usd_per_million_tokens=usd_per_million_tokens(cluster.gpu.usd_per_hour, tps),
+    )

@@ -4,8 +4,9 @@ and the workload's optimizer flags, in the seed's exact format and flag order.
 Shared by the recipes (recipes/emit.py writes it into a recipe) and the slime trial backend (which runs it
 as a Ray Job), so neither imports the other. The layout flags come from `layout_args` (Layout owns the
 mapping) and are woven between the fixed slime/SFT flags and the workload's optimizer flags where the seed
-places them: parallel degrees, recompute and batching after `--debug-train-only`; the distributed-optimizer
-flags after the optimizer; shared-expert overlap after `--attention-backend`; cross-entropy fusion, the
+places them: parallel degrees, recompute, batching, token drop and activation offload after
+`--debug-train-only`; the distributed-optimizer flags after the optimizer; the overlaps (shared expert, EP, TP)
+and CUDA graphs after `--attention-backend`; cross-entropy fusion, the
 timeout, then a non-default dispatcher last.
 """
 
@@ -37,7 +38,8 @@ SEED_ENV = {
 _OPTIMIZER = ("--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
               "--use-precision-aware-optimizer", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
               "--overlap-cpu-optimizer-d2h-h2d")
-_AFTER_BACKEND = ("--moe-shared-expert-overlap",)
+_AFTER_BACKEND = ("--moe-shared-expert-overlap", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
+                  "--tp-comm-overlap", "--cuda-graph-impl", "--cuda-graph-scope", "--moe-pad-experts-for-cuda-graph-inference")
 _FUSION = ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
 _LAST = ("--moe-token-dispatcher-type",)
 _PLACED = _OPTIMIZER + _AFTER_BACKEND + _FUSION + _LAST
@@ -78,7 +80,7 @@ def build_run_block(
     if layout.world != cluster.count:
         raise BadInput(f"layout {layout.label()} is for {layout.world} GPUs but the cluster has {cluster.count}")
     env = SEED_ENV if env is None else env
-    lay = layout_args(layout, "slime", workload.seq_len)
+    lay = layout_args(layout, "slime", workload.seq_len, moe=moe)
     pick = lambda flags: [p for p in lay if p[0] in flags]  # noqa: E731 - keeps layout_args' order
     gb = str(workload.global_batch)
     body: list[list[str]] = [

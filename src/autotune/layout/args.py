@@ -14,6 +14,7 @@ from typing import Iterable, Literal
 from ..catalog.workload import FP4_RECIPES, FP8_RECIPES
 from ..errors import BadInput
 from .core import Layout, Recompute
+from .setting_args import graphs_of, setting_args
 from .splits import megatron_split, split_flags
 
 __all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_from_args"]
@@ -21,8 +22,10 @@ __all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "
 Style = Literal["slime", "megatron"]
 
 
-def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192) -> list[tuple[str, str | None]]:
-    """Ordered (flag, value) pairs; value None for a switch."""
+def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192,
+                moe: bool = False) -> list[tuple[str, str | None]]:
+    """Ordered (flag, value) pairs; value None for a switch. `moe`: the model has MoE layers (the attention
+    CUDA-graph scope then also captures the router, as Megatron-Bridge's MoE recipes do)."""
     a: list[tuple[str, str | None]] = [
         ("--tensor-model-parallel-size", str(layout.tp)),
         ("--pipeline-model-parallel-size", str(layout.pp)),
@@ -69,6 +72,7 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192) -> 
             a.append(("--overlap-grad-reduce", None))
         if layout.overlap_param_gather and layout.distributed_optimizer:
             a.append(("--overlap-param-gather", None))
+    a += setting_args(layout, moe)
     if style == "megatron" or layout.dispatcher != "alltoall":
         a.append(("--moe-token-dispatcher-type", layout.dispatcher))
     return a
@@ -150,7 +154,7 @@ def format_args(pairs: Iterable[tuple[str, str | None]]) -> list[str]:
     for flag, value in pairs:
         out.append(flag)
         if value is not None:
-            out.extend(value.split(" ") if flag == "--recompute-modules" else [value])
+            out.extend(value.split(" ") if flag in ("--recompute-modules", "--cuda-graph-scope") else [value])
     return out
 
 
@@ -174,6 +178,8 @@ _SWITCH = {
     "--overlap-grad-reduce": "overlap_grad_reduce",
     "--overlap-param-gather": "overlap_param_gather",
     "--use-megatron-fsdp": "fsdp",
+    "--overlap-moe-expert-parallel-comm": "ep_overlap",
+    "--tp-comm-overlap": "tp_comm_overlap",
 }
 
 
@@ -191,6 +197,7 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
     kw["overlap_grad_reduce"] = kw["overlap_param_gather"] = True
     rc: dict = {}
     split: dict = {}
+    graphs: dict = {}
     dynamic = False
     nodes = per_node = None
     i = 0
@@ -234,6 +241,19 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
             elif tok == "--optimizer-offload-fraction" and nxt is not None:
                 kw["optimizer_offload"] = float(nxt)
                 i += 1
+            elif tok == "--moe-expert-capacity-factor" and nxt is not None:
+                kw["moe_capacity_factor"] = max(0.0, float(nxt))  # Megatron reads a negative factor as dropless
+                i += 1
+            elif tok == "--cpu-offloading-num-layers" and nxt is not None:
+                kw["activation_offload_layers"] = int(nxt)
+                i += 1
+            elif tok == "--cuda-graph-impl" and nxt is not None:
+                graphs["impl"] = nxt
+                i += 1
+            elif tok == "--cuda-graph-scope":
+                while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                    graphs.setdefault("scope", []).append(argv[i + 1])
+                    i += 1
             elif tok == "--actor-num-nodes" and nxt is not None:
                 nodes = int(nxt)
                 i += 1
@@ -251,6 +271,7 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
         kw.pop("micro_batch_size", None)
     else:
         kw.pop("max_tokens_per_gpu", None)
+    kw["cuda_graphs"] = graphs_of(graphs)
     if "layout" in split:
         kw["layer_split"] = split.pop("layout")
         kw.setdefault("vpp", max(1, len(kw["layer_split"]) // kw.get("pp", 1)))

@@ -14,9 +14,12 @@ from typing import Literal
 
 from ..errors import BadInput
 
-__all__ = ["Layout", "Recompute", "DISPATCHERS", "SELECTIVE_MODULES"]
+__all__ = ["Layout", "Recompute", "DISPATCHERS", "SELECTIVE_MODULES", "CUDA_GRAPHS"]
 
 DISPATCHERS = ("alltoall", "allgather", "flex")
+# CUDA graph capture: none; router (--cuda-graph-scope moe_router moe_preprocess); attn (attention too, or the
+# whole dense layer); full (--cuda-graph-impl local --cuda-graph-scope full_iteration: the whole step)
+CUDA_GRAPHS = ("none", "router", "attn", "full")
 GRANULARITIES = ("none", "selective", "full")
 METHODS = ("uniform", "block")
 SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
@@ -113,6 +116,19 @@ class Layout:
     # Megatron FSDP (--use-megatron-fsdp, sharding optim_grads_params): parameters and gradients sharded over
     # DP (experts over expert-DP) besides the optimizer state, parameters all-gathered layer by layer
     fsdp: bool = False
+    # --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute): the 1F1B schedule runs one micro-batch's
+    # dispatch and combine while another micro-batch's attention and experts compute
+    ep_overlap: bool = False
+    # --tp-comm-overlap: TE userbuffers split the sequence-parallel all-gather / reduce-scatter into chunks that
+    # run under the GEMMs they feed. Requested; effective only with TP > 1 and sequence parallel (as `sp`)
+    tp_comm_overlap: bool = False
+    cuda_graphs: Literal["none", "router", "attn", "full"] = "none"
+    # token dropping: each expert takes at most capacity_factor x its even share of the routed tokens, padded to
+    # exactly that (--moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity); 0 = dropless
+    moe_capacity_factor: float = 0.0
+    # --cpu-offloading-num-layers: the saved activations of this many layers per pipeline chunk go to host memory
+    # in the forward pass and come back for the backward
+    activation_offload_layers: int = 0
 
     def __post_init__(self):
         for name in ("world", "tp", "pp", "vpp", "cp", "ep", "etp"):
@@ -129,6 +145,14 @@ class Layout:
             raise BadInput(f"--micro-batch-size {self.micro_batch_size}: must be positive")
         if not 0.0 <= self.optimizer_offload <= 1.0:
             raise BadInput(f"optimizer offload fraction {self.optimizer_offload}: must be within [0, 1]")
+        if self.cuda_graphs not in CUDA_GRAPHS:
+            raise BadInput(f"--cuda-graphs {self.cuda_graphs!r}: choose one of {', '.join(CUDA_GRAPHS)}")
+        if not (self.moe_capacity_factor == 0 or 0.5 <= self.moe_capacity_factor <= 8):
+            raise BadInput(f"--capacity-factor {self.moe_capacity_factor:g}: give 0 (dropless) or a factor in "
+                           "[0.5, 8] (e.g. 1.0 or 1.25)")
+        if isinstance(self.activation_offload_layers, bool) or not isinstance(self.activation_offload_layers, int) \
+                or self.activation_offload_layers < 0:
+            raise BadInput(f"--activation-offload-layers {self.activation_offload_layers!r}: give a layer count >= 0")
         object.__setattr__(self, "layer_split", tuple(int(x) for x in self.layer_split))
         if self.layer_split and (len(self.layer_split) != self.pp * self.vpp or min(self.layer_split) < 0):
             raise BadInput(f"layer split {list(self.layer_split)}: give PP x VPP = {self.pp * self.vpp} "
@@ -152,6 +176,11 @@ class Layout:
     def sp(self) -> bool:
         """Sequence parallel as Megatron applies it: only with TP > 1."""
         return self.sequence_parallel and self.tp > 1
+
+    @property
+    def tp_overlap(self) -> bool:
+        """TP communication overlap as it takes effect: userbuffers need TP > 1 and sequence parallel."""
+        return self.tp_comm_overlap and self.sp
 
     def rows_per_microbatch(self, seq_len: int) -> int:
         if self.max_tokens_per_gpu is not None:
@@ -246,4 +275,10 @@ class Layout:
         bits.append(f"{self.dispatcher} dispatcher" + (" with shared-expert overlap" if self.moe_shared_expert_overlap else ""))
         if self.optimizer_offload:
             bits.append(f"optimizer offload {self.optimizer_offload:.0%}")
+        extras = [("EP communication overlap", self.ep_overlap), ("TP communication overlap", self.tp_overlap),
+                  (f"CUDA graphs ({self.cuda_graphs})", self.cuda_graphs != "none"),
+                  (f"token drop at capacity factor {self.moe_capacity_factor:g}", self.moe_capacity_factor > 0),
+                  (f"activations of {self.activation_offload_layers} layer(s) per chunk offloaded",
+                   self.activation_offload_layers > 0)]
+        bits += [text for text, on in extras if on]
         return "; ".join(bits)

@@ -17,7 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .core import DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
+from .axes import (capacity_axis, graphs_axis, graphs_narrowed, moe_dispatcher_axis, moe_flag_axis, precision_aware_axis,
+                   shared_overlap_axis, te_flag_axis, te_narrowed)
+from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
 from .table import LayoutTable
 
 __all__ = ["Dimension", "DIMENSIONS", "PARAM_NAMES", "layout_params", "layout_from_params", "layout_key",
@@ -37,6 +39,9 @@ class Dimension:
     columns: Callable[[np.ndarray, dict, Any], dict]  # (axis values per row, all axes, workload) -> table columns
     default: tuple = ()  # the search-space value when a space does not name the dimension
     space_key: str | None = None  # the search-space key when it differs from `name`
+    bounds: tuple[float, float] | None = None  # float dimensions: the values a space may give
+    # (space values, model, cluster) -> why the cluster or model narrows the values, or None (space notes)
+    narrowed: Callable[[list, Any, Any], str | None] = lambda vals, model, cluster: None
 
     @property
     def key(self) -> str:
@@ -57,7 +62,7 @@ def _degree(name: str, moe_only: bool = False) -> Dimension:
     )
 
 
-def _flag(name: str, field: str, column: str, default: bool, axis=None) -> Dimension:
+def _flag(name: str, field: str, column: str, default: bool, axis=None, narrowed=None) -> Dimension:
     return Dimension(
         name=name, field=field, kind=bool,
         encode=lambda lay: bool(getattr(lay, field)),
@@ -67,6 +72,7 @@ def _flag(name: str, field: str, column: str, default: bool, axis=None) -> Dimen
         axis=axis or (lambda vals, m, c: vals),
         columns=lambda v, grid, wl: {column: v.astype(bool)},
         default=(default,),
+        **({"narrowed": narrowed} if narrowed else {}),
     )
 
 
@@ -113,17 +119,17 @@ def _max_tokens_columns(rows: np.ndarray, grid: dict, wl) -> dict:
     return {"max_tokens": (rows.astype(np.int64) * wl.seq_len // cp.astype(np.int64)).astype(np.int64)}
 
 
-def _moe_dispatcher_axis(vals, model, cluster):
-    return vals if model.is_moe else [DISPATCHERS[0]]  # dense models dispatch nothing
-
-
-def _shared_overlap_axis(vals, model, cluster):
-    return vals if model.is_moe and model.moe.shared_ffn_hidden_size else [False]
-
-
-def _precision_aware_axis(vals, model, cluster):
-    # without Transformer Engine the precision-aware optimizer falls back to the plain distributed one
-    return vals if cluster.has_te else [False]
+def _float_dim(name: str, field: str, column: str, default: float, bounds, axis) -> Dimension:
+    return Dimension(
+        name=name, field=field, kind=float,
+        encode=lambda lay: float(getattr(lay, field)),
+        decode=lambda v: {field: float(v)},
+        values=lambda t: getattr(t, column),
+        features=lambda t: [np.round(getattr(t, column) * 1000).astype(np.int64)],
+        axis=axis,
+        columns=lambda v, grid, wl: {column: v.astype(float)},
+        default=(default,), bounds=bounds,
+    )
 
 
 DIMENSIONS: tuple[Dimension, ...] = (
@@ -146,7 +152,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
         decode=lambda v: {"dispatcher": str(v)},
         values=_dispatcher_values,
         features=lambda t: [t.dispatcher],
-        axis=_moe_dispatcher_axis,
+        axis=moe_dispatcher_axis,
         columns=lambda v, grid, wl: {"dispatcher": _index_of(list(DISPATCHERS), v)},
         default=("alltoall",),
     ),
@@ -162,18 +168,30 @@ DIMENSIONS: tuple[Dimension, ...] = (
     ),
     _flag("distributed_optimizer", "distributed_optimizer", "dist_opt", True),
     _flag("precision_aware_optimizer", "precision_aware_optimizer", "precision_aware", False,
-          axis=_precision_aware_axis),
+          axis=precision_aware_axis),
     _flag("moe_shared_expert_overlap", "moe_shared_expert_overlap", "shared_overlap", False,
-          axis=_shared_overlap_axis),
+          axis=shared_overlap_axis),
+    _float_dim("optimizer_offload", "optimizer_offload", "offload", 0.0, (0.0, 1.0), lambda vals, m, c: vals),
+    _flag("ep_overlap", "ep_overlap", "ep_overlap", False, axis=moe_flag_axis),
+    _flag("tp_comm_overlap", "tp_comm_overlap", "tp_comm_overlap", False, axis=te_flag_axis,
+          narrowed=te_narrowed("TP communication overlap (--tp-comm-overlap)")),
     Dimension(
-        name="optimizer_offload", field="optimizer_offload", kind=float,
-        encode=lambda lay: float(lay.optimizer_offload),
-        decode=lambda v: {"optimizer_offload": float(v)},
-        values=lambda t: t.offload,
-        features=lambda t: [np.round(t.offload * 1000).astype(np.int64)],
-        axis=lambda vals, m, c: vals,
-        columns=lambda v, grid, wl: {"offload": v.astype(float)},
-        default=(0.0,),
+        name="cuda_graphs", field="cuda_graphs", kind=str,
+        encode=lambda lay: lay.cuda_graphs,
+        decode=lambda v: {"cuda_graphs": str(v)},
+        values=lambda t: np.array(CUDA_GRAPHS, dtype=object)[t.cuda_graphs.astype(int)],
+        features=lambda t: [t.cuda_graphs],
+        axis=graphs_axis,
+        columns=lambda v, grid, wl: {"cuda_graphs": _index_of(list(CUDA_GRAPHS), v)},
+        default=("none",), narrowed=graphs_narrowed,
+    ),
+    _float_dim("moe_capacity_factor", "moe_capacity_factor", "capacity", 0.0, (0.0, 8.0), capacity_axis),
+    Dimension(
+        name="activation_offload_layers", field="activation_offload_layers", kind=int,
+        encode=lambda lay: lay.activation_offload_layers,
+        decode=lambda v: {"activation_offload_layers": int(v)},
+        values=lambda t: t.act_offload, features=lambda t: [t.act_offload], axis=lambda vals, m, c: vals,
+        columns=lambda v, grid, wl: {"act_offload": v.astype(np.int64)}, default=(0,), bounds=(0, 10_000),
     ),
 )
 
@@ -238,14 +256,22 @@ def grid_axes(space_values: dict, model, cluster) -> list[list]:
 
 
 def grid_columns(axes: list[list], workload) -> tuple[int, dict]:
-    """Every combination of `axes` as LayoutTable columns: (rows, {column: array})."""
-    idx = np.stack(np.meshgrid(*[np.arange(len(a)) for a in axes], indexing="ij"), -1).reshape(-1, len(axes))
-    numeric = {d.name: np.asarray(a)[idx[:, j]] for j, (d, a) in enumerate(zip(DIMENSIONS, axes)) if d.kind is not str}
+    """Every combination of `axes` as LayoutTable columns: (rows, {column: array}). Row r takes value
+    (r // stride_j) % len(axis_j) of axis j (C order, the last axis fastest), built by repeat-and-tile of each
+    axis's few values, not an (rows x axes) index table (10^6 rows x 18 axes is the slow part)."""
+    sizes = [max(len(a), 1) for a in axes]
+    n = int(np.prod(sizes))
+    strides = [int(np.prod(sizes[j + 1:])) for j in range(len(sizes))]
+
+    def spread(values: np.ndarray, j: int) -> np.ndarray:
+        return np.tile(np.repeat(values, strides[j]), n // (sizes[j] * strides[j]))
+
+    numeric = {d.name: spread(np.asarray(a), j) for j, (d, a) in enumerate(zip(DIMENSIONS, axes)) if d.kind is not str}
     cols: dict = {}
     for j, (d, a) in enumerate(zip(DIMENSIONS, axes)):
-        if d.kind is str:  # encode the few distinct strings once, then index per row
+        if d.kind is str:  # encode the few distinct strings once, then spread per row
             small = d.columns(np.asarray(a, dtype=object), {}, workload)
-            cols.update({k: np.asarray(v)[idx[:, j]] for k, v in small.items()})
+            cols.update({k: spread(np.asarray(v), j) for k, v in small.items()})
         else:
             cols.update(d.columns(numeric[d.name], numeric, workload))
-    return len(idx), cols
+    return n, cols

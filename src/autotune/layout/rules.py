@@ -5,7 +5,8 @@ of them over a table; `violations` and `validate` explain one layout and propose
 alternative (fewest, smallest changes to the degrees). Sources: megatron/core/transformer/
 transformer_config.py (heads, query groups, Gated DeltaNet, recompute, shared-expert overlap),
 moe_layer.py (MoE with TP needs SP), pipeline_parallel/schedules.py (interleaved micro-batches),
-token_dispatcher.py (flex needs TP x EP > 1), parallel_state.py (world-size divisibility).
+token_dispatcher.py (flex needs TP x EP > 1), parallel_state.py (world-size divisibility); the rules of the
+overlap, CUDA-graph, token-drop and activation-offload settings are in _setting_rules.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..errors import IllegalLayout
 from .core import Layout
 from .splits import legal_splits
 from .table import LayoutTable, split_of
+from ._setting_rules import SETTING_RULES
 
 __all__ = ["Rule", "RULES", "Violation", "check", "legal_mask", "violations", "validate", "nearest_legal"]
 
@@ -140,6 +142,7 @@ RULES: list[Rule] = [
          lambda m, w, l: "the flex dispatcher needs TP x EP > 1"),
     Rule("precision_aware_needs_dist", lambda m, w, t: ~t.precision_aware | t.dist_opt,
          lambda m, w, l: "the precision-aware optimizer needs the distributed optimizer"),
+    *(Rule(code, ok, msg) for code, ok, msg in SETTING_RULES),
 ]
 
 
@@ -188,6 +191,8 @@ def nearest_legal(model: ModelSpec, workload: Workload, layout: Layout) -> Layou
         mbs=base.mbs[0], dist_opt=base.dist_opt[0] | base.precision_aware[0], precision_aware=base.precision_aware[0],
         offload=base.offload[0], shared_overlap=base.shared_overlap[0] & (base.dispatcher[0] == 0),
         ce_fusion=base.ce_fusion[0], overlap_grad=base.overlap_grad[0], overlap_param=base.overlap_param[0],
+        ep_overlap=base.ep_overlap[0], tp_comm_overlap=base.tp_comm_overlap[0], cuda_graphs=base.cuda_graphs[0],
+        capacity=base.capacity[0], act_offload=base.act_offload[0],
     )
     ok = legal_mask(model, workload, t)
     if not ok.any():

@@ -12,12 +12,13 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .core import DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
+from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
 
 __all__ = ["LayoutTable", "split_code", "split_of"]
 
 _INT_COLS = ("tp", "pp", "vpp", "cp", "ep", "etp", "rc_gran", "rc_method", "rc_layers", "rc_modules",
-             "dispatcher", "max_tokens", "mbs", "split")
+             "dispatcher", "max_tokens", "mbs", "split", "cuda_graphs", "act_offload")
+_FLOAT_COLS = ("offload", "capacity")
 _SPLITS: list[tuple[int, ...]] = [()]
 _SPLIT_IDS: dict[tuple[int, ...], int] = {(): 0}
 
@@ -34,7 +35,7 @@ def split_code(layer_split: tuple[int, ...]) -> int:
 def split_of(code: int) -> tuple[int, ...]:
     return _SPLITS[int(code)]
 _BOOL_COLS = ("sp", "dist_opt", "precision_aware", "shared_overlap", "ce_fusion", "overlap_grad", "overlap_param",
-              "fsdp")
+              "fsdp", "ep_overlap", "tp_comm_overlap")
 
 
 @dataclass
@@ -63,6 +64,11 @@ class LayoutTable:
     overlap_param: np.ndarray
     split: np.ndarray  # layer split code (split_of); 0: even
     fsdp: np.ndarray  # Megatron FSDP (parameters and gradients sharded too)
+    ep_overlap: np.ndarray  # EP all-to-all overlapped with another micro-batch's compute
+    tp_comm_overlap: np.ndarray  # requested TP comm overlap (effective: `tp_overlap`)
+    cuda_graphs: np.ndarray  # index into CUDA_GRAPHS
+    capacity: np.ndarray  # float: MoE capacity factor, 0 = dropless
+    act_offload: np.ndarray  # layers per pipeline chunk whose activations are offloaded
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -81,6 +87,10 @@ class LayoutTable:
     @property
     def sp_eff(self) -> np.ndarray:
         return self.sp & (self.tp > 1)
+
+    @property
+    def tp_overlap(self) -> np.ndarray:
+        return self.tp_comm_overlap & self.sp_eff
 
     def rows_per_mb(self, seq_len: int) -> np.ndarray:
         local = np.maximum(1, seq_len // self.cp)
@@ -110,8 +120,11 @@ class LayoutTable:
         out = {}
         for k, default in base.items():
             v = cols.pop(k, default)
-            dtype = bool if k in _BOOL_COLS else (float if k == "offload" else np.int64)
-            out[k] = np.broadcast_to(np.asarray(v, dtype=dtype), (n,)).copy()
+            dtype = bool if k in _BOOL_COLS else (float if k in _FLOAT_COLS else np.int64)
+            if isinstance(v, np.ndarray) and v.shape == (n,) and v.dtype == dtype and v.flags.owndata:
+                out[k] = v  # a fresh column of the right kind (space enumeration builds 10^6-row ones): no copy
+            else:
+                out[k] = np.broadcast_to(np.asarray(v, dtype=dtype), (n,)).copy()
         if cols:
             raise TypeError(f"unknown LayoutTable columns: {sorted(cols)}")
         return cls(world=world, **out)
@@ -140,7 +153,9 @@ class LayoutTable:
             optimizer_offload=float(self.offload[i]), moe_shared_expert_overlap=bool(self.shared_overlap[i]),
             cross_entropy_fusion=bool(self.ce_fusion[i]), overlap_grad_reduce=bool(self.overlap_grad[i]),
             overlap_param_gather=bool(self.overlap_param[i]), layer_split=split_of(self.split[i]),
-            fsdp=bool(self.fsdp[i]),
+            fsdp=bool(self.fsdp[i]), ep_overlap=bool(self.ep_overlap[i]), tp_comm_overlap=bool(self.tp_comm_overlap[i]),
+            cuda_graphs=CUDA_GRAPHS[int(self.cuda_graphs[i])],  # type: ignore[arg-type]
+            moe_capacity_factor=float(self.capacity[i]), activation_offload_layers=int(self.act_offload[i]),
         )
 
 
@@ -159,5 +174,7 @@ def _encode(lay: Layout) -> dict:
         offload=float(lay.optimizer_offload), shared_overlap=lay.moe_shared_expert_overlap,
         ce_fusion=lay.cross_entropy_fusion, overlap_grad=lay.overlap_grad_reduce,
         overlap_param=lay.overlap_param_gather, split=split_code(lay.layer_split),
-        fsdp=lay.fsdp,
+        fsdp=lay.fsdp, ep_overlap=lay.ep_overlap, tp_comm_overlap=lay.tp_comm_overlap,
+        cuda_graphs=CUDA_GRAPHS.index(lay.cuda_graphs), capacity=float(lay.moe_capacity_factor),
+        act_offload=lay.activation_offload_layers,
     )

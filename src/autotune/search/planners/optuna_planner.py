@@ -111,7 +111,8 @@ class OptunaPlanner(Planner):
                     # Megatron would refuse it: the sampler learns that here, no trial is spent on it
                     self.mirror.tell(trial, state=optuna.trial.TrialState.PRUNED)
                     continue
-                if key in known or key in self.pending or any(layout_key(p.layout) == key for p in out):
+                if (key in known or key in ctx.tried or key in self.pending
+                        or any(layout_key(p.layout) == key for p in out)):
                     # already tried (or proposed): answer from what is known, ask again
                     rec = known.get(key)
                     if rec is not None:

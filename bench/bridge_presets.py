@@ -1,0 +1,239 @@
+"""Rebuild cost/data/megatron_bridge_presets.csv: the settings Megatron-Bridge's performance recipes ran with.
+
+The published Megatron-Bridge rows (cost/data/published_throughput.csv) give the parallel layout only; the
+recipe behind each number also sets recompute, the MoE dispatcher backend, EP communication overlap, CUDA
+graphs, TP communication overlap, FSDP and activation offload. This script reads them from a Megatron-Bridge
+git checkout (github.com/NVIDIA-NeMo/Megatron-Bridge), release by release, and writes one line per recipe
+of a model in autotune's catalog, with the file and the recipe's name, so `_published.map_row` can take the
+settings of the recipe whose layout equals the row's. Nothing is executed from the checkout: the workload
+files are dataclass literals, read here with a stand-in WorkloadBaseConfig.
+
+    python bench/bridge_presets.py /path/to/Megatron-Bridge [--out src/autotune/cost/data/megatron_bridge_presets.csv]
+
+Family rules (what each release's scripts/performance/configs/<family>/*_llm_pretrain.py adds to the
+workload base config, read for v0.2.0 to v0.5.1): DeepSeek-V3 always recomputes selectively (Megatron's
+default module core_attn when the base config names none) and overlaps the shared expert on the alltoall
+dispatcher; Qwen3 MoE resets recompute to none and enables TP overlap; Llama and gpt-oss enable TP overlap when
+TP > 1 (not with NVFP4). A recipe that names `moe_flex_dispatcher_backend` runs the flex dispatcher.
+Releases with another layout (v0.1.0rc4's YAML perf matrix, v0.6.0's perf_recipes functions) are read by hand:
+MANUAL below, each line with its file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import subprocess
+import sys
+import types
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+RELEASES = ("v0.2.0", "v0.2.2", "v0.3.0", "v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2", "v0.5.0", "v0.5.1")
+MODELS = {"DEEPSEEK_V3": "DeepSeek-V3", "GPT_OSS_120B": "gpt-oss-120b", "QWEN3_30B_A3B": "Qwen3-30B-A3B",
+          "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B"}
+PRECISIONS = {"BF16": "bf16", "FP8_CS": "fp8-tensorwise", "FP8_MX": "mxfp8", "FP8_SC": "fp8-blockwise",
+              "FP8_DS": "fp8-delayed", "NVFP4": "nvfp4"}
+NAME = re.compile(r"^(?P<m>[A-Z0-9_]+?)_(?:(?P<task>PRETRAIN|SFT|LORA)_CONFIG_)?(?P<gpu>GB300|GB200|B300|B200|H100)_"
+                  r"(?:(?P<task2>SFT|LORA)_)?(?P<p>BF16|FP8_CS|FP8_MX|FP8_SC|FP8_DS|NVFP4)(?:_(?P<v>V\d|BASE_CONFIG))?$")
+COLUMNS = ("release", "model", "gpu", "precision", "task", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs", "fsdp",
+           "recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep_overlap", "tp_comm_overlap",
+           "capacity_factor", "unmodelled", "recipe", "file")
+
+
+@dataclass
+class _Base:  # stands in for scripts/performance/utils/utils.py WorkloadBaseConfig (same field names)
+    num_gpus: int = 1
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    context_parallel_size: int = 1
+    virtual_pipeline_model_parallel_size: int | None = None
+    expert_model_parallel_size: int = 1
+    expert_tensor_parallel_size: int | None = None
+    global_batch_size: int = 1
+    micro_batch_size: int = 1
+    use_megatron_fsdp: bool | None = None
+    nccl_ub: bool | None = None
+    cuda_graph_impl: str | None = None
+    cuda_graph_scope: object = None
+    cpu_offloading_num_layers: int | None = None
+    recompute_num_layers: int | None = None
+    recompute_modules: list | None = None
+    moe_flex_dispatcher_backend: str | None = None
+    moe_a2a_overlap: bool | None = False
+    peft: str | None = None
+    pp_layout: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _base(**kw) -> _Base:
+    known = {k: v for k, v in kw.items() if k in _Base.__dataclass_fields__}
+    b = _Base(**known)
+    b.extra = {k: v for k, v in kw.items() if k not in known}
+    return b
+
+
+def _replace(obj, **kw):
+    known = {k: v for k, v in kw.items() if k in _Base.__dataclass_fields__ and k != "extra"}
+    return replace(obj, **known, extra={**obj.extra, **{k: v for k, v in kw.items() if k not in known}})
+
+
+def _load(text: str) -> dict:
+    """The module's upper-case WorkloadBaseConfig constants, with `replace` and the class stood in."""
+    text = re.sub(r"^from utils\.\S+ import .*$|^from \. import .*$", "", text, flags=re.M)
+    text = text.replace("from dataclasses import replace", "")
+    ns: dict = {"WorkloadBaseConfig": _base, "replace": _replace, "List": list, "Optional": None}
+    mod = types.ModuleType("w")
+    mod.__dict__.update(ns)
+    exec(compile(text, "workload_base_configs", "exec"), mod.__dict__)  # noqa: S102 - dataclass literals only
+    return {k: v for k, v in mod.__dict__.items() if k.isupper() and isinstance(v, _Base)}
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def _graphs(b: _Base) -> str:
+    impl, scope = b.cuda_graph_impl, b.cuda_graph_scope
+    scope = [scope] if isinstance(scope, str) else list(scope or [])
+    if impl in ("full_iteration", "local") or "full_iteration" in scope:
+        return "full" if impl not in (None, "none") else "none"
+    if impl in (None, "none"):
+        return "none"
+    return "attn" if "attn" in scope else ("router" if "moe_router" in scope else "none")
+
+
+def _recompute(family: str, b: _Base) -> str:
+    if b.recompute_num_layers:
+        return f"full:block:{b.recompute_num_layers}"
+    mods = [m for m in (b.recompute_modules or []) if m]
+    if mods:
+        return "selective:" + ",".join(mods)
+    return "selective" if family == "deepseek" else "none"
+
+
+def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
+    m = NAME.match(name)
+    if not m or m.group("m") not in MODELS:
+        return None
+    family = {"DEEPSEEK_V3": "deepseek", "GPT_OSS_120B": "gpt_oss", "QWEN3_30B_A3B": "qwen3",
+              "QWEN3_235B_A22B": "qwen3"}.get(m.group("m"), "llama")
+    prec = PRECISIONS[m.group("p")]
+    task = (m.group("task") or m.group("task2") or "PRETRAIN").lower()
+    if prec == "nvfp4" or task == "lora":  # neither is modelled: no row of either can use the preset
+        return None
+    flex = bool(b.moe_flex_dispatcher_backend)
+    tp = b.tensor_model_parallel_size
+    tp_overlap = tp > 1 and (family == "qwen3" or prec != "nvfp4") and family != "deepseek"
+    unmodelled = [k for k in ("cutedsl_fused_grouped_mlp", "fp8_dot_product_attention") if b.extra.get(k)]
+    if _graphs(b) == "full" and family != "llama":
+        unmodelled.append("paged_stash")  # dropless full-iteration graphs run on paged stash buffers
+    return {
+        "release": release, "model": MODELS[m.group("m")], "gpu": m.group("gpu"), "precision": prec,
+        "task": task,
+        "tp": tp, "pp": b.pipeline_model_parallel_size, "cp": b.context_parallel_size,
+        "vp": b.virtual_pipeline_model_parallel_size or 1, "ep": b.expert_model_parallel_size,
+        "mbs": b.micro_batch_size, "gbs": b.global_batch_size, "fsdp": int(bool(b.use_megatron_fsdp)),
+        "recompute": _recompute(family, b), "act_offload_layers": b.cpu_offloading_num_layers or 0,
+        "cuda_graphs": _graphs(b), "dispatcher": "flex" if flex else "alltoall",
+        "ep_overlap": int(bool(b.moe_a2a_overlap)), "tp_comm_overlap": int(tp_overlap), "capacity_factor": 0,
+        "unmodelled": " ".join(unmodelled), "recipe": name, "file": path,
+    }
+
+
+# v0.1.0rc4 (25.09): scripts/performance/configs/*/*.yaml perf_matrix plus run_script.py's per-model switches
+# (DeepSeek-V3: DeepEP and 1F1B A2A overlap on H100, token drop with capacity factor 1.0 on B200/GB200; Qwen3 MoE:
+# token drop everywhere, TP overlap); v0.6.0 (26.08): src/megatron/bridge/perf_recipes/<family>/<gpu>/*.py.
+_R1 = "scripts/performance/configs/{}; scripts/performance/run_script.py"
+_P6 = "src/megatron/bridge/perf_recipes/{}"
+MANUAL = [
+    dict(release="v0.1.0rc4", model="DeepSeek-V3", gpu="H100", precision="*", tp=2, pp=8, cp=1, vp=4, ep=64, mbs=1,
+         gbs=8192, recompute="selective:mla_up_proj,mlp", dispatcher="flex", ep_overlap=1,
+         recipe="perf_matrix.h100.num_gpus_1024", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
+    dict(release="v0.1.0rc4", model="DeepSeek-V3", gpu="GB200", precision="*", tp=1, pp=4, cp=1, vp=4, ep=64, mbs=1,
+         gbs=2048, recompute="selective:mla_up_proj", capacity_factor=1.0,
+         recipe="perf_matrix.gb200.num_gpus_256 (use_tokendrop)", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
+    dict(release="v0.1.0rc4", model="DeepSeek-V3", gpu="B200", precision="*", tp=1, pp=16, cp=1, vp=1, ep=8, mbs=1,
+         gbs=2048, recompute="selective:mla_up_proj", capacity_factor=1.0,
+         recipe="perf_matrix.b200.num_gpus_256 (use_tokendrop)", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
+    dict(release="v0.1.0rc4", model="Qwen3-30B-A3B", gpu="*", precision="*", tp="*", pp="*", cp="*", vp="*", ep="*",
+         mbs="*", gbs="*", capacity_factor=1.0, tp_comm_overlap=1, recipe="qwen3_30b_a3b (apply_moe_token_drop)",
+         file=_R1.format("qwen3/qwen3_30b_a3b_llm_pretrain.yaml")),
+    dict(release="v0.1.0rc4", model="Llama-3.1-405B", gpu="GB200", precision="fp8-tensorwise", tp=2, pp=1, cp=1, vp=1,
+         ep=1, mbs=1, gbs=64, fsdp=1, act_offload_layers=95, tp_comm_overlap=1,
+         recipe="perf_matrix.gb200.num_gpus_128.fp8_cs", file=_R1.format("llama31/llama31_405b_llm_pretrain.yaml")),
+]
+# the rest of v0.1.0rc4's Llama perf matrix: layouts as printed there; TP overlap wherever TP > 1 (run_script.py's
+# COMM_OVERLAP_CONFIG_MAP userbuffer configs for llama3_70b / llama31_405b)
+for _m, _gpu, _prec, _tp, _pp, _cp, _vp, _mbs, _gbs, _fsdp, _rc, _off, _f in (
+        ("Llama-3.1-70B", "H100", "*", 4, 8, 1, 5, 1, 128, 0, "none", 0, "llama3/llama3_70b_llm_pretrain.yaml"),
+        ("Llama-3.1-70B", "GB200", "fp8-tensorwise", 1, 1, 1, 1, 2, 128, 1, "none", 40, "llama3/llama3_70b_llm_pretrain.yaml"),
+        ("Llama-3.1-70B", "GB200", "mxfp8", 2, 4, 1, 5, 1, 128, 0, "none", 0, "llama3/llama3_70b_llm_pretrain.yaml"),
+        ("Llama-3.1-70B", "B200", "fp8-tensorwise", 1, 1, 1, 1, 1, 128, 1, "full:block:5", 0,
+         "llama3/llama3_70b_llm_pretrain.yaml"),
+        ("Llama-3.1-70B", "B200", "mxfp8", 2, 4, 1, 5, 1, 128, 0, "none", 0, "llama3/llama3_70b_llm_pretrain.yaml"),
+        ("Llama-3.1-405B", "H100", "*", 8, 8, 2, 8, 1, 512, 0, "none", 0, "llama31/llama31_405b_llm_pretrain.yaml"),
+        ("Llama-3.1-405B", "B200", "*", 4, 8, 2, 8, 1, 64, 0, "none", 0, "llama31/llama31_405b_llm_pretrain.yaml"),
+        ("Llama-3.1-405B", "GB200", "mxfp8", 4, 8, 2, 8, 1, 64, 0, "none", 0, "llama31/llama31_405b_llm_pretrain.yaml")):
+    MANUAL.append(dict(release="v0.1.0rc4", model=_m, gpu=_gpu, precision=_prec, tp=_tp, pp=_pp, cp=_cp, vp=_vp, ep=1,
+                       mbs=_mbs, gbs=_gbs, fsdp=_fsdp, recompute=_rc, act_offload_layers=_off, tp_comm_overlap=int(_tp > 1),
+                       recipe=f"perf_matrix.{_gpu.lower()} ({_prec})", file=_R1.format(_f)))
+for _gpu, _ep in (("GB300", 16), ("GB200", 64)):
+    MANUAL.append(dict(release="v0.6.0", model="gpt-oss-120b", gpu=_gpu, precision="mxfp8", tp=1, pp=1, cp=1, vp=1,
+                       ep=_ep, mbs=4, gbs=1280, cuda_graphs="full", dispatcher="flex", ep_overlap=0,
+                       unmodelled="paged_stash fp8_dot_product_attention",
+                       recipe=f"gpt_oss_120b_pretrain_64gpu_{_gpu.lower()}_fp8mx_config",
+                       file=_P6.format(f"gpt_oss/{_gpu.lower()}/gpt_oss.py")))
+for _gpu, _mbs in (("GB300", 8), ("GB200", 4)):
+    MANUAL.append(dict(release="v0.6.0", model="Qwen3-30B-A3B", gpu=_gpu, precision="mxfp8", tp=1, pp=1, cp=1, vp=1,
+                       ep=8, mbs=_mbs, gbs=512, cuda_graphs="full", dispatcher="flex",
+                       unmodelled="paged_stash", recipe=f"qwen3_30b_a3b_pretrain_8gpu_{_gpu.lower()}_fp8mx_config",
+                       file=_P6.format(f"qwen/{_gpu.lower()}/qwen3_moe.py")))
+for _gpu, _pp, _vp, _ep in (("GB300", 2, 8, 32), ("GB200", 4, 4, 64)):
+    MANUAL.append(dict(release="v0.6.0", model="DeepSeek-V3", gpu=_gpu, precision="mxfp8", tp=1, pp=_pp, cp=1, vp=_vp,
+                       ep=_ep, mbs=1, gbs=4096, cuda_graphs="full", dispatcher="flex", recompute="selective",
+                       unmodelled="paged_stash fp8_output_proj", recipe=f"deepseek_v3_pretrain_256gpu_{_gpu.lower()}_fp8mx_config",
+                       file=_P6.format(f"deepseek/{_gpu.lower()}/deepseek_v3.py")))
+
+
+def _manual(d: dict) -> dict:
+    base = {c: "" for c in COLUMNS}
+    base.update(task="pretrain", fsdp=0, recompute="none", act_offload_layers=0, cuda_graphs="none",
+                dispatcher="alltoall", ep_overlap=0, tp_comm_overlap=0, capacity_factor=0, unmodelled="")
+    base.update(d)
+    return base
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("repo", type=Path, help="a Megatron-Bridge git checkout (tags v0.2.0 ... v0.5.1)")
+    ap.add_argument("--out", type=Path,
+                    default=Path(__file__).resolve().parents[1] / "src/autotune/cost/data/megatron_bridge_presets.csv")
+    args = ap.parse_args()
+    rows = [_manual(d) for d in MANUAL]
+    for rel in RELEASES:
+        files = [f for f in _git(args.repo, "ls-tree", "-r", "--name-only", rel, "scripts/performance/configs").split()
+                 if f.endswith("workload_base_configs.py")]
+        for path in files:
+            for name, b in _load(_git(args.repo, "show", f"{rel}:{path}")).items():
+                r = _row(rel, path, name, b)
+                if r:
+                    rows.append(r)
+    merged: dict[tuple, dict] = {}  # one line per recipe unchanged across releases: releases joined by spaces
+    for r in rows:
+        key = tuple(str(r[c]) for c in COLUMNS if c != "release")
+        if key in merged:
+            merged[key]["release"] += " " + r["release"]
+        else:
+            merged[key] = dict(r)
+    rows = list(merged.values())
+    with open(args.out, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    print(f"{len(rows)} recipes -> {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

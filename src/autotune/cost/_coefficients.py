@@ -1,0 +1,90 @@
+"""The time model's physics coefficients (`TimeCoefficients`): efficiencies and fixed costs of an ideal Megatron-core
++ Transformer Engine implementation, each with its source, plus the calibrated factors (`scale`). time.py and
+_terms.py read them; calibrate.py fits only `scale`. No torch, no ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["TimeCoefficients"]
+
+
+@dataclass(frozen=True)
+class TimeCoefficients:
+    """Efficiencies of an ideal implementation (Hopper, Megatron-core + TE), and the calibrated factors.
+
+    The physics uses the efficiencies; calibration never changes them, it multiplies whole terms
+    (`scale`: term name -> factor, missing = 1), so a fitted factor reads as "this term is x% off"."""
+
+    gemm: float = 0.75  # dense BF16 GEMM at large shapes, fraction of peak (cuBLAS ~740 TF/s on H100 at 8k^3)
+    gemm_width: float = 160.0  # narrowest GEMM side at which efficiency halves (tile/wave quantisation)
+    gemm_rows: float = 256.0  # tokens per GEMM at which efficiency halves
+    grouped: float = 0.85  # grouped GEMM relative to one dense GEMM of the same per-expert shape
+    attention: float = 0.45  # flash attention at head dim 128, fraction of peak (backward ~2.5x forward FLOPs)
+    attention_exp: float = 0.42  # exp (SFU) cost per score relative to the d = 128 MMA work (_terms.attention_efficiency)
+    linear_attention: float = 0.12  # Gated DeltaNet chunked kernels (Triton), fraction of peak
+    mem_touch: float = 2.0  # times each saved activation byte crosses HBM in elementwise kernels per pass
+    nvlink_eff: float = 0.70  # achieved fraction of NVLink bandwidth (NCCL busbw ~320 of 450 GB/s on H100)
+    net_eff: float = 0.70  # achieved fraction of the network bandwidth
+    flex_nvl: float = 0.85  # DeepEP intra-node throughput relative to NCCL all-to-all
+    # the flex dispatcher's achieved share of the network's line rate: DeepEP's normal kernels run at 43-58 GB/s
+    # RDMA bottleneck bandwidth on ~50 GB/s CX7 (deepseek-ai/DeepEP docs/legacy.md, EP 16-64), where NCCL's
+    # all-to-all gets `net_eff`
+    flex_net: float = 0.9
+    cp_hidden: float = 0.5  # share of the CP ring exchange hidden behind attention
+    p2p_hidden_vpp: float = 0.8  # share of PP sends hidden when interleaved (Megatron overlaps p2p with VPP)
+    launch_s: float = 1.0e-4  # per layer per pass: launches the GPU work does not hide
+    moe_sync_s: float = 8.0e-4  # per MoE layer per forward pass: host sync on token counts drains the launch queue
+    # per recompute region per micro-batch: re-entrant backward, RNG save/restore, a sync at the region edge;
+    # the seed measured 2-layer regions 3.5% faster than 1-layer ones at the same recompute FLOPs
+    recompute_group_s: float = 2.5e-3
+    dp_overlap: float = 1.0  # DP traffic hides behind this many micro-batch stage times (first fwd, last bwd)
+    optimizer_bytes: float = 40.0  # HBM bytes per locally held parameter in the optimizer step
+    step_overhead_s: float = 0.15  # per step: data, logging, loss reduction, schedule setup
+    # optimizer offload: torch's fused CPU AdamW reads param, grad, m, v and writes param, m, v (fp32): 28 B per
+    # parameter of DRAM traffic. Measured on this project's CPU machine (torch 2.13, 64M parameters): fused
+    # AdamW runs at 1.6-1.7 G params/s against a 29-33 GB/s triad, i.e. bandwidth-bound at ~19 triad-bytes
+    # per parameter (triad counts no write-allocate, so ~25 real bytes): the 28 B traffic model holds.
+    cpu_adam_bytes: float = 28.0
+    offload_copy_bytes: float = 8.0  # fp32 gradient down (4 B) and updated fp32 parameter up (4 B)
+    host_mem_eff: float = 0.6  # achieved share of the node's DRAM bandwidth with every rank stepping at once
+    host_link_eff: float = 0.8  # achieved share of PCIe bandwidth for pinned copies
+    shared_overlap_gain: float = 0.8  # share of shared-expert compute hidden by --moe-shared-expert-overlap
+    # FP8: an FP8 GEMM's achieved share of the FP8 peak relative to a BF16 GEMM's share of the BF16 peak.
+    # cuBLAS on H100 SXM at 8k^3: ~1,300-1,450 TF/s FP8 (66-73% of 1,979) against ~740 BF16 (75% of 989)
+    # (NVIDIA's "H100 Tensor Core GPU" whitepaper plots; TE's own GEMM benchmarks): ~0.9
+    fp8_gemm: float = 0.9
+    # blockwise scaling (1x128 / 128x128 scales) rescales partial sums inside the GEMM: ~80% of per-tensor
+    # FP8 speed (DeepGEMM's reported 1,350-1,550 TF/s on H800 vs per-tensor cuBLAS; TE blockwise GEMMs)
+    fp8_blockwise: float = 0.8
+    quant_bytes: float = 4.0  # per quantised element: read BF16 (2 B), write FP8 row-wise and column-wise (2 x 1 B)
+    # host launches, per layer per forward + backward: PyTorch eager dispatch costs ~10-20 us of host time per
+    # kernel (Python, autograd, the dispatcher); a dense layer (norms, projections, attention, MLP) launches ~100
+    # kernels forward and backward, an MoE block (router, permute, all-to-all, grouped GEMMs, unpermute, the
+    # token-count sync) ~300 more: ~1.5 ms and ~4.5 ms. The fit scales both (`host_bound`)
+    host_layer_s: float = 1.5e-3
+    host_moe_s: float = 4.5e-3
+    # share of those launches CUDA graphs replay: the attention scope (norm, QKV, attention, projection: ~3/4 of a
+    # dense layer's kernels), the router scopes (router, top-k, permutation preprocessing: ~1/3 of an MoE block's)
+    host_graph_attn: float = 0.75
+    host_graph_router: float = 0.33
+    # compute lost per second of communication hidden beside it: HybridEP / DeepEP / NCCL all-to-all kernels hold
+    # ~32 of 132-148 SMs (Megatron-Bridge's moe_hybridep_num_sms = 32) while they run: ~0.22; userbuffers'
+    # reduce-scatter runs on SMs (the all-gather on copy engines): ~0.1
+    ep_overlap_sm: float = 0.22
+    tp_overlap_sm: float = 0.1
+    amax_bytes: float = 2.0  # per-tensor current scaling: an extra BF16 read for the amax before the cast
+    # MXFP8's block-scaled GEMMs against per-tensor FP8's on Blackwell, kernels alone: Transformer Engine's GEMM
+    # profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst, B300, 5B-model shapes, --pre-quantize):
+    # 6.812 ms per layer FP8 current scaling vs 7.161 ms MXFP8 (the E8M0 scale loads): 0.95
+    mxfp8_gemm: float = 0.95
+    # fixed GPU time of one local expert's GEMM: Transformer Engine's grouped linear issues one cuBLAS GEMM per expert
+    # over a few streams (transformer_engine/common/gemm/cublaslt_gemm.cu, multi-stream cuBLAS); each kernel pays a
+    # launch gap (~3-5 us) and a partly filled last wave (half a wave of a 20-60 us expert GEMM): ~10 us
+    expert_gemm_s: float = 1e-5
+    scale: dict = field(default_factory=dict)  # term -> calibrated factor (missing = 1)
+
+    def physics_key(self) -> tuple:
+        """Everything but the factors: the cache key of unscaled terms."""
+        return tuple(getattr(self, f) for f in self.__dataclass_fields__ if f != "scale")

@@ -1,0 +1,100 @@
+"""Communication physics of the time model: link bandwidths, collectives, the MoE all-to-all and routing load.
+
+Shapes and why:
+  - a ring collective (all-gather, reduce-scatter, all-reduce) over n ranks moves (n - 1) / n of its data per GPU
+    over NVLink; when the group spans NVLink domains, each domain needs the other domains' shards only once: they
+    enter through the NICs of the group's G members in that domain, (n - G) / n of the data over G NICs, while
+    NVLink forwards them inside (NCCL's rings cross each node once per channel, one channel per NIC). The slower
+    of the two paces it: a data-parallel group with 8 members per node runs at ~8 NICs' bandwidth, not one's;
+  - an all-to-all over an EP group splits its bytes by the share of peers off the NVLink domain. NCCL's alltoall
+    sends every routed copy (top-k per token) to its rank, so off-domain bytes are k x the off-domain share; the
+    flex dispatcher (DeepEP / HybridEP) sends a token once to each remote domain that holds one of its experts and
+    forwards it over NVLink there, so its network bytes are the expected number of distinct remote domains among
+    the k experts (k picks over D domains reach D (1 - (1 - 1/D)^k) distinct ones) instead of k x the off share,
+    near the network's line rate (`flex_net`, DeepEP's RDMA kernels) where NCCL gets `net_eff`;
+  - routing load: a rank's tokens are the sum over its E / EP experts; with natural routing the hottest of EP ranks
+    carries 1 + cv z(EP) / sqrt(E / EP) times the mean, z(N) the expected maximum of N standard normals (Blom's
+    approximation: the normal quantile at (N - 0.375) / (N + 0.25)), cv the expert loads' coefficient of variation;
+    `MemoryCoefficients.imbalance_on / _off` give that maximum at the reference shape EP 8 of 256 experts (the
+    seed's), forced balancing gives 1, token drop with padding gives exactly the capacity factor (every expert
+    computes and sends its padded capacity).
+No torch, no ray.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..catalog import ClusterSpec, ModelSpec, Workload
+from ..layout import LayoutTable
+
+__all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "expected_max", "REF_EP",
+           "REF_EXPERTS"]
+
+REF_EP, REF_EXPERTS = 8, 256  # the shape at which imbalance_on / imbalance_off are given (seed: EP8, 256 experts)
+
+
+def link_bandwidths(cluster: ClusterSpec, c) -> tuple[float, float]:
+    """Achieved per-GPU bytes/s over (NVLink, the network): the network is the node's NICs shared by its GPUs."""
+    nvl = cluster.gpu.nvlink_gbps * 1e9 * c.nvlink_eff
+    net = cluster.network_gbps * 1e9 / cluster.gpus_per_node * c.net_eff
+    return nvl, net
+
+
+def ring_bw(cluster: ClusterSpec, span, c):
+    """Per-GPU bandwidth (bytes/s) of a ring over `span` consecutive ranks: NVLink inside a domain, otherwise the
+    node's network share per GPU."""
+    nvl, net = link_bandwidths(cluster, c)
+    return np.where(span <= cluster.nvlink_size, nvl, net)
+
+
+def group_bw(cluster: ClusterSpec, n, stride, c):
+    """Per-GPU bandwidth (bytes/s, for (n - 1) / n of the data) of a ring collective over n ranks `stride` apart
+    in rank order (TP: 1; DP x CP: TP; expert-DP: EP x ETP), see the module docstring."""
+    nvl, net = link_bandwidths(cluster, c)
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    G = np.clip(cluster.nvlink_size // np.maximum(np.asarray(stride), 1), 1, None).astype(float)
+    G = np.minimum(G, n)
+    cross = (n - G) / (np.maximum(n - 1, 1) * G * net)  # seconds per byte of the (n - 1) / n share
+    return 1.0 / np.maximum(1.0 / nvl, cross)
+
+
+def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex):
+    """Seconds of one dispatch (or combine) of `tokens` tokens per GPU, each routed to k experts, over an EP group
+    of `span` consecutive ranks. NVLink carries the in-domain copies (and, for flex, the forwarded ones); the
+    network carries k x the off-domain share (alltoall) or one copy per distinct remote domain (flex)."""
+    nvl, net = link_bandwidths(cluster, c)
+    span = np.maximum(span, 1)
+    dom = np.maximum(span / cluster.nvlink_size, 1.0)  # NVLink domains the group spans
+    off = np.clip(1.0 - 1.0 / dom, 0.0, 1.0)
+    peers = (span - 1) / span  # the copy kept on the GPU itself does not move
+    distinct_remote = dom * (1.0 - (1.0 - 1.0 / dom) ** k) - (1.0 - (1.0 - 1.0 / dom) ** k) * 1.0
+    net_copies = np.where(flex, distinct_remote, k * off)
+    nvl_copies = k * peers * np.where(flex, 1.0, 1.0 - off)
+    nvl_bw = np.where(flex, nvl * c.flex_nvl, nvl)
+    net_bw = np.where(flex, net * (c.flex_net / c.net_eff), net)  # DeepEP's RDMA kernels near line rate
+    return tokens * h_bytes * (nvl_copies / nvl_bw + net_copies / net_bw)
+
+
+def expected_max(n) -> np.ndarray:
+    """E[max of n standard normals] (0 for n <= 1): Blom's quantile (n - 0.375) / (n + 0.25), the normal quantile
+    by Abramowitz & Stegun 26.2.23 (error < 4.5e-4)."""
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    q = 1.0 - (n - 0.375) / (n + 0.25)  # upper tail
+    t = np.sqrt(-2.0 * np.log(q))
+    z = t - (2.515517 + 0.802853 * t + 0.010328 * t**2) / (1 + 1.432788 * t + 0.189269 * t**2 + 0.001308 * t**3)
+    return np.where(n > 1, z, 0.0)
+
+
+def routing_load(model: ModelSpec, workload: Workload, t: LayoutTable, mcoef) -> np.ndarray:
+    """(n,) the hottest EP rank's routed tokens over the mean (see the module docstring)."""
+    n = len(t)
+    if not model.is_moe:
+        return np.ones(n)
+    ep = t.ep.astype(float)
+    ref = mcoef.imbalance_on if workload.load_balancing_loss else mcoef.imbalance_off
+    spread = lambda e, per: expected_max(e) / np.sqrt(np.maximum(per, 1.0))  # noqa: E731
+    cv = (ref - 1.0) / spread(REF_EP, REF_EXPERTS / REF_EP)
+    natural = 1.0 + cv * spread(ep, model.moe.num_experts / ep)
+    load = np.ones(n) if workload.force_balance else natural
+    return np.where(t.capacity > 0, t.capacity, load)

@@ -1,0 +1,169 @@
+"""The settings a published row ran with beyond its layout: read from the row's notes, or from its source's recipe.
+
+`row_settings(row, model, gpu, precision, layout, measurement)` returns the Layout and Workload keywords the row
+implies and the readings it made (for the row's provenance), or the reason the row cannot be expressed.
+
+  - notes: "force-balanced" / "fake balanced gate" / "force balance" (--moe-router-force-load-balancing) force the
+    routing even; "EP overlap" / "A2A overlap" / "1F1B" turn on EP overlap; "async TP" / "AsyncTP" (torchtitan's
+    decomposed all-gather + matmul) and Megatron's TP comm overlap turn on TP overlap; "tokendrop" sets token drop
+    at capacity factor 1.0 with padding (Megatron-Bridge's apply_moe_token_drop defaults); "CG" / "CUDA graphs"
+    (partial unless "full") turn on CUDA graphs; DeepEP / HybridEP the flex dispatcher; torchtitan's "Interleaved
+    1F1B" with no VP runs 2 stages per rank (its default for multi-stage schedules).
+  - Megatron-Bridge performance rows: the recipe of the row's release (container 26.04 ships Megatron-Bridge
+    v0.4.0, see RELEASES) whose model, GPU, precision, TP/PP/CP/VP/EP and micro-batch equal the row's, from
+    data/megatron_bridge_presets.csv (bench/bridge_presets.py rebuilds it from a Megatron-Bridge checkout). Its
+    recompute (where the row leaves it blank), dispatcher, EP and TP overlap, CUDA graphs, FSDP, token drop and
+    activation offload are taken, and the recipe is named in the provenance. A recipe that runs kernels autotune
+    has no model of (paged stash with full-iteration graphs, CuTe-DSL fused grouped MLP, FP8 attention) makes the
+    row inexpressible, with that reason. A row whose layout no recipe has takes what all of its model's recipes
+    of that release set (the perf scripts overlay the command line's layout on the model's recipe), the rest
+    Megatron's defaults, and says so.
+No torch, no ray.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["row_settings", "RELEASES", "PRESETS_CSV"]
+
+PRESETS_CSV = Path(str(resources.files("autotune.cost") / "data" / "megatron_bridge_presets.csv"))
+# NeMo container -> the Megatron-Bridge releases it ships (release dates; each release's performance summary page
+# lists the containers measured before it)
+RELEASES = {"25.09": ("v0.1.0rc4",), "25.11": ("v0.2.0", "v0.2.2"), "26.02": ("v0.3.0",), "26.02.01": ("v0.3.1",),
+            "26.04": ("v0.4.0",), "26.04.01": ("v0.4.1", "v0.4.2"), "26.06": ("v0.5.0",), "26.06.01": ("v0.5.1",),
+            "26.08": ("v0.6.0",)}
+_GRAPHS = {"none", "router", "attn", "full"}
+# NeMo AutoModel's performance summary (docs/performance-summary.mdx) links each row to a benchmark recipe; those set
+# distributed.activation_checkpointing: true (every decoder layer checkpointed: Megatron's full uniform 1)
+_AUTOMODEL = {"DeepSeek-V3": "examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml",
+              "Qwen3-30B-A3B": "examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml",
+              "Llama-3.1-70B": "examples/llm_benchmark/llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",
+              "NVIDIA-Nemotron-3-Nano-30B-A3B": "examples/llm_benchmark/nemotron/nemotron_nano_v3_te_deepep.yaml",
+              "NVIDIA-Nemotron-3-Super-120B-A12B": "examples/llm_benchmark/nemotron/nemotron_super_v3_te_deepep.yaml"}
+
+
+@lru_cache(maxsize=1)
+def _recipes() -> tuple[dict, ...]:
+    with open(PRESETS_CSV, newline="", encoding="utf-8") as fh:
+        return tuple(csv.DictReader(fh))
+
+
+def _eq(recipe_value: str, value) -> bool:
+    return recipe_value == "*" or recipe_value == str(value)
+
+
+def _bridge(source: str, task: str, model: str, gpu: str, precision: str, lay: dict, gb: int,
+            any_mbs: bool = False) -> dict | None:
+    m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
+    rels = set(RELEASES.get(m.group(1), ())) if m else set()
+    if not rels:
+        return None
+    found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and _eq(r["gpu"], gpu)
+             and _eq(r["precision"], precision) and r["task"] == task
+             and all(_eq(r[k], lay[f]) for k, f in (("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("vp", "vpp"),
+                                                     ("ep", "ep"), ("mbs", "micro_batch_size"))
+                     if not (any_mbs and k == "mbs"))]
+    exact = [r for r in found if _eq(r["gbs"], gb)]
+    return (exact or found or [None])[0]
+
+
+_SETTINGS = ("recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep_overlap", "tp_comm_overlap",
+             "capacity_factor", "fsdp", "unmodelled")
+
+
+def _shared(source: str, task: str, model: str) -> dict | None:
+    """The settings every recipe of `model` (and task) in the row's release agrees on, others blank: the perf
+    scripts build a run from its model's recipe and the layout given on the command line, so a page's layout with
+    no recipe of its own still runs what all of that model's recipes set (Llama 3.1 405B's TP comm overlap)."""
+    m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
+    rels = set(RELEASES.get(m.group(1), ())) if m else set()
+    found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and r["task"] == task]
+    if not found:
+        return None
+    out = {k: found[0][k] if len({r[k] for r in found}) == 1 else "" for k in _SETTINGS}
+    return {**out, "recipe": f"the {len(found)} {model} {task} recipes' shared settings", "release": found[0]["release"],
+            "file": found[0]["file"], "mbs": "*", "model": model}
+
+
+def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb: int, moe: bool) -> dict | str:
+    """{"layout": Layout keywords, "workload": Measurement keywords, "read": [readings]} or the skip reason."""
+    notes, source, name = row.get("notes") or "", row.get("source") or "", row.get("model") or ""
+    text = f"{name}; {notes}"
+    out: dict = {"layout": {}, "workload": {}, "read": []}
+    if re.search(r"paged stash", text, re.I):
+        return "it runs kernels autotune does not model: paged stash (MoE buffers for full-iteration CUDA graphs)"
+    if moe and re.search(r"force.balanc|fake balanced gate|\bFB\b", text, re.I):
+        out["workload"]["force_balance"] = True
+    if re.search(r"async ?TP", text, re.I) and not re.search(r"vanilla TP", text, re.I):
+        out["layout"]["tp_comm_overlap"] = True
+        out["read"].append("async TP as TP communication overlap")
+    if moe and re.search(r"EP overlap|a2a.overlap|overlap-moe-expert-parallel-comm", text, re.I):
+        out["layout"]["ep_overlap"] = True
+    if moe and re.search(r"tokendrop|token drop", text, re.I):
+        out["layout"]["moe_capacity_factor"] = 1.0
+        out["read"].append("token drop at capacity factor 1.0, padded (Megatron-Bridge apply_moe_token_drop)")
+    if re.search(r"\bfull CG\b|full.iteration", text, re.I):
+        out["layout"]["cuda_graphs"] = "full"
+    elif re.search(r"\bCG\b|CUDA graph", text, re.I):
+        out["layout"]["cuda_graphs"] = "router" if re.search(r"router/preprocess CG|moe_router", text) else "attn"
+    if source.startswith("NeMo AutoModel") and model in _AUTOMODEL and not (row.get("recompute") or "").strip():
+        out["layout"]["recompute"] = "full:uniform:1"
+        out["read"].append(f"recompute full:uniform:1 (activation_checkpointing in NeMo AutoModel {_AUTOMODEL[model]})")
+    if (source.startswith("torchtitan") and lay["pp"] > 1 and re.search(r"interleaved 1f1b", notes, re.I)
+            and not (row.get("vp") or "").strip()):  # torchtitan's looped schedules: 2 stages per rank by default
+        out["layout"]["vpp"] = 2  # (torchtitan/distributed/pipeline_parallel.py, pipeline_parallel_layers_per_stage unset)
+        out["read"].append("VP 2 (torchtitan's default 2 stages per rank for interleaved schedules)")
+    task = "sft" if re.search(r"\bSFT\b", name) else "pretrain"
+    # a page's parenthesised alternative value (another precision of the same row) shares the row's MBS and GBS
+    # columns with the main value: its own recipe's micro-batch is the one that ran
+    alt = bool(re.search(r"parenthesised alternative", notes))
+    rec = _bridge(source, task, model, gpu, precision, lay, gb, alt) if source.startswith("Megatron-Bridge perf") else None
+    if rec is None and source.startswith("Megatron-Bridge perf") and lay["pp"] > 1 and not (row.get("vp") or "").strip():
+        # a blank VP column with pipeline stages: the release's recipes at this TP / PP / CP / EP, if they agree on
+        # one VP and micro-batch, are what ran (26.02.01's Llama 3.1 70B GB300 MXFP8 row: VP blank, MBS 2 beside
+        # its release's only recipe at TP1 PP4, VP 5 MBS 1, the layout every other release's row shows)
+        cand = [_bridge(source, task, model, gpu, precision, {**lay, "vpp": int(r["vp"]), "micro_batch_size": int(r["mbs"])},
+                        gb) for r in _recipes() if r["vp"].isdigit() and r["mbs"].isdigit()]
+        cand = {(r["vp"], r["mbs"]): r for r in cand if r is not None and r["vp"] != "1"}
+        if len(cand) == 1:
+            (vp, mbs), rec = next(iter(cand.items()))
+            out["layout"].update(vpp=int(vp), micro_batch_size=int(mbs))
+            out["read"].append(f"VP {vp} and micro-batch {mbs} of its release's recipe (the page leaves VP blank)")
+    if source.startswith("Megatron-Bridge perf") and rec is None:
+        rec = _shared(source, task, model)
+        out["read"].append("no Megatron-Bridge recipe at this layout: " + ("Megatron's defaults" if rec is None else
+                                                                           "what all of the model's recipes set"))
+    if rec is None:
+        return out
+    if rec["unmodelled"]:
+        return (f"it runs kernels autotune does not model: {rec['unmodelled'].replace(' ', ', ')} (Megatron-Bridge "
+                f"recipe {rec['recipe']}, {rec['release'].split()[0]})")
+    L = out["layout"]
+    if alt and rec["mbs"] not in ("*", str(lay["micro_batch_size"])):
+        L["micro_batch_size"] = int(rec["mbs"])
+        out["read"].append(f"micro-batch {rec['mbs']} of its recipe (the page's MBS column is the main value's)")
+    if moe and rec["dispatcher"]:
+        L["dispatcher"] = rec["dispatcher"]
+        L["ep_overlap"] = L.get("ep_overlap", False) or rec["ep_overlap"] == "1"
+        L["moe_capacity_factor"] = float(rec["capacity_factor"] or 0) or L.get("moe_capacity_factor", 0.0)
+        if rec["dispatcher"] == "alltoall" and not L["ep_overlap"] and rec["model"] == "DeepSeek-V3":
+            L["moe_shared_expert_overlap"] = True  # DeepSeek's recipe overlaps its shared expert on alltoall
+    L["tp_comm_overlap"] = L.get("tp_comm_overlap", False) or rec["tp_comm_overlap"] == "1"
+    if rec["cuda_graphs"] in _GRAPHS and rec["cuda_graphs"] != "none":
+        L["cuda_graphs"] = rec["cuda_graphs"]
+    if rec["fsdp"] == "1":
+        L["fsdp"] = True
+    if int(rec["act_offload_layers"] or 0):
+        L["activation_offload_layers"] = int(rec["act_offload_layers"])
+    if not (row.get("recompute") or "").strip() and rec["recompute"]:
+        L["recompute"] = rec["recompute"]
+    if rec["recipe"].startswith("the "):  # _shared: no one recipe
+        out["read"].append(f"{rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
+    else:
+        out["read"].append(f"Megatron-Bridge recipe {rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
+    return out
