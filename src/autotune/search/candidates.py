@@ -5,14 +5,19 @@ search currently believes about each (the calibrated cost model, corrected by wh
 measurements it was refitted on, the residual model and the per-candidate prediction, uncertainty and
 predicted breakdown. It screens a proposal (legal, supported, predicted to fit, inside the pruned space)
 and builds the planners' context. No Optuna, no backends.
+
+`believe` is how trials change the belief (refit the calibration, then the residual model, then predict);
+the search and bench/search_efficiency.py both call it, so the benchmark measures the product's learning.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
-from ..cost import evaluate, load_calibration
+from ..cost import Calibration, Evaluation, evaluate, load_calibration
 from ..errors import BadInput
 from ..layout import Layout, LayoutTable, violations
 from ..layout.dimensions import layout_key, table_keys
@@ -22,7 +27,46 @@ from ..trials.spec import Prediction
 from .planners import PlanContext, TrialRecord
 from .residual import ResidualModel
 
-__all__ = ["Candidates"]
+__all__ = ["Candidates", "Belief", "believe", "trial_measurement"]
+
+
+@dataclass
+class Belief:
+    calibration: Calibration
+    ev: Evaluation  # the calibrated cost model's evaluation of every candidate
+    base_pred: np.ndarray  # its tokens/s/GPU
+    pred: np.ndarray  # corrected by the residual model
+    std: np.ndarray  # relative uncertainty of `pred` (never below the trial noise)
+
+
+def believe(model: ModelSpec, cluster: ClusterSpec, workload: Workload, table: LayoutTable, base: Calibration,
+            measurements: list, measured: list[tuple[int, float]], residual: ResidualModel, noise: float) -> Belief:
+    """What the search believes after its trials: the calibration refitted on every measurement (time-term
+    factors, physics), then the residual model fitted on log(measured / calibrated prediction) of the
+    measured candidates (`measured`: (candidate index, tokens/s/GPU)), which learns what the terms cannot
+    express and how wide its own prior should be (residual.py)."""
+    from ..cost.calibrate import fit
+
+    cal = fit(measurements, base=base) if measurements else base
+    ev = evaluate(model, workload, cluster, table, cal)
+    base_pred = ev.time.tokens_per_s_per_gpu
+    if measured:
+        idx = np.array([i for i, _ in measured])
+        residual.fit(table.take(idx), np.log(np.array([v for _, v in measured]) / base_pred[idx]))
+    corr, std = residual.predict()
+    return Belief(cal, ev, base_pred, base_pred * corr, np.maximum(std, noise))
+
+
+def trial_measurement(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: Layout, value: float,
+                      source: str):
+    """A measured trial as a calibration row."""
+    from ..cost.measurements import Measurement
+
+    w, c = workload, cluster
+    return Measurement(model=model.source.removeprefix("catalog:") or model.name, gpu=c.gpu.name, count=c.count,
+                       layout=lay, tokens_per_s_per_gpu=float(value), gpus_per_node=c.gpus_per_node,
+                       seq_len=w.seq_len, global_batch=w.global_batch, load_balancing_loss=w.load_balancing_loss,
+                       grads_fp32=w.grads_fp32, source=source)
 
 
 class Candidates:
@@ -30,7 +74,7 @@ class Candidates:
                  noise: float = 0.02):
         self.model, self.cluster, self.workload, self.space = model, cluster, workload, space
         self.noise = noise
-        self.calibration = load_calibration(cluster.gpu.name)
+        self.base_calibration = self.calibration = load_calibration(cluster.gpu.name)
         self.measurements: list = []
         res = explore(space, model, workload, cluster, self.calibration)
         self.result: SpaceResult = res
@@ -55,33 +99,19 @@ class Candidates:
     # --- beliefs -------------------------------------------------------------------------------------
     def repredict(self) -> None:
         """Predictions for every candidate: the calibrated model, corrected by the residual model, with a
-        per-candidate uncertainty."""
-        self.ev = evaluate(self.model, self.workload, self.cluster, self.table, self.calibration)
-        self.base_pred = self.ev.time.tokens_per_s_per_gpu
+        per-candidate uncertainty (believe)."""
+        b = believe(self.model, self.cluster, self.workload, self.table, self.base_calibration, self.measurements,
+                    self._measured, self.residual, self.noise)
+        self.calibration, self.ev, self.base_pred, self.pred, self.pred_std = b.calibration, b.ev, b.base_pred, b.pred, b.std
         self.peak = self.ev.memory.peak
-        if self._measured:
-            idx = np.array([i for i, _ in self._measured])
-            vals = np.array([v for _, v in self._measured])
-            self.residual.fit(self.table.take(idx), np.log(vals / self.base_pred[idx]))
-        corr, std = self.residual.predict()
-        self.pred = self.base_pred * corr
-        self.pred_std = np.maximum(std, self.noise)
 
     def learn(self, lay: Layout, measured: float, study: str) -> None:
         """A measured trial: refit the calibration on every measurement so far, then re-predict."""
-        from ..cost.calibrate import fit
-        from ..cost.measurements import Measurement
-
-        w, c = self.workload, self.cluster
-        self.measurements.append(Measurement(
-            model=self.model.source.removeprefix("catalog:") or self.model.name, gpu=c.gpu.name, count=c.count,
-            layout=lay, tokens_per_s_per_gpu=float(measured), gpus_per_node=c.gpus_per_node,
-            seq_len=w.seq_len, global_batch=w.global_batch, load_balancing_loss=w.load_balancing_loss,
-            grads_fp32=w.grads_fp32, source=f"trial of study {study}"))
+        self.measurements.append(trial_measurement(self.model, self.cluster, self.workload, lay, measured,
+                                                   f"trial of study {study}"))
         i = self.index.get(layout_key(lay))
         if i is not None:
             self._measured.append((i, float(measured)))
-        self.calibration = fit(self.measurements, base=load_calibration(c.gpu.name))
         self.repredict()
 
     def prediction(self, i: int) -> Prediction:

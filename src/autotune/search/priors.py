@@ -21,6 +21,14 @@ layout, the failure this replaces). So the feature widths take the conservative 
 cross-model error is layout-dependent. The intercept width takes the other: the whole error may be one
 offset (the RMS of the residuals); an offset is learnt from the first trial and never changes the ranking.
 
+How wrong the model is differs from one model and cluster to the next, so a search does not take these
+widths as fixed: residual.py updates them from the study's own trials (type-II ML, averaged over a
+hyperprior). The hyperprior's spread comes from the same rows: "scale_sd" is the standard deviation, over
+the models, of the log of each model's leave-one-model-out RMS error (how much "how wrong the model is"
+varies from one model to the next; each model's RMS is itself a noisy estimate, so this overstates the
+true spread a little and lets a study move further from the calibration, not less far). Each group may
+further differ from the others by HYPER_SD, the hyperprior the per-group derivation above uses.
+
 PRIOR_WIDTHS holds the result (rounded), so a search does not refit 12 calibrations at start-up;
 tests/search/test_residual.py recomputes it and checks it matches. Re-derive after the data change:
 `python -c "from autotune.search.priors import derive_priors; print(derive_priors())"`.
@@ -40,7 +48,7 @@ PRIOR_WIDTHS: dict[str, float] = {
     "intercept": 0.6292, "feature": 0.1833, "interaction": 0.3835, "noise": 0.0806, "tp": 0.1674, "pp": 0.1817,
     "vpp": 0.1821, "cp": 0.2433, "ep": 0.163, "recompute": 0.1679, "recompute_1": 0.1733, "dispatcher": 0.149,
     "max_tokens_per_gpu": 0.1759, "precision_aware_optimizer": 0.1759, "moe_shared_expert_overlap": 0.1531,
-    "ep_x_nodes": 0.2746, "pp_x_recompute": 0.4407, "tp_x_hidden": 0.3665,
+    "ep_x_nodes": 0.2746, "pp_x_recompute": 0.4407, "tp_x_hidden": 0.3665, "scale_sd": 0.5577,
 }
 
 
@@ -137,4 +145,12 @@ def derive_priors(rows=None) -> dict[str, float]:
     out = {"feature": t["feature"], "interaction": t["interaction"], "noise": t["sigma"], **per}
     widths = {k: round(float(np.exp(v)), 4) for k, v in out.items()}
     # the intercept: the whole leave-one-model-out error may be one offset for every layout of a model
-    return {"intercept": round(float(np.sqrt(np.mean(r**2))), 4), **widths}
+    return {"intercept": round(float(np.sqrt(np.mean(r**2))), 4), **widths, "scale_sd": scale_spread(rows, r)}
+
+
+def scale_spread(rows, r) -> float:
+    """Std over the models of log(RMS of the model's leave-one-model-out residuals): how much the size of
+    the model's error varies between models (the hyperprior on a study's width scale, residual.py)."""
+    models = sorted({m.model for m in rows})
+    log_rms = [0.5 * np.log(np.mean([x**2 for m, x in zip(rows, r) if m.model == name])) for name in models]
+    return round(float(np.std(log_rms, ddof=1)), 4)

@@ -43,10 +43,12 @@ class ModelPlanner(Planner):
         ei = expected_improvement(ctx.predicted[picks], sigma[picks], ref)
         pi = prob_improvement(ctx.predicted[picks], sigma[picks], ref, ctx.noise)
         what = "the best measured" if best is not None else "the best prediction"
+        scale = getattr(ctx.residual, "width_scale", None)
+        learnt = f"; model error x{scale():.2f} the calibration's, learnt from the trials" if scale and best else ""
         out = []
         for n, i in enumerate(picks):
             out.append(Proposal(ctx.table.row(i), (
                 f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (+/-{sigma[i]:.0%}); {pi[n]:.0%} chance to beat "
                 f"{what} ({ref:,.0f}) by > {ctx.noise:.0%}, expected gain {ei[n]:.1%} for {cost[i]:.1f} GPU-h: "
-                f"the most per GPU-hour among {int(open_.sum())} untried")))
+                f"the most per GPU-hour among {int(open_.sum())} untried{learnt}")))
         return out
