@@ -12,8 +12,11 @@ A "reality" is the shipped cost model with errors of a stated family, plus 2% no
                RMS (search/priors.lomo_residuals: measured, not chosen here)
 
 The loop is the product's: planners are driven through PlanContext/Planner; measured trials refit the
-calibration (cost.calibrate.fit, as the driver does) and the residual model (search/residual.py), which
-give the predictions and uncertainties the next proposal sees. A run "reaches" the goal at the first trial
+search's posterior (search/candidates.believe, the driver's own function: the residual model with the
+time-term factors as columns, search/residual.py), which gives the predictions and uncertainties the next
+proposal sees. The `oracle` arm is the same planner with the reality's own error distribution as its prior
+(the term factors exactly, one weight per perturbed value with its true spread): a floor no planner that
+learns from these trials can be expected to beat. A run "reaches" the goal at the first trial
 whose noise-free reality throughput is within 2% of reality's best over the candidates. GPU-hours per
 trial are reality's: (start-up + 20 steps) x GPUs (acquisition.TRIAL_STARTUP_S, from the seed page).
 Prints, per reality, model/cluster pair and planner: median and p90 trials and GPU-hours to the goal,
@@ -24,13 +27,16 @@ but counts toward a stall (MAX_SCREENED_IN_A_ROW). CMA-ES is listed as not appli
 dimension is categorical, which optuna's CmaEsSampler hands to its independent (random) sampler.
 
     python bench/search_efficiency.py [--quick] [--seeds 30] [--cap 20] [--realities lomo,f20+int]
-        [--planners model,random,tpe,gp,...]   (default: model, random, tpe, gp and every other
-        registered planner but llm, which runs only when AUTOTUNE_LLM_BASE_URL is set)
+        [--planners model,oracle,random,tpe,gp,...] [--explain K]   (default: model, oracle, random, tpe,
+        gp and every other registered planner but llm, which runs only when AUTOTUNE_LLM_BASE_URL is set;
+        --explain K prints, for each model-guided run not at the goal after K trials, where reality's best
+        stood in its first and last belief)
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import os
 import sys
@@ -43,7 +49,7 @@ from autotune.cost import STEP_TERMS, evaluate, load_calibration
 from autotune.layout.dimensions import layout_key
 from autotune.search.acquisition import TRIAL_STARTUP_S
 from autotune.search.planners import PLANNERS, PlanContext, PlannerOptions, TrialRecord, get_planner
-from autotune.search.candidates import believe, trial_measurement
+from autotune.search.candidates import believe, prior_belief
 from autotune.search.priors import lomo_residuals
 from autotune.search.residual import ResidualModel
 from autotune.space import explore, load_space
@@ -96,27 +102,24 @@ class Reality:
 
 
 class Setup:
-    """One model/cluster pair: its candidates, computed once."""
+    """One model/cluster pair: its candidates and the search's prior belief, computed once."""
 
-    def __init__(self, pair):
+    def __init__(self, pair, noise: float = 0.02):
         name, gpu, count = pair
         self.name = name
         self.model, self.cluster, self.workload = load_model(name), ClusterSpec.of(gpu, count), Workload()
         res = explore(load_space(None, self.model), self.model, self.workload, self.cluster)
         self.table = res.table.take(res.kept)
         self.keys = [layout_key(self.table.row(i)) for i in range(len(self.table))]
-        self.base_cal = load_calibration(gpu)
-        ev = evaluate(self.model, self.workload, self.cluster, self.table, self.base_cal)
-        self.base_pred = ev.time.tokens_per_s_per_gpu
+        self.base_pred, self._prior = prior_belief(self.model, self.cluster, self.workload, self.table,
+                                                   load_calibration(gpu), noise)
 
     def belief(self, measured: list[tuple[int, float]], noise: float, residual: ResidualModel | None = None):
         """(predictions, uncertainties, residual model) after `measured` ((candidate, tokens/s/GPU)): exactly
-        what the driver believes after those trials (search/candidates.believe)."""
-        residual = residual or ResidualModel(self.table, sigma_n=noise, hidden=self.model.hidden_size,
-                                             gpus_per_node=self.cluster.gpus_per_node)
-        ms = [trial_measurement(self.model, self.cluster, self.workload, self.table.row(i), v, "bench") for i, v in measured]
-        b = believe(self.model, self.cluster, self.workload, self.table, self.base_cal, ms, measured, residual, noise)
-        return b.pred, b.std, residual
+        what the driver believes after those trials (search/candidates.prior_belief and believe)."""
+        residual = residual or copy.deepcopy(self._prior)
+        pred, std = believe(self.base_pred, measured, residual, noise)
+        return pred, std, residual
 
 
 class Oracle:
@@ -264,10 +267,10 @@ def main(argv=None) -> int:
     print(f"{'reality':10s} {'model / cluster':32s} {'planner':10s} {'trials med':>10s} {'p90':>5s} "
           f"{'GPU-h med':>10s} {'p90':>7s} {'reached':>8s} {'GPU-h/hit':>9s} {'s/run':>6s}")
     setups = [Setup(p) for p in PAIRS[: args.pairs]]
-    summary = []
+    summary, floor = [], []
     for kind in args.realities.split(","):
         for s in setups:
-            row = {}
+            row, medians = {}, {}
             for planner in planners:
                 seeds = min(args.seeds, args.gp_seeds) if planner == "gp" else args.seeds
                 trials, hours, t0 = [], [], time.time()
@@ -288,6 +291,7 @@ def main(argv=None) -> int:
                 # GPU-hours per run that reached the goal (all spent / runs that got there): a planner that
                 # stalls or misses pays for its misses; inf when none reached it
                 row[planner] = per_hit = float(h.sum() / hits) if hits else float("inf")
+                medians[planner] = (float(np.median(t)), float(np.percentile(t, 90)))
                 label = f"{s.name} / {s.cluster.count} x {s.cluster.gpu.name}"
                 print(f"{kind:10s} {label:32s} {planner:10s} {np.median(t):10.1f} {np.percentile(t, 90):5.1f} "
                       f"{np.median(h):10.1f} {np.percentile(h, 90):7.1f} {np.mean(t <= args.cap):8.0%} "
@@ -297,11 +301,17 @@ def main(argv=None) -> int:
             base = [row[p] for p in ("random", "tpe", "gp") if p in row]
             if "model" in row and base:
                 summary.append((kind, s.name, min(base) / max(row["model"], 1e-9)))
+            if "model" in medians and "oracle" in medians:
+                floor.append((kind, s.name, medians["model"], medians["oracle"]))
     if summary:
         print("\nGPU-hours per run that reached the goal, best of random/TPE/GP over model-guided:")
         for kind, name, ratio in summary:
             print(f"  {kind:10s} {name:24s} " + (f"{ratio:5.1f}x" if np.isfinite(ratio) else
                                                   "  inf (no baseline reached the goal in any run)"))
+    if floor:
+        print("\nmodel-guided against the oracle (the same planner knowing how reality was drawn), trials median / p90:")
+        for kind, name, (m, m90), (o, o90) in floor:
+            print(f"  {kind:10s} {name:24s} model {m:5.1f} / {m90:5.1f}   oracle {o:5.1f} / {o90:5.1f}")
     return 0
 
 

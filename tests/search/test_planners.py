@@ -94,7 +94,7 @@ def test_model_planner_moves_after_a_measurement_that_contradicts_the_model():
     planner = get_planner("model")
     a = c0.index[layout_key(planner.propose(c0.context([], 0), 1)[0].layout)]
     X, groups = c0.residual.Xc, np.array(c0.residual.groups)
-    main = np.array(["_x_" not in g for g in groups])  # layout values, not interactions
+    main = np.array(["_x_" not in g and not g.startswith("term:") for g in groups])  # layout values
     one_off = [i for i in range(len(X)) if len(set(groups[(X[i] != X[a]) & main])) == 1]
     b = max(one_off, key=lambda i: c0.pred[i])
     value = np.flatnonzero((X[b] != X[a]) & main & (X[b] > 0))[0]  # B's own value of the group they differ in
@@ -104,7 +104,7 @@ def test_model_planner_moves_after_a_measurement_that_contradicts_the_model():
         history = []
         for n, i in enumerate((a, b)):
             v = float(c0.pred[i] * (factor if i == b else 1.0))
-            c.learn(c.table.row(i), v, "test")
+            c.learn(c.table.row(i), v)
             history.append(TrialRecord(n, c.table.row(i), "ok", "measured", v, float(c0.pred[i])))
         picks.append(layout_key(planner.propose(c.context(history, 0), 1)[0].layout))
         preds.append(c.pred.copy())

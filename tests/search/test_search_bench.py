@@ -37,7 +37,7 @@ def test_the_bench_believes_what_the_driver_believes(bench, setup):
     measured = []
     for i in rng.choice(len(setup.keys), 4, replace=False):
         v = float(cands.pred[i] * rng.uniform(0.7, 1.3))
-        cands.learn(cands.table.row(int(i)), v, "test")
+        cands.learn(cands.table.row(int(i)), v)
         measured.append((int(i), v))
     pred, std, _ = setup.belief(measured, 0.02)
     assert np.allclose(pred, cands.pred, rtol=1e-9) and np.allclose(std, cands.pred_std, rtol=1e-9)

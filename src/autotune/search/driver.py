@@ -226,7 +226,7 @@ class SearchDriver:
         if n_running == 0 and best is not None and best.value:
             ctx = self._context()
             return stop_reason(ctx.predicted, ctx.uncertainty(), ctx.untried(), best.value, self.cfg.noise,
-                               self.n_dispatched(), min_trials=MIN_TRIALS_TO_CONVERGE)
+                               self.n_dispatched(), min_trials=MIN_TRIALS_TO_CONVERGE, residual=ctx.residual)
         return None
 
     def _context(self):
@@ -329,7 +329,7 @@ class SearchDriver:
     def _learn(self, rec: TrialRecord) -> None:
         """Measured trials refit the calibration; the candidates are then re-predicted and re-ranked."""
         if rec.source == "measured" and rec.status == "ok" and rec.value:
-            self.candidates.learn(rec.layout, rec.value, self.sd.name)
+            self.candidates.learn(rec.layout, rec.value)
 
     def best(self) -> TrialRecord | None:
         ok = [r for r in self.records if r.status == "ok" and r.value]

@@ -1,26 +1,29 @@
-"""What trials teach beyond calibration: a Bayesian linear model of the cost model's remaining error.
+"""What trials teach: a Bayesian linear model of log(measured / predicted by the calibrated cost model).
 
-Calibration fits one factor per time term (physics). What it cannot express, e.g. "the allgather
-dispatcher is 8% slower on this cluster than the model thinks", is learnt here: log(measured / predicted)
-regressed on one-hot layout features (each value of every searched dimension, layout/dimensions.py, plus
-three interactions: EP x nodes the expert group spans, PP x recompute, TP x hidden size) with a Gaussian
-prior per weight and Student-t noise (iteratively reweighted, so one broken trial cannot drag every
+Its columns: the cost model's time-term factors (d log tokens/s / d log factor of each term per candidate,
+with calibrate.fit's prior: the calibration, refitted inside this posterior; candidates.py builds them),
+and for what the terms cannot express, e.g. "the allgather dispatcher is 8% slower on this cluster than
+the model thinks", one-hot layout features (each value of every searched dimension, layout/dimensions.py,
+plus three interactions: EP x nodes the expert group spans, PP x recompute, TP x hidden size). A Gaussian
+prior per weight, Student-t noise (iteratively reweighted, so one broken trial cannot drag every
 prediction toward itself).
 
-The prior widths are not guesses, and not fixed: priors.py derives one width per feature group from the
+The feature widths are not guesses, and not fixed: priors.py derives one per feature group from the
 calibration's leave-one-model-out residuals (PRIOR_WIDTHS), and how wrong the model is differs between
-clusters, so each study learns a scale k on every width but the intercept's from its own trials
-(hierarchical empirical Bayes): log k has the spread PRIOR_WIDTHS["scale_sd"] the calibration rows show
-between models. The posterior averages over DRAWS values of k (quadrature), each weighted by its marginal
+clusters, so each study learns a scale k on every feature width from its own trials (hierarchical
+empirical Bayes): log k has the spread PRIOR_WIDTHS["scale_sd"] the calibration rows show between
+models. The posterior averages over DRAWS values of k (quadrature), each weighted by its marginal
 likelihood (how well the widths explain the trials), and is summarised by its mean and covariance, so every
 consumer sees one Gaussian: the planner, the stop rule, the LLM gate and the uncertainty shown per candidate
 read the same numbers. k^2 averages 1 over the hyperprior, so before any trial the prior variance is exactly
-the calibration's. One scale rather than one per group: a handful of trials cannot tell ~17 widths apart
-(measured in bench/search_efficiency.py: per-group widths did not find the best layout sooner).
+the calibration's. One scale, not one per group or per kind: measured in bench/search_efficiency.py
+(40 seeds x 9 cells), per-group widths (type-II MAP under priors.HYPER_SD) changed the mean trials to the
+best layout by -7% to +4% and one scale per kind (features, interactions) by -7% to +7%, neither
+consistently; a handful of trials cannot tell ~17 widths apart.
 
 Candidates sharing feature values share weights, so the posterior correlates them: a trial narrows the
-uncertainty of every layout that shares its values (correlation(), used by the batch rule). Pure numpy;
-a refit is a few batched p x p solves (p ~ 70 columns), whatever the number of trials.
+uncertainty of every layout that shares its values (correlation(), the batch rule; deviations(), the stop
+rule). Pure numpy; a refit is a few batched n x n (or p x p) solves, p ~ 80 columns.
 """
 
 from __future__ import annotations
@@ -68,8 +71,13 @@ def _scale_draws(groups: list[str], scale_sd: float, n: int) -> np.ndarray:
     log_k = np.array([NormalDist(0.0, scale_sd).inv_cdf((j + 0.5) / n) for j in range(n)])
     k2 = np.exp(2 * log_k)
     k2 /= k2.mean()
-    feat = np.array([g != "intercept" for g in groups])
+    feat = np.array([_scaled(g) for g in groups])
     return np.where(feat[None, :], k2[:, None], 1.0)
+
+
+def _scaled(group: str) -> bool:
+    """Whether the width scale applies: layout features and interactions, not the offset or the terms."""
+    return group != "intercept" and not group.startswith("term:")
 
 
 class ResidualModel:
@@ -77,14 +85,21 @@ class ResidualModel:
 
     `widths` maps group name -> prior std in log units (default: PRIOR_WIDTHS); `sigma_n` is the
     trial-to-trial noise (log units), `nu` the Student-t degrees of freedom (inf: Gaussian);
-    `learn_widths=False` keeps the widths fixed at `widths` (one draw)."""
+    `learn_widths=False` keeps the widths fixed at `widths` (one draw). `terms` (candidates, K) with
+    `term_names` adds the cost model's time-term factors as columns (d log tokens/s / d log factor per
+    candidate, prior std `term_sd`, never rescaled): the calibration, refitted inside this posterior."""
 
     def __init__(self, candidates: LayoutTable, sigma_n: float = 0.02, *, widths: dict[str, float] | None = None,
-                 hidden: int | None = None, gpus_per_node: int = 8, nu: float = 4.0, learn_widths: bool = True):
+                 hidden: int | None = None, gpus_per_node: int = 8, nu: float = 4.0, learn_widths: bool = True,
+                 terms: np.ndarray | None = None, term_names: list[str] | None = None, term_sd: float = 0.2):
         self.hidden, self.gpus_per_node = hidden, gpus_per_node
         self.Xc, self.vocab, self.groups = features(candidates, hidden=hidden, gpus_per_node=gpus_per_node)
         w = dict(PRIOR_WIDTHS if widths is None else widths)
         self.prior_std = np.array([group_width(w, g) for g in self.groups])
+        if terms is not None:
+            self.Xc = np.hstack([self.Xc, terms])
+            self.groups = self.groups + [f"term:{t}" for t in term_names]
+            self.prior_std = np.concatenate([self.prior_std, np.full(terms.shape[1], term_sd)])
         self.sigma_n, self.nu = sigma_n, nu
         self._mult = (_scale_draws(self.groups, w.get("scale_sd", PRIOR_WIDTHS["scale_sd"]), DRAWS)
                       if learn_widths else np.ones((1, len(self.groups))))
@@ -107,14 +122,20 @@ class ResidualModel:
         return self
 
     def fit(self, measured: LayoutTable, log_ratio: np.ndarray, iters: int = 20) -> None:
-        """log_ratio = log(measured / predicted by the calibrated model) for each measured layout.
-
-        Student-t likelihood by IRLS: each row's weight (nu + 1) / (nu + (r / sigma_n)^2) from its residual
-        under the current posterior mean, so a row many sigmas off counts like a far noisier one."""
+        """log_ratio = log(measured / predicted by the cost model) for each measured layout (a model with
+        term columns knows them for its candidates only: fit_candidates)."""
+        if any(g.startswith("term:") for g in self.groups):
+            raise ValueError("this residual model has time-term columns: fit it with fit_candidates(indices, ...)")
         self.fit_rows(features(measured, self.vocab, self.hidden, self.gpus_per_node)[0], log_ratio, iters)
 
+    def fit_candidates(self, idx, log_ratio: np.ndarray, iters: int = 20) -> None:
+        """fit() on measured candidates, by index."""
+        self.fit_rows(self.Xc[np.asarray(idx, dtype=int)], log_ratio, iters)
+
     def fit_rows(self, X: np.ndarray, log_ratio: np.ndarray, iters: int = 20) -> None:
-        """fit() on rows already encoded like `self.Xc`."""
+        """fit() on rows encoded like `self.Xc`. Student-t likelihood by IRLS: each row's weight
+        (nu + 1) / (nu + (r / sigma_n)^2) from its residual under the current posterior mean, so a row many
+        sigmas off counts like a far noisier one."""
         y = np.asarray(log_ratio, dtype=float)
         wt = np.ones(len(y))
         for _ in range(iters if np.isfinite(self.nu) else 1):
@@ -170,8 +191,12 @@ class ResidualModel:
     def width_scale(self) -> float:
         """How wide the feature widths are now relative to the calibration's (1 before any trial; < 1 when
         the trials say the model is less wrong on this cluster than on the calibration rows)."""
-        feat = np.array([g != "intercept" for g in self.groups])
-        return float(np.sqrt(self.draw_weight @ self._mult[:, feat].mean(axis=1)))
+        feat = np.array([_scaled(g) for g in self.groups])
+        return float(np.sqrt(self.draw_weight @ self._mult[:, feat].mean(axis=1))) if feat.any() else 1.0
+
+    def term_factors(self) -> dict[str, float]:
+        """The time-term factors the trials imply (posterior mean), relative to the calibration's."""
+        return {g[5:]: float(np.exp(m)) for g, m in zip(self.groups, self.mean) if g.startswith("term:")}
 
     def predict(self) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate: multiplicative correction exp(x.m) and relative std sqrt(x' C x)."""
@@ -179,6 +204,15 @@ class ResidualModel:
 
     def _std(self, X: np.ndarray) -> np.ndarray:
         return np.sqrt(np.maximum(np.sum((X @ self.cov) * X, axis=1), 0.0))
+
+    def deviations(self, n: int, rows: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
+        """(candidates, n) joint draws of log(truth / prediction) under the posterior (of `rows` only, a
+        boolean mask, when given); a fixed seed, so a decision made on them is reproducible."""
+        if getattr(self, "_xl", None) is None or self._xl[0] is not self.cov:
+            w, U = np.linalg.eigh(self.cov)  # a square root that tolerates a singular covariance
+            self._xl = (self.cov, self.Xc @ (U * np.sqrt(np.maximum(w, 0.0))))
+        XL = self._xl[1] if rows is None else self._xl[1][rows]
+        return XL @ np.random.default_rng(seed).standard_normal((XL.shape[1], n))
 
     def diff_std(self, ref: int) -> np.ndarray:
         """Std of log(candidate / candidate `ref`) under the posterior: what ranking them hinges on (an

@@ -2,12 +2,14 @@
 
 Each untried candidate's throughput is uncertain: the calibrated cost model, corrected by the residual
 model, with the residual model's per-candidate uncertainty (ctx.uncertainty(); wide for layouts unlike
-anything measured, narrow near measured ones). The planner ranks candidates by the expected amount by
+anything measured, narrow near measured ones, and as wide as the trials say the model is wrong on this
+cluster: the residual model learns its own width scale). The planner ranks candidates by the expected amount by
 which they beat the incumbent per GPU-hour their trial costs (search/acquisition.py); a batch for
 `--parallel` is picked with the believer rule, so parallel trials test different hypotheses. Before any
 measurement the "incumbent" is the best prediction: the first trial goes where the model, widened by its
-uncertainty, expects the most. As measurements arrive the driver refits the calibration and the residual
-model, and the predictions, uncertainties and so the ranking move.
+uncertainty, expects the most. As measurements arrive the driver refits the residual model (time-term
+factors and layout features in one posterior, search/candidates.believe), and the predictions,
+uncertainties and so the ranking move.
 """
 
 from __future__ import annotations
