@@ -1,32 +1,28 @@
 """The candidates of a search: the layouts that survived the model's screen, their keys, and what the
 search currently believes about each (the cost model, corrected by what the trials taught).
 
-`Candidates` owns the table, the layout keys (layout/dimensions.py), the residual model and the
-per-candidate prediction, uncertainty and predicted breakdown. It screens a proposal (legal, supported,
-predicted to fit, inside the pruned space) and builds the planners' context. No Optuna, no backends.
+`Candidates` owns the table, the layout keys (layout/dimensions.py), the residual model, the per-candidate
+prediction, uncertainty and predicted breakdown, and the calibration refitted on the trials. It screens a
+proposal (legal, supported, predicted to fit, inside the pruned space) and builds the planners' context.
+No Optuna, no backends.
 
-How trials change the belief is two functions the search and bench/search_efficiency.py both call, so the
-benchmark measures the product's learning: `prior_belief` (the shipped calibration's predictions and a
-residual model whose columns are the layout features and the calibration's time-term factors) and
-`believe` (fit it on the measured candidates, predict). Recalibration happens inside that one posterior:
-the time-term factors are columns with calibrate.fit's own prior, so a trial's information is used once.
-(Measured, 40 seeds per cell: refitting the calibration separately first, then the residual model on
-what it left, needed 1.5-10% more trials to the best layout in 6 of 6 benchmark cells than this: the
-separate fit absorbed part of every residual without saying how uncertain it was, and the width scale
+How trials change the ranking is two functions the search and bench/search_efficiency.py both call, so the
+benchmark measures the product's learning: `prior_belief` (the calibrated cost model's predictions and the
+residual model around them) and `believe` (fit the residual model on the measured candidates, predict).
+The calibration is still refitted on the trials (time-term factors), but for the breakdowns that say why a
+layout is slow, not for the ranking: each trial's information enters the ranking once, through one
+posterior with its uncertainty. (Measured, 40 seeds per cell: ranking by the refitted calibration and then
+the residual model on what it left needed 1.5-10% more trials to the best layout in 6 of 6 benchmark
+cells: the refit absorbed part of every residual without saying how uncertain it was, and the width scale
 learnt from the rest came out too small.)
 """
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import replace
-
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..cost import Calibration, evaluate, load_calibration
-from ..cost.calibrate import fit as _calibrate_fit
-from ..cost.time import STEP_TERMS, factor_vector, raw_time, step_times
 from ..errors import BadInput
 from ..layout import Layout, LayoutTable, violations
 from ..layout.dimensions import layout_key, table_keys
@@ -36,37 +32,16 @@ from ..trials.spec import Prediction
 from .planners import PlanContext, TrialRecord
 from .residual import ResidualModel
 
-__all__ = ["Candidates", "prior_belief", "believe", "posterior_calibration", "term_jacobian"]
-
-# calibrate.fit's beliefs about the time-term factors: its prior (log units) and the share of a step time
-# below which a term is not fitted (no row says anything about it)
-_FIT = inspect.signature(_calibrate_fit).parameters
-TERM_SD = float(_FIT["prior_sigma"].default)
-MIN_SHARE = float(_FIT["min_share"].default)
-
-
-def term_jacobian(model: ModelSpec, cluster: ClusterSpec, workload: Workload, table: LayoutTable,
-                  cal: Calibration) -> tuple[np.ndarray, list[str]]:
-    """d log(tokens/s) / d log(term factor) per candidate, for the terms that move some candidate's step
-    time by at least MIN_SHARE (finite differences of the model's own step time: one batched call)."""
-    raw = raw_time(model, workload, cluster, table, cal.time, cal.memory)
-    f0 = factor_vector(cal.time.scale)
-    eps = 1e-4
-    log_t = np.log(step_times(raw, np.vstack([f0, f0 * np.exp(eps * np.eye(len(f0)))])))
-    J = -(log_t[1:] - log_t[0]).T / eps
-    keep = np.abs(J).max(axis=0) >= MIN_SHARE
-    return J[:, keep], [t for t, k in zip(STEP_TERMS, keep) if k]
+__all__ = ["Candidates", "prior_belief", "believe"]
 
 
 def prior_belief(model: ModelSpec, cluster: ClusterSpec, workload: Workload, table: LayoutTable,
                  cal: Calibration, noise: float) -> tuple[np.ndarray, ResidualModel]:
     """What a search believes before its first trial: the calibrated cost model's tokens/s/GPU per
-    candidate, and the residual model around it (layout features with the calibration-derived widths,
-    time-term factors with calibrate.fit's prior)."""
+    candidate, and the residual model around it (calibration-derived widths, learnt scale)."""
     base = evaluate(model, workload, cluster, table, cal).time.tokens_per_s_per_gpu
-    J, names = term_jacobian(model, cluster, workload, table, cal)
     residual = ResidualModel(table, sigma_n=max(noise, 0.01), hidden=model.hidden_size,
-                             gpus_per_node=cluster.gpus_per_node, terms=J, term_names=names, term_sd=TERM_SD)
+                             gpus_per_node=cluster.gpus_per_node)
     return base, residual
 
 
@@ -82,14 +57,16 @@ def believe(base_pred: np.ndarray, measured: list[tuple[int, float]], residual: 
     return base_pred * corr, np.maximum(std, noise)
 
 
-def posterior_calibration(base: Calibration, residual: ResidualModel, n: int) -> Calibration:
-    """The calibration the trials imply: the base's time-term factors times the posterior's."""
-    if n == 0:
-        return base
-    f = residual.term_factors()
-    scale = {t: float(base.time.scale.get(t, 1.0)) * f.get(t, 1.0) for t in STEP_TERMS}
-    return replace(base, time=replace(base.time, scale=scale),
-                   provenance=f"{base.provenance}; refitted inside the search's posterior on {n} trial(s)")
+def _trial_measurement(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: Layout, value: float,
+                       source: str):
+    """A measured trial as a calibration row."""
+    from ..cost.measurements import Measurement
+
+    w, c = workload, cluster
+    return Measurement(model=model.source.removeprefix("catalog:") or model.name, gpu=c.gpu.name, count=c.count,
+                       layout=lay, tokens_per_s_per_gpu=float(value), gpus_per_node=c.gpus_per_node,
+                       seq_len=w.seq_len, global_batch=w.global_batch, load_balancing_loss=w.load_balancing_loss,
+                       grads_fp32=w.grads_fp32, source=source)
 
 
 class Candidates:
@@ -97,8 +74,10 @@ class Candidates:
                  noise: float = 0.02):
         self.model, self.cluster, self.workload, self.space = model, cluster, workload, space
         self.noise = noise
-        self.base_calibration = self.calibration = load_calibration(cluster.gpu.name)
-        res = explore(space, model, workload, cluster, self.calibration)
+        self.base_calibration = load_calibration(cluster.gpu.name)
+        self.measurements: list = []  # every measured trial, as calibration rows
+        self._calibration: Calibration | None = None
+        res = explore(space, model, workload, cluster, self.base_calibration)
         self.result: SpaceResult = res
         self.funnel = res.funnel
         if len(res.kept) == 0:
@@ -110,7 +89,8 @@ class Candidates:
         self.keys = table_keys(self.table)
         self.index = {k: i for i, k in enumerate(self.keys)}
         # prior widths per feature from the calibration's leave-one-model-out residuals (search/priors.py)
-        self.base_pred, self.residual = prior_belief(model, cluster, workload, self.table, self.calibration, noise)
+        self.base_pred, self.residual = prior_belief(model, cluster, workload, self.table, self.base_calibration,
+                                                     noise)
         self._measured: list[tuple[int, float]] = []  # (candidate, measured tokens/s/GPU)
         self._ev = None
         self.repredict()
@@ -121,21 +101,32 @@ class Candidates:
     # --- beliefs -------------------------------------------------------------------------------------
     def repredict(self) -> None:
         """Predictions for every candidate: the cost model corrected by the residual model, with a
-        per-candidate uncertainty (believe); the calibration the trials imply, for breakdowns."""
+        per-candidate uncertainty (believe)."""
         self.pred, self.pred_std = believe(self.base_pred, self._measured, self.residual, self.noise)
-        self.calibration = posterior_calibration(self.base_calibration, self.residual, len(self._measured))
-        self._ev = None
+
+    @property
+    def calibration(self) -> Calibration:
+        """The calibration refitted on every measured trial (for breakdowns; computed when asked)."""
+        if self._calibration is None:
+            from ..cost.calibrate import fit
+
+            self._calibration = fit(self.measurements, base=self.base_calibration) if self.measurements \
+                else self.base_calibration
+        return self._calibration
 
     @property
     def ev(self):
-        """The cost model's evaluation of every candidate under the current calibration (breakdowns)."""
+        """The cost model's evaluation of every candidate under that calibration (breakdowns)."""
         if self._ev is None:
             self._ev = evaluate(self.model, self.workload, self.cluster, self.table, self.calibration)
         return self._ev
 
-    def learn(self, lay: Layout, measured: float) -> None:
-        """A measured trial of a candidate: refit the posterior, then re-predict. (A layout outside the
-        candidates teaches nothing here: its features are only known for candidates.)"""
+    def learn(self, lay: Layout, measured: float, study: str = "") -> None:
+        """A measured trial: refit the residual model and re-predict; the calibration and breakdowns are
+        refitted when next asked for."""
+        self.measurements.append(_trial_measurement(self.model, self.cluster, self.workload, lay, measured,
+                                                    f"trial of study {study}"))
+        self._calibration = self._ev = None
         i = self.index.get(layout_key(lay))
         if i is not None:
             self._measured.append((i, float(measured)))

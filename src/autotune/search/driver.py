@@ -329,7 +329,7 @@ class SearchDriver:
     def _learn(self, rec: TrialRecord) -> None:
         """Measured trials refit the calibration; the candidates are then re-predicted and re-ranked."""
         if rec.source == "measured" and rec.status == "ok" and rec.value:
-            self.candidates.learn(rec.layout, rec.value)
+            self.candidates.learn(rec.layout, rec.value, self.sd.name)
 
     def best(self) -> TrialRecord | None:
         ok = [r for r in self.records if r.status == "ok" and r.value]

@@ -1,12 +1,13 @@
 """What trials teach: a Bayesian linear model of log(measured / predicted by the calibrated cost model).
 
-Its columns: the cost model's time-term factors (d log tokens/s / d log factor of each term per candidate,
-with calibrate.fit's prior: the calibration, refitted inside this posterior; candidates.py builds them),
-and for what the terms cannot express, e.g. "the allgather dispatcher is 8% slower on this cluster than
-the model thinks", one-hot layout features (each value of every searched dimension, layout/dimensions.py,
-plus three interactions: EP x nodes the expert group spans, PP x recompute, TP x hidden size). A Gaussian
-prior per weight, Student-t noise (iteratively reweighted, so one broken trial cannot drag every
-prediction toward itself).
+log(measured / predicted) regressed on one-hot layout features (each value of every searched dimension,
+layout/dimensions.py, plus three interactions: EP x nodes the expert group spans, PP x recompute, TP x
+hidden size), e.g. "the allgather dispatcher is 8% slower on this cluster than the model thinks". A
+Gaussian prior per weight, Student-t noise (iteratively reweighted, so one broken trial cannot drag every
+prediction toward itself). The features are the dimensions that set each time term's share of a step, so
+a time term that is off (a slow network) is learnt through them too (measured: adding the terms' own
+factors as columns, d log tokens/s / d log factor with calibrate.fit's prior, changed nothing in the
+benchmark, with terms off by up to 2x).
 
 The feature widths are not guesses, and not fixed: priors.py derives one per feature group from the
 calibration's leave-one-model-out residuals (PRIOR_WIDTHS), and how wrong the model is differs between
@@ -23,7 +24,7 @@ consistently; a handful of trials cannot tell ~17 widths apart.
 
 Candidates sharing feature values share weights, so the posterior correlates them: a trial narrows the
 uncertainty of every layout that shares its values (correlation(), the batch rule; deviations(), the stop
-rule). Pure numpy; a refit is a few batched n x n (or p x p) solves, p ~ 80 columns.
+rule). Pure numpy; a refit is a few batched n x n (or p x p) solves, p ~ 70 columns.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def _scale_draws(groups: list[str], scale_sd: float, n: int) -> np.ndarray:
 
 
 def _scaled(group: str) -> bool:
-    """Whether the width scale applies: layout features and interactions, not the offset or the terms."""
-    return group != "intercept" and not group.startswith("term:")
+    """Whether the width scale applies: layout features and interactions, not the offset."""
+    return group != "intercept"
 
 
 class ResidualModel:
@@ -85,21 +86,14 @@ class ResidualModel:
 
     `widths` maps group name -> prior std in log units (default: PRIOR_WIDTHS); `sigma_n` is the
     trial-to-trial noise (log units), `nu` the Student-t degrees of freedom (inf: Gaussian);
-    `learn_widths=False` keeps the widths fixed at `widths` (one draw). `terms` (candidates, K) with
-    `term_names` adds the cost model's time-term factors as columns (d log tokens/s / d log factor per
-    candidate, prior std `term_sd`, never rescaled): the calibration, refitted inside this posterior."""
+    `learn_widths=False` keeps the widths fixed at `widths` (one draw)."""
 
     def __init__(self, candidates: LayoutTable, sigma_n: float = 0.02, *, widths: dict[str, float] | None = None,
-                 hidden: int | None = None, gpus_per_node: int = 8, nu: float = 4.0, learn_widths: bool = True,
-                 terms: np.ndarray | None = None, term_names: list[str] | None = None, term_sd: float = 0.2):
+                 hidden: int | None = None, gpus_per_node: int = 8, nu: float = 4.0, learn_widths: bool = True):
         self.hidden, self.gpus_per_node = hidden, gpus_per_node
         self.Xc, self.vocab, self.groups = features(candidates, hidden=hidden, gpus_per_node=gpus_per_node)
         w = dict(PRIOR_WIDTHS if widths is None else widths)
         self.prior_std = np.array([group_width(w, g) for g in self.groups])
-        if terms is not None:
-            self.Xc = np.hstack([self.Xc, terms])
-            self.groups = self.groups + [f"term:{t}" for t in term_names]
-            self.prior_std = np.concatenate([self.prior_std, np.full(terms.shape[1], term_sd)])
         self.sigma_n, self.nu = sigma_n, nu
         self._mult = (_scale_draws(self.groups, w.get("scale_sd", PRIOR_WIDTHS["scale_sd"]), DRAWS)
                       if learn_widths else np.ones((1, len(self.groups))))
@@ -122,10 +116,7 @@ class ResidualModel:
         return self
 
     def fit(self, measured: LayoutTable, log_ratio: np.ndarray, iters: int = 20) -> None:
-        """log_ratio = log(measured / predicted by the cost model) for each measured layout (a model with
-        term columns knows them for its candidates only: fit_candidates)."""
-        if any(g.startswith("term:") for g in self.groups):
-            raise ValueError("this residual model has time-term columns: fit it with fit_candidates(indices, ...)")
+        """log_ratio = log(measured / predicted by the calibrated cost model) for each measured layout."""
         self.fit_rows(features(measured, self.vocab, self.hidden, self.gpus_per_node)[0], log_ratio, iters)
 
     def fit_candidates(self, idx, log_ratio: np.ndarray, iters: int = 20) -> None:
@@ -193,10 +184,6 @@ class ResidualModel:
         the trials say the model is less wrong on this cluster than on the calibration rows)."""
         feat = np.array([_scaled(g) for g in self.groups])
         return float(np.sqrt(self.draw_weight @ self._mult[:, feat].mean(axis=1))) if feat.any() else 1.0
-
-    def term_factors(self) -> dict[str, float]:
-        """The time-term factors the trials imply (posterior mean), relative to the calibration's."""
-        return {g[5:]: float(np.exp(m)) for g, m in zip(self.groups, self.mean) if g.startswith("term:")}
 
     def predict(self) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate: multiplicative correction exp(x.m) and relative std sqrt(x' C x)."""
