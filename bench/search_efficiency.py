@@ -281,7 +281,9 @@ def main(argv=None) -> int:
                     run = one_run(s, reality, planner, seed, args.explain or args.cap, args.noise, args.parallel)
                     if args.explain and planner == "model" and run.trials is None:
                         notes.append(f"    seed {seed}: {explain(s, reality, run, args.noise)}")
-                        if args.explain < args.cap:  # the rest of the run, for the table
+                        if args.explain < args.cap:  # the whole run again, same reality and noise, for the table
+                            reality = Reality(kind, s.model, s.cluster, s.workload, s.table,
+                                              np.random.default_rng(seed), lomo_rms)
                             run = one_run(s, reality, planner, seed, args.cap, args.noise, args.parallel)
                     k, h = run.trials, run.gpu_hours
                     trials.append(k if k is not None else args.cap + 1)
