@@ -18,9 +18,9 @@ likelihood (how well the widths explain the trials), and is summarised by its me
 consumer sees one Gaussian: the planner, the stop rule, the LLM gate and the uncertainty shown per candidate
 read the same numbers. k^2 averages 1 over the hyperprior, so before any trial the prior variance is exactly
 the calibration's. One scale, not one per group or per kind: measured in bench/search_efficiency.py
-(40 seeds x 9 cells), per-group widths (type-II MAP under priors.HYPER_SD) changed the mean trials to the
-best layout by -7% to +4% and one scale per kind (features, interactions) by -7% to +7%, neither
-consistently; a handful of trials cannot tell ~17 widths apart.
+(40 seeds per cell), per-group widths (type-II MAP under priors.HYPER_SD, 9 cells) changed the mean
+trials to the best layout by -7% to +4% and one scale per kind (features, interactions, 5 cells) by -7%
+to +7%, neither consistently; a handful of trials cannot tell ~17 widths apart.
 
 Candidates sharing feature values share weights, so the posterior correlates them: a trial narrows the
 uncertainty of every layout that shares its values (correlation(), the batch rule; deviations(), the stop
