@@ -19,7 +19,7 @@ the caller has one (candidates that share feature values rise and fall together:
 
 Alternatives measured on the benchmark's realities (bench/search_efficiency.py), none consistently
 better: the probability of being the best on the joint posterior (512 draws) changed the product's mean
-trials to the best layout by -7% to +11% over 9 cells (30-40 seeds each); with each reality's own prior
+trials to the best layout by -7% to +10% over 9 cells (30-40 seeds each); with each reality's own prior
 (20 seeds) it, Thompson sampling and the knowledge gradient on the correlated posterior did no better
 than expected improvement, and an entropy search on the argmax did worse (median 12.5 vs 7 trials on
 Llama-3.1-70B f20+int). Dividing by GPU-hours left the trials unchanged (6 cells, within noise) and
