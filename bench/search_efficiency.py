@@ -12,8 +12,11 @@ A "reality" is the shipped cost model with errors of a stated family, plus 2% no
                RMS (search/priors.lomo_residuals: measured, not chosen here)
 
 The loop is the product's: planners are driven through PlanContext/Planner; measured trials refit the
-calibration (cost.calibrate.fit, as the driver does) and the residual model (search/residual.py), which
-give the predictions and uncertainties the next proposal sees. A run "reaches" the goal at the first trial
+search's posterior (search/candidates.believe, the driver's own function: the residual model with the
+time-term factors as columns, search/residual.py), which gives the predictions and uncertainties the next
+proposal sees. The `oracle` arm is the same planner with the reality's own error distribution as its prior
+(the term factors exactly, one weight per perturbed value with its true spread): a floor no planner that
+learns from these trials can be expected to beat. A run "reaches" the goal at the first trial
 whose noise-free reality throughput is within 2% of reality's best over the candidates. GPU-hours per
 trial are reality's: (start-up + 20 steps) x GPUs (acquisition.TRIAL_STARTUP_S, from the seed page).
 Prints, per reality, model/cluster pair and planner: median and p90 trials and GPU-hours to the goal,
@@ -24,13 +27,16 @@ but counts toward a stall (MAX_SCREENED_IN_A_ROW). CMA-ES is listed as not appli
 dimension is categorical, which optuna's CmaEsSampler hands to its independent (random) sampler.
 
     python bench/search_efficiency.py [--quick] [--seeds 30] [--cap 20] [--realities lomo,f20+int]
-        [--planners model,random,tpe,gp,...]   (default: model, random, tpe, gp and every other
-        registered planner but llm, which runs only when AUTOTUNE_LLM_BASE_URL is set)
+        [--planners model,oracle,random,tpe,gp,...] [--explain K]   (default: model, oracle, random, tpe,
+        gp and every other registered planner but llm, which runs only when AUTOTUNE_LLM_BASE_URL is set;
+        --explain K prints, for each model-guided run not at the goal after K trials, where reality's best
+        stood in its first and last belief)
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import os
 import sys
@@ -40,11 +46,10 @@ import numpy as np
 
 from autotune.catalog import ClusterSpec, Workload, load_model
 from autotune.cost import STEP_TERMS, evaluate, load_calibration
-from autotune.cost.calibrate import fit
-from autotune.cost.measurements import Measurement
 from autotune.layout.dimensions import layout_key
 from autotune.search.acquisition import TRIAL_STARTUP_S
 from autotune.search.planners import PLANNERS, PlanContext, PlannerOptions, TrialRecord, get_planner
+from autotune.search.candidates import believe, prior_belief
 from autotune.search.priors import lomo_residuals
 from autotune.search.residual import ResidualModel
 from autotune.space import explore, load_space
@@ -68,6 +73,7 @@ class Reality:
         ev = evaluate(model, workload, cluster, table, cal)
         log_f = np.zeros(len(table))
         cols = [getattr(table, f) for f in FEATURES]
+        sd = np.zeros(len(cols))
         if kind != "terms":
             nodes = np.ceil(table.ep * table.etp / cluster.gpus_per_node)
             rc = table.rc_gran * 100 + table.rc_layers
@@ -82,7 +88,11 @@ class Reality:
                 vals, inv = np.unique(c, return_inverse=True)
                 draw = rng.normal(0.0, s, len(vals)) if kind == "lomo" else np.log(rng.uniform(1 - s, 1 + s, len(vals)))
                 log_f += draw[inv]
-        self.truth = ev.time.tokens_per_s_per_gpu * np.exp(log_f)
+        # what the oracle knows: the terms' prediction and the error's structure and spread (not its draws);
+        # log U[1 - s, 1 + s] has a standard deviation of about s / sqrt(3)
+        self.base, self.cols = ev.time.tokens_per_s_per_gpu, cols
+        self.sd = sd if kind == "lomo" else sd / np.sqrt(3)
+        self.truth = self.base * np.exp(log_f)
         self.noise_rng = np.random.default_rng(rng.integers(1 << 31))
         step = workload.tokens_per_step / (self.truth * cluster.count)
         self.gpu_hours = (TRIAL_STARTUP_S + workload.steps * step) * cluster.count / 3600
@@ -92,53 +102,75 @@ class Reality:
 
 
 class Setup:
-    """One model/cluster pair: its candidates, computed once."""
+    """One model/cluster pair: its candidates and the search's prior belief, computed once."""
 
-    def __init__(self, pair):
+    def __init__(self, pair, noise: float = 0.02):
         name, gpu, count = pair
         self.name = name
         self.model, self.cluster, self.workload = load_model(name), ClusterSpec.of(gpu, count), Workload()
         res = explore(load_space(None, self.model), self.model, self.workload, self.cluster)
         self.table = res.table.take(res.kept)
         self.keys = [layout_key(self.table.row(i)) for i in range(len(self.table))]
-        self.base_cal = load_calibration(gpu)
-        ev = evaluate(self.model, self.workload, self.cluster, self.table, self.base_cal)
-        self.base_pred = ev.time.tokens_per_s_per_gpu
+        self.base_pred, self._prior = prior_belief(self.model, self.cluster, self.workload, self.table,
+                                                   load_calibration(gpu), noise)
 
-    def learn(self, measured: list[tuple[int, float]], noise: float):
-        """What the driver does after measured trials: refit the calibration, then the residual model."""
-        residual = ResidualModel(self.table, sigma_n=noise, hidden=self.model.hidden_size,
-                                 gpus_per_node=self.cluster.gpus_per_node)
-        if not measured:
-            corr, std = residual.predict()
-            return self.base_pred * corr, std, residual
-        c, w = self.cluster, self.workload
-        ms = [Measurement(model=self.name, gpu=c.gpu.name, count=c.count, layout=self.table.row(i),
-                          tokens_per_s_per_gpu=v, gpus_per_node=c.gpus_per_node) for i, v in measured]
-        cal = fit(ms, base=self.base_cal)
-        base = evaluate(self.model, w, c, self.table, cal).time.tokens_per_s_per_gpu
-        idx = np.array([i for i, _ in measured])
-        residual.fit(self.table.take(idx), np.log(np.array([v for _, v in measured]) / base[idx]))
-        corr, std = residual.predict()
-        return base * corr, std, residual
+    def belief(self, measured: list[tuple[int, float]], noise: float, residual: ResidualModel | None = None):
+        """(predictions, uncertainties, residual model) after `measured` ((candidate, tokens/s/GPU)): exactly
+        what the driver believes after those trials (search/candidates.prior_belief and believe)."""
+        residual = residual or copy.deepcopy(self._prior)
+        pred, std = believe(self.base_pred, measured, residual, noise)
+        return pred, std, residual
+
+
+class Oracle:
+    """The floor for the model-guided planner: its acquisition with a prior that is the reality's own error
+    distribution (the time-term factors exactly, and one weight per value of each column the reality
+    perturbs, with that column's spread). It knows how reality was drawn, not what was drawn."""
+
+    def __init__(self, reality: Reality, noise: float):
+        blocks = [np.ones((len(reality.base), 1))]
+        std = [1.0]
+        for c, sd in zip(reality.cols, reality.sd):
+            _, inv = np.unique(c, return_inverse=True)
+            blocks.append(np.eye(inv.max() + 1)[inv])
+            std += [max(float(sd), 1e-6)] * blocks[-1].shape[1]
+        self.base, self.noise = reality.base, noise
+        self.residual = ResidualModel.of_design(np.hstack(blocks), np.array(std), noise)
+
+    def belief(self, measured: list[tuple[int, float]], noise: float, residual=None):
+        if measured:
+            idx = np.array([i for i, _ in measured])
+            self.residual.fit_rows(self.residual.Xc[idx], np.log(np.array([v for _, v in measured]) / self.base[idx]))
+        corr, std = self.residual.predict()
+        return self.base * corr, np.maximum(std, noise), self.residual
 
 
 def planner_for(name: str, seed: int):
     if name in ("tpe", "gp"):
         return get_planner("optuna", PlannerOptions(seed=seed, sampler=name))
-    return get_planner(name, PlannerOptions(seed=seed))
+    return get_planner("model" if name == "oracle" else name, PlannerOptions(seed=seed))
 
 
-def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, noise: float, parallel: int = 1):
-    """(trials to the goal or None, GPU-hours spent until then, trials run)."""
+@dataclasses.dataclass
+class Run:
+    trials: int | None  # trials to the goal (None: not within the cap)
+    gpu_hours: float  # spent until then
+    measured: list  # (candidate, measured) in trial order
+    pred: np.ndarray | None = None  # the last belief (planners that use the model)
+    std: np.ndarray | None = None
+    residual: ResidualModel | None = None
+
+
+def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, noise: float, parallel: int = 1) -> Run:
     goal = GOAL * reality.truth.max()
     p = planner_for(planner, seed)
     uses_model = planner not in ("random", "tpe", "gp")
+    learner = Oracle(reality, noise) if planner == "oracle" else setup
     index = {k: i for i, k in enumerate(setup.keys)}
     measured: list[tuple[int, float]] = []
     history: list[TrialRecord] = []
     tried: set[str] = set()
-    pred, std, residual = setup.learn([], noise) if uses_model else (setup.base_pred, 0.1, None)
+    pred, std, residual = learner.belief([], noise) if uses_model else (setup.base_pred, 0.1, None)
     gpu_hours, screened = 0.0, 0
     while len(measured) < cap and screened < MAX_SCREENED_IN_A_ROW:
         ctx = PlanContext(setup.model, setup.cluster, setup.workload, setup.table, pred, setup.keys, set(tried),
@@ -165,14 +197,39 @@ def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, n
             history.append(rec)
             p.observe(rec)
             if reality.truth[i] >= goal:
-                return len(measured), gpu_hours, len(measured)
+                return Run(len(measured), gpu_hours, measured)
         if uses_model:
-            pred, std, residual = setup.learn(measured, noise)
-    return None, gpu_hours, len(measured)
+            pred, std, residual = learner.belief(measured, noise, residual)
+    return Run(None, gpu_hours, measured, pred if uses_model else None, std if uses_model else None, residual)
+
+
+def explain(setup: Setup, reality: Reality, run: Run, noise: float) -> str:
+    """Why a run missed the goal: where reality's best stood in the first and the last belief, and how much
+    of it the trials had measured."""
+    best = int(np.argmax(reality.truth))
+    first, _, _ = setup.belief([], noise)
+    rank0 = int(np.sum(first > first[best])) + 1
+    tried = [i for i, _ in run.measured]
+    got = max(reality.truth[i] for i in tried) / reality.truth[best] if tried else 0.0
+    line = (f"best {setup.table.row(best).label(setup.model.is_moe)}: first predicted rank {rank0} of {len(first)}; "
+            f"best tried {got:.1%} of it")
+    if run.pred is not None:
+        untried = np.ones(len(run.pred), bool)
+        untried[tried] = False
+        rank = int(np.sum(run.pred[untried] > run.pred[best])) + 1
+        inc = max(v for _, v in run.measured)
+        z = (np.log(run.pred[best]) - np.log(inc * (1 + noise))) / max(run.std[best], 1e-9)
+        X = getattr(run.residual, "Xc", None)
+        unseen = int(np.sum((X[best] > 0) & (X[tried].sum(0) == 0))) if X is not None else -1
+        scale = run.residual.width_scale() if hasattr(run.residual, "width_scale") else float("nan")
+        line += (f"; last belief: rank {rank} of {int(untried.sum())} untried, predicted {run.pred[best] / reality.truth[best]:.2f}x "
+                 f"its truth +/-{run.std[best]:.0%} (z {z:+.1f} vs the best measured), {unseen} of its feature values "
+                 f"never measured, width scale {scale:.2f}")
+    return line
 
 
 def default_planners() -> list[str]:
-    out = ["model", "random", "tpe", "gp"]
+    out = ["model", "oracle", "random", "tpe", "gp"]
     for name in PLANNERS:
         if name in ("model", "random", "optuna") or (name == "llm" and not os.environ.get("AUTOTUNE_LLM_BASE_URL")):
             continue
@@ -192,6 +249,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gp-seeds", type=int, default=10,
                     help="seeds for the GP sampler (each ask takes about a second: 30 seeds x 5 realities is an hour)")
     ap.add_argument("--quick", action="store_true", help="10 seeds, model and random only, two realities")
+    ap.add_argument("--explain", type=int, default=0, metavar="K",
+                    help="print why each model-guided run that needed more than K trials missed (0: off)")
     args = ap.parse_args(argv)
     import optuna
 
@@ -208,17 +267,25 @@ def main(argv=None) -> int:
     print(f"{'reality':10s} {'model / cluster':32s} {'planner':10s} {'trials med':>10s} {'p90':>5s} "
           f"{'GPU-h med':>10s} {'p90':>7s} {'reached':>8s} {'GPU-h/hit':>9s} {'s/run':>6s}")
     setups = [Setup(p) for p in PAIRS[: args.pairs]]
-    summary = []
+    summary, floor = [], []
     for kind in args.realities.split(","):
         for s in setups:
-            row = {}
+            row, medians = {}, {}
             for planner in planners:
                 seeds = min(args.seeds, args.gp_seeds) if planner == "gp" else args.seeds
                 trials, hours, t0 = [], [], time.time()
+                notes = []
                 for seed in range(seeds):
                     reality = Reality(kind, s.model, s.cluster, s.workload, s.table, np.random.default_rng(seed),
                                       lomo_rms)
-                    k, h, _ = one_run(s, reality, planner, seed, args.cap, args.noise, args.parallel)
+                    run = one_run(s, reality, planner, seed, args.explain or args.cap, args.noise, args.parallel)
+                    if args.explain and planner == "model" and run.trials is None:
+                        notes.append(f"    seed {seed}: {explain(s, reality, run, args.noise)}")
+                        if args.explain < args.cap:  # the whole run again, same reality and noise, for the table
+                            reality = Reality(kind, s.model, s.cluster, s.workload, s.table,
+                                              np.random.default_rng(seed), lomo_rms)
+                            run = one_run(s, reality, planner, seed, args.cap, args.noise, args.parallel)
+                    k, h = run.trials, run.gpu_hours
                     trials.append(k if k is not None else args.cap + 1)
                     hours.append(h)
                 t, h = np.array(trials), np.array(hours)
@@ -226,18 +293,27 @@ def main(argv=None) -> int:
                 # GPU-hours per run that reached the goal (all spent / runs that got there): a planner that
                 # stalls or misses pays for its misses; inf when none reached it
                 row[planner] = per_hit = float(h.sum() / hits) if hits else float("inf")
+                medians[planner] = (float(np.median(t)), float(np.percentile(t, 90)))
                 label = f"{s.name} / {s.cluster.count} x {s.cluster.gpu.name}"
                 print(f"{kind:10s} {label:32s} {planner:10s} {np.median(t):10.1f} {np.percentile(t, 90):5.1f} "
                       f"{np.median(h):10.1f} {np.percentile(h, 90):7.1f} {np.mean(t <= args.cap):8.0%} "
                       f"{per_hit:9.1f} {(time.time() - t0) / seeds:6.2f}", flush=True)
+                for line in notes:
+                    print(line, flush=True)
             base = [row[p] for p in ("random", "tpe", "gp") if p in row]
             if "model" in row and base:
                 summary.append((kind, s.name, min(base) / max(row["model"], 1e-9)))
+            if "model" in medians and "oracle" in medians:
+                floor.append((kind, s.name, medians["model"], medians["oracle"]))
     if summary:
         print("\nGPU-hours per run that reached the goal, best of random/TPE/GP over model-guided:")
         for kind, name, ratio in summary:
             print(f"  {kind:10s} {name:24s} " + (f"{ratio:5.1f}x" if np.isfinite(ratio) else
                                                   "  inf (no baseline reached the goal in any run)"))
+    if floor:
+        print("\nmodel-guided against the oracle (the same planner knowing how reality was drawn), trials median / p90:")
+        for kind, name, (m, m90), (o, o90) in floor:
+            print(f"  {kind:10s} {name:24s} model {m:5.1f} / {m90:5.1f}   oracle {o:5.1f} / {o90:5.1f}")
     return 0
 
 

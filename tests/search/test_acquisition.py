@@ -48,3 +48,30 @@ def test_stop_rule_says_why_with_the_number():
     p = chance_any_beats(pred, [0.1] * 3, mask, 100.0, 0.02)
     single = prob_improvement(pred[1:], [0.1, 0.1], 100.0, 0.02)
     assert p == pytest.approx(1 - np.prod(1 - single))
+
+
+class _Shared:
+    """A posterior in which every candidate shares one error (perfectly correlated)."""
+
+    def __init__(self, sd: float):
+        self.sd = sd
+
+    def deviations(self, n, rows, seed=0):
+        z = np.random.default_rng(seed).normal(0.0, self.sd, n)
+        return np.tile(z, (int(np.sum(rows)), 1))
+
+
+def test_stop_rule_reads_the_joint_posterior():
+    # 1,000 untried candidates, each with a 1% chance to beat the best: taken as independent, one of them
+    # almost surely wins; if they share one error, the chance is 1% and the search stops, saying so
+    sd, noise, best = 0.1, 0.02, 100.0
+    pred = np.full(1001, best * (1 + noise) * np.exp(-2.326 * sd))
+    mask = np.ones(1001, bool)
+    mask[0] = False
+    assert stop_reason(pred, [sd] * 1001, mask, best, noise, n_done=5) is None
+    assert chance_any_beats(pred, [sd] * 1001, mask, best, noise) > 0.99
+    why = stop_reason(pred, [sd] * 1001, mask, best, noise, n_done=5, residual=_Shared(sd))
+    assert why is not None and why.startswith("converged") and "1000 untried" in why
+    p = chance_any_beats(pred, [sd] * 1001, mask, best, noise, residual=_Shared(sd))
+    assert p == pytest.approx(0.01, abs=0.006)
+    assert f"{p:.1%}" in why

@@ -82,3 +82,33 @@ def test_unknown_planner_is_a_one_line_bad_input():
 
     with pytest.raises(BadInput, match="choose one of"):
         get_planner("abacus")
+
+
+def test_model_planner_moves_after_a_measurement_that_contradicts_the_model():
+    # the planner's first pick A, and a candidate B that differs from A in one layout value only: when B
+    # measures as predicted the planner goes one way; when B is 40% slower than predicted, every layout
+    # with B's value loses belief and the next pick moves
+    model = load_model("Qwen3.5-122B-A10B")
+    fresh = lambda: Candidates(model, ClusterSpec.of("H200", 32), Workload(), load_space(None, model))  # noqa: E731
+    c0 = fresh()
+    planner = get_planner("model")
+    a = c0.index[layout_key(planner.propose(c0.context([], 0), 1)[0].layout)]
+    X, groups = c0.residual.Xc, np.array(c0.residual.groups)
+    main = np.array(["_x_" not in g and not g.startswith("term:") for g in groups])  # layout values
+    one_off = [i for i in range(len(X)) if len(set(groups[(X[i] != X[a]) & main])) == 1]
+    b = max(one_off, key=lambda i: c0.pred[i])
+    value = np.flatnonzero((X[b] != X[a]) & main & (X[b] > 0))[0]  # B's own value of the group they differ in
+    picks, preds = [], []
+    for factor in (1.0, 0.6):
+        c = fresh()
+        history = []
+        for n, i in enumerate((a, b)):
+            v = float(c0.pred[i] * (factor if i == b else 1.0))
+            c.learn(c.table.row(i), v)
+            history.append(TrialRecord(n, c.table.row(i), "ok", "measured", v, float(c0.pred[i])))
+        picks.append(layout_key(planner.propose(c.context(history, 0), 1)[0].layout))
+        preds.append(c.pred.copy())
+    assert picks[0] != picks[1]
+    drop = np.log(preds[1] / preds[0])
+    has = X[:, value] > 0
+    assert drop[has].mean() < drop[~has].mean() - 0.1

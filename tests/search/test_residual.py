@@ -1,5 +1,6 @@
-"""The residual model: prior widths from the calibration's residuals, Student-t fit, per-candidate
-uncertainty and the correlations the batch rule uses (real candidates of a catalog model)."""
+"""The residual model: prior widths from the calibration's residuals, widths learnt from the study's own
+trials, Student-t fit, per-candidate uncertainty and the correlations the batch rule uses (real candidates
+of a catalog model)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def test_shipped_widths_are_the_derivation():
         assert got[k] == pytest.approx(v, rel=0.02), k
     # the layout-dependent error the rows show is far wider than the old 3% per weight
     assert PRIOR_WIDTHS["feature"] > 0.05 and PRIOR_WIDTHS["intercept"] > 0.15
+    # how wrong the model is varies between models by more than a few percent
+    assert 0.1 < PRIOR_WIDTHS["scale_sd"] < 2.0
 
 
 def test_group_width_falls_back_to_its_kind():
@@ -40,16 +43,67 @@ def test_interactions_are_features(table):
     assert {"ep_x_nodes", "pp_x_recompute", "tp_x_hidden"} <= set(names)
 
 
+def test_before_any_trial_the_prior_is_the_calibrations(table):
+    learnt = ResidualModel(table, sigma_n=0.02, hidden=8192)
+    fixed = ResidualModel(table, sigma_n=0.02, hidden=8192, learn_widths=False)
+    assert np.allclose(learnt.predict()[1], fixed.predict()[1])
+    assert np.allclose(np.sqrt(np.diag(learnt.cov)), [group_width(PRIOR_WIDTHS, g) for g in learnt.groups])
+    assert learnt.width_scale() == pytest.approx(1.0)
+
+
 def test_prior_uncertainty_then_shrinks_near_measured(table):
     rm = ResidualModel(table, sigma_n=0.02, hidden=8192)
     _, std0 = rm.predict()
-    assert np.all(std0 > 0.2)  # the intercept alone is 0.24 before any trial
+    assert np.all(std0 > 0.2)  # the intercept alone is wider than that before any trial
     rm.fit(table.take([0]), np.array([0.1]))
     corr, std = rm.predict()
     assert std[0] < 0.05 < std.max()
     assert corr[0] == pytest.approx(np.exp(0.1), rel=0.02)
     d = rm.diff_std(0)
     assert d[0] == pytest.approx(0.0, abs=1e-6) and d.max() > 0.1
+
+
+def _trials(table, n, spread, seed=0):
+    """n distinct candidates whose residuals follow a per-feature-value error of the given spread."""
+    rm = ResidualModel(table, sigma_n=0.02, hidden=8192, learn_widths=False)
+    rng = np.random.default_rng(seed)
+    truth = rm.Xc[:, 1:] @ rng.normal(0.0, spread, rm.Xc.shape[1] - 1)
+    idx = rng.choice(len(table), n, replace=False)
+    return idx, truth[idx] + rng.normal(0.0, 0.02, n)
+
+
+def test_widths_follow_how_wrong_the_model_is_on_this_cluster(table):
+    # trials that agree with the model to a few percent narrow every untried layout's uncertainty; trials
+    # that disagree by tens of percent keep it wide: the study learns the scale of its own errors
+    idx, small = _trials(table, 8, 0.02)
+    _, large = _trials(table, 8, 0.3)
+    fixed = ResidualModel(table, sigma_n=0.02, hidden=8192, learn_widths=False)
+    fixed.fit(table.take(idx), small)
+    agree = ResidualModel(table, sigma_n=0.02, hidden=8192)
+    agree.fit(table.take(idx), small)
+    disagree = ResidualModel(table, sigma_n=0.02, hidden=8192)
+    disagree.fit(table.take(idx), large)
+    assert agree.width_scale() < 0.6 < disagree.width_scale()
+    untried = np.setdiff1d(np.arange(len(table)), idx)
+    s_fixed, s_agree, s_disagree = (m.predict()[1][untried] for m in (fixed, agree, disagree))
+    assert np.median(s_agree) < 0.7 * np.median(s_fixed)
+    assert np.median(s_disagree) > 1.5 * np.median(s_agree)
+
+
+def test_correlated_candidates_lose_uncertainty(table):
+    # a trial narrows most the layouts that share the most feature values with it
+    rm = ResidualModel(table, sigma_n=0.02, hidden=8192)
+    diff0 = rm.diff_std(0)
+    rm.fit(table.take([0]), np.array([0.0]))
+    shared = (rm.Xc * rm.Xc[0]).sum(axis=1)  # feature values in common with candidate 0 (intercept included)
+    before, after = diff0, rm.predict()[1]
+    near = shared >= np.percentile(shared[1:], 90)
+    far = shared <= np.percentile(shared[1:], 10)
+    near[0] = far[0] = False
+    assert np.median(after[near]) < np.median(after[far])
+    rho = rm.correlation(0)
+    assert np.median(rho[near]) > np.median(rho[far])
+    assert np.all(np.isfinite(before))
 
 
 def test_student_t_ignores_one_broken_trial(table):
@@ -63,6 +117,21 @@ def test_student_t_ignores_one_broken_trial(table):
     assert np.log(robust.predict()[0][0]) == pytest.approx(0.05, abs=0.01)
     assert np.log(gauss.predict()[0][0]) < -0.08  # the mean of all seven
     assert robust.weights[-1] < 0.1 < robust.weights[0]
+
+
+@pytest.mark.parametrize("n", [5, 80])
+def test_both_forms_of_the_posterior_agree(table, n):
+    # n x n solves (few trials) and p x p ones (more trials than feature columns) are one posterior
+    idx, y = _trials(table, n, 0.1, seed=3)
+    rm = ResidualModel(table, sigma_n=0.02, hidden=8192)
+    X, wt = rm.Xc[idx], np.ones(n)
+    rm._posterior(X, y, wt, with_cov=True, weight_space=False)
+    a = (rm.mean.copy(), rm.cov.copy(), rm.draw_weight.copy())
+    rm._posterior(X, y, wt, with_cov=True, weight_space=True)
+    assert np.allclose(rm.mean, a[0], atol=1e-6) and np.allclose(rm.cov, a[1], atol=1e-7)
+    assert np.allclose(rm.draw_weight, a[2], atol=1e-6)
+    rm.fit_rows(X, y)
+    assert np.allclose(np.log(rm.predict()[0][idx]), y, atol=0.1)  # the fitted rows end near their values
 
 
 def test_correlation_with_itself_is_one(table):

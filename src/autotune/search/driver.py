@@ -226,7 +226,7 @@ class SearchDriver:
         if n_running == 0 and best is not None and best.value:
             ctx = self._context()
             return stop_reason(ctx.predicted, ctx.uncertainty(), ctx.untried(), best.value, self.cfg.noise,
-                               self.n_dispatched(), min_trials=MIN_TRIALS_TO_CONVERGE)
+                               self.n_dispatched(), min_trials=MIN_TRIALS_TO_CONVERGE, residual=ctx.residual)
         return None
 
     def _context(self):

@@ -21,6 +21,14 @@ layout, the failure this replaces). So the feature widths take the conservative 
 cross-model error is layout-dependent. The intercept width takes the other: the whole error may be one
 offset (the RMS of the residuals); an offset is learnt from the first trial and never changes the ranking.
 
+How wrong the model is differs from one model and cluster to the next, so a search does not take these
+widths as fixed: residual.py updates them from the study's own trials (type-II ML, averaged over a
+hyperprior). The hyperprior's spread comes from the same rows: "scale_sd" is the standard deviation, over
+the models, of the log of each model's leave-one-model-out RMS error (how much "how wrong the model is"
+varies from one model to the next; each model's RMS is itself a noisy estimate, so this overstates the
+true spread a little and lets a study move further from the calibration, not less far). Each group may
+further differ from the others by HYPER_SD, the hyperprior the per-group derivation above uses.
+
 PRIOR_WIDTHS holds the result (rounded), so a search does not refit 12 calibrations at start-up;
 tests/search/test_residual.py recomputes it and checks it matches. Re-derive after the data change:
 `python -c "from autotune.search.priors import derive_priors; print(derive_priors())"`.
@@ -41,7 +49,7 @@ PRIOR_WIDTHS: dict[str, float] = {
     "vpp": 0.1297, "cp": 0.1638, "ep": 0.1186, "recompute": 0.1242, "recompute_1": 0.1195, "dispatcher": 0.1456,
     "max_tokens_per_gpu": 0.1241, "precision_aware_optimizer": 0.1241, "moe_shared_expert_overlap": 0.1168,
     "ep_overlap": 0.1491, "tp_comm_overlap": 0.1199, "cuda_graphs": 0.1342, "moe_capacity_factor": 0.1879,
-    "ep_x_nodes": 0.0572, "pp_x_recompute": 0.0736, "tp_x_hidden": 0.0491,
+    "ep_x_nodes": 0.0572, "pp_x_recompute": 0.0736, "tp_x_hidden": 0.0491, "scale_sd": 1.0045,
 }
 
 
@@ -138,4 +146,12 @@ def derive_priors(rows=None) -> dict[str, float]:
     out = {"feature": t["feature"], "interaction": t["interaction"], "noise": t["sigma"], **per}
     widths = {k: round(float(np.exp(v)), 4) for k, v in out.items()}
     # the intercept: the whole leave-one-model-out error may be one offset for every layout of a model
-    return {"intercept": round(float(np.sqrt(np.mean(r**2))), 4), **widths}
+    return {"intercept": round(float(np.sqrt(np.mean(r**2))), 4), **widths, "scale_sd": scale_spread(rows, r)}
+
+
+def scale_spread(rows, r) -> float:
+    """Std over the models of log(RMS of the model's leave-one-model-out residuals): how much the size of
+    the model's error varies between models (the hyperprior on a study's width scale, residual.py)."""
+    models = sorted({m.model for m in rows})
+    log_rms = [0.5 * np.log(np.mean([x**2 for m, x in zip(rows, r) if m.model == name])) for name in models]
+    return round(float(np.std(log_rms, ddof=1)), 4)

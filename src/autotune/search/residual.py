@@ -1,106 +1,214 @@
-"""What trials teach beyond calibration: a Bayesian linear model of the cost model's remaining error.
+"""What trials teach: a Bayesian linear model of log(measured / predicted by the calibrated cost model).
 
-Calibration fits one factor per time term (physics). What it cannot express, e.g. "the allgather
-dispatcher is 8% slower on this cluster than the model thinks", is learnt here: log(measured / predicted)
-regressed on one-hot layout features (each value of every searched dimension, layout/dimensions.py, plus
-three interactions: EP x nodes the expert group spans, PP x recompute, TP x hidden size) with a Gaussian
-prior per weight. The prior widths are not guesses: priors.py derives them from the calibration's own
-leave-one-model-out residuals (PRIOR_WIDTHS). The noise is Student-t (fitted by iteratively reweighted
-least squares), so one broken trial cannot drag every prediction toward itself. The posterior gives each
-candidate a corrected prediction and its own uncertainty: small near measured layouts, the prior's far
-from them. Pure numpy; a few microseconds per candidate.
+log(measured / predicted) regressed on one-hot layout features (each value of every searched dimension,
+layout/dimensions.py, plus three interactions: EP x nodes the expert group spans, PP x recompute, TP x
+hidden size), e.g. "the allgather dispatcher is 8% slower on this cluster than the model thinks". A
+Gaussian prior per weight, Student-t noise (iteratively reweighted, so one broken trial cannot drag every
+prediction toward itself). The features are the dimensions that set each time term's share of a step, so
+a time term that is off (a slow network) is learnt through them too (measured: adding the terms' own
+factors as columns, d log tokens/s / d log factor with calibrate.fit's prior, changed nothing in the
+benchmark, with terms off by up to 2x).
+
+The feature widths are not guesses, and not fixed: priors.py derives one per feature group from the
+calibration's leave-one-model-out residuals (PRIOR_WIDTHS), and how wrong the model is differs between
+clusters, so each study learns a scale k on every feature width from its own trials (hierarchical
+empirical Bayes): log k has the spread PRIOR_WIDTHS["scale_sd"] the calibration rows show between
+models. The posterior averages over DRAWS values of k (quadrature), each weighted by its marginal
+likelihood (how well the widths explain the trials), and is summarised by its mean and covariance, so every
+consumer sees one Gaussian: the planner, the stop rule, the LLM gate and the uncertainty shown per candidate
+read the same numbers. k^2 averages 1 over the hyperprior, so before any trial the prior variance is exactly
+the calibration's. One scale, not one per group or per kind: measured in bench/search_efficiency.py
+(40 seeds per cell), per-group widths (type-II MAP under priors.HYPER_SD, 9 cells) changed the mean
+trials to the best layout by -7% to +4% and one scale per kind (features, interactions, 5 cells) by -7%
+to +7%, neither consistently; a handful of trials cannot tell ~17 widths apart.
+
+Candidates sharing feature values share weights, so the posterior correlates them: a trial narrows the
+uncertainty of every layout that shares its values (correlation(), the batch rule; deviations(), the stop
+rule). Pure numpy; a refit is a few batched n x n (or p x p) solves, p ~ 70 columns.
 """
 
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
 
 from ..layout import LayoutTable
-from ..layout.dimensions import feature_columns
 from .features import INTERACTIONS, feature_groups
 from .priors import PRIOR_WIDTHS, group_width
 
-__all__ = ["ResidualModel", "features", "feature_columns", "feature_groups", "INTERACTIONS"]
+__all__ = ["ResidualModel", "features", "feature_groups", "INTERACTIONS", "DRAWS"]
 
-def features(t: LayoutTable, vocab: list[dict] | None = None, hidden: int | None = None,
-             gpus_per_node: int = 8) -> tuple[np.ndarray, list[dict], list[str]]:
-    """One-hot encoding (plus an intercept column 0) of each layout's feature values; `vocab` maps values
-    to columns (built from `t` when None). Also returns the group name of every column."""
+# Quadrature points of the width scale's hyperprior (its quantile midpoints): 32 resolve the scale's
+# posterior to 1/32 of the hyperprior's mass, finer than a handful of trials can tell scales apart.
+DRAWS = 32
+
+
+def features(t: LayoutTable, vocab: list[np.ndarray] | None = None, hidden: int | None = None,
+             gpus_per_node: int = 8) -> tuple[np.ndarray, list[np.ndarray], list[str]]:
+    """One-hot encoding (plus an intercept column 0) of each layout's feature values; `vocab` holds each
+    group's sorted values (built from `t` when None; a value outside it gets no column). Also returns the
+    group name of every column."""
     groups = feature_groups(t, hidden, gpus_per_node)
     if vocab is None:
-        vocab = [{v: j for j, v in enumerate(np.unique(c))} for _, c in groups]
-    width = 1 + sum(len(v) for v in vocab)
-    X = np.zeros((len(t), width))
+        vocab = [np.unique(c) for _, c in groups]
+    X = np.zeros((len(t), 1 + sum(len(v) for v in vocab)))
     X[:, 0] = 1.0
     names = ["intercept"]
     off = 1
     for (name, c), voc in zip(groups, vocab):
-        idx = np.array([voc.get(v, -1) for v in c], dtype=np.int64)
-        hit = idx >= 0
-        X[np.flatnonzero(hit), off + idx[hit]] = 1.0
+        pos = np.minimum(np.searchsorted(voc, c), len(voc) - 1)
+        hit = np.flatnonzero(voc[pos] == c)
+        X[hit, off + pos[hit]] = 1.0
         names += [name] * len(voc)
         off += len(voc)
     return X, vocab, names
 
 
+def _scale_draws(groups: list[str], scale_sd: float, n: int) -> np.ndarray:
+    """(n, columns) multipliers of each column's prior variance, k^2 with log k at the n quantile
+    midpoints of N(0, scale_sd^2), normalised so their mean is 1 (the prior variance is the calibration's
+    on average; the median width is smaller and the tails heavier); the intercept's stay 1."""
+    log_k = np.array([NormalDist(0.0, scale_sd).inv_cdf((j + 0.5) / n) for j in range(n)])
+    k2 = np.exp(2 * log_k)
+    k2 /= k2.mean()
+    feat = np.array([_scaled(g) for g in groups])
+    return np.where(feat[None, :], k2[:, None], 1.0)
+
+
+def _scaled(group: str) -> bool:
+    """Whether the width scale applies: layout features and interactions, not the offset."""
+    return group != "intercept"
+
+
 class ResidualModel:
-    """Posterior over per-feature log-corrections; prior N(0, width(group)^2) per weight, Student-t noise.
+    """Posterior over per-feature log-corrections (module docstring).
 
-    `widths` maps group name -> prior std in log units (default: PRIOR_WIDTHS, derived from calibration
-    data); `tau`, when given, overrides every width but the intercept's (the old single-width model).
-    `sigma_n` is the trial-to-trial noise (log units), `nu` the Student-t degrees of freedom (inf: Gaussian).
-    """
+    `widths` maps group name -> prior std in log units (default: PRIOR_WIDTHS); `sigma_n` is the
+    trial-to-trial noise (log units), `nu` the Student-t degrees of freedom (inf: Gaussian);
+    `learn_widths=False` keeps the widths fixed at `widths` (one draw)."""
 
-    def __init__(self, candidates: LayoutTable, tau: float | None = None, sigma_n: float = 0.02, *,
-                 widths: dict[str, float] | None = None, hidden: int | None = None, gpus_per_node: int = 8,
-                 nu: float = 4.0):
+    def __init__(self, candidates: LayoutTable, sigma_n: float = 0.02, *, widths: dict[str, float] | None = None,
+                 hidden: int | None = None, gpus_per_node: int = 8, nu: float = 4.0, learn_widths: bool = True):
         self.hidden, self.gpus_per_node = hidden, gpus_per_node
         self.Xc, self.vocab, self.groups = features(candidates, hidden=hidden, gpus_per_node=gpus_per_node)
         w = dict(PRIOR_WIDTHS if widths is None else widths)
-        self.prior_std = np.array([group_width(w, g) if (tau is None or g == "intercept") else tau
-                                   for g in self.groups])
-        self.tau, self.sigma_n, self.nu = tau, sigma_n, nu
+        self.prior_std = np.array([group_width(w, g) for g in self.groups])
+        self.sigma_n, self.nu = sigma_n, nu
+        self._mult = (_scale_draws(self.groups, w.get("scale_sd", PRIOR_WIDTHS["scale_sd"]), DRAWS)
+                      if learn_widths else np.ones((1, len(self.groups))))
+        self.draw_weight = np.full(len(self._mult), 1.0 / len(self._mult))
         self.mean = np.zeros(self.Xc.shape[1])
         self.cov = np.diag(self.prior_std**2)
         self.weights = np.zeros(0)  # IRLS weight per fitted row (1: an ordinary row; << 1: an outlier)
 
-    def fit(self, measured: LayoutTable, log_ratio: np.ndarray, iters: int = 20) -> None:
-        """log_ratio = log(measured / predicted by the calibrated model) for each measured layout.
+    @classmethod
+    def of_design(cls, X: np.ndarray, prior_std: np.ndarray, sigma_n: float, nu: float = np.inf) -> "ResidualModel":
+        """A model over any one-hot design (rows: candidates) with fixed per-column prior widths; fit with
+        fit_rows(). bench/search_efficiency.py's oracle uses it with a reality's own error structure."""
+        self = cls.__new__(cls)
+        self.hidden, self.gpus_per_node, self.vocab = None, 8, []
+        self.Xc, self.prior_std = np.asarray(X, float), np.asarray(prior_std, float)
+        self.groups = ["intercept"] + ["design"] * (X.shape[1] - 1)
+        self.sigma_n, self.nu, self._mult = sigma_n, nu, np.ones((1, X.shape[1]))
+        self.draw_weight, self.weights = np.ones(1), np.zeros(0)
+        self.mean, self.cov = np.zeros(X.shape[1]), np.diag(self.prior_std**2)
+        return self
 
-        Student-t likelihood by IRLS: each row's weight (nu + 1) / (nu + (r / sigma_n)^2) from its residual
-        under the current posterior mean, so a row many sigmas off counts like a far noisier one."""
-        X, _, _ = features(measured, self.vocab, self.hidden, self.gpus_per_node)
+    def fit(self, measured: LayoutTable, log_ratio: np.ndarray, iters: int = 20) -> None:
+        """log_ratio = log(measured / predicted by the calibrated cost model) for each measured layout."""
+        self.fit_rows(features(measured, self.vocab, self.hidden, self.gpus_per_node)[0], log_ratio, iters)
+
+    def fit_candidates(self, idx, log_ratio: np.ndarray, iters: int = 20) -> None:
+        """fit() on measured candidates, by index."""
+        self.fit_rows(self.Xc[np.asarray(idx, dtype=int)], log_ratio, iters)
+
+    def fit_rows(self, X: np.ndarray, log_ratio: np.ndarray, iters: int = 20) -> None:
+        """fit() on rows encoded like `self.Xc`. Student-t likelihood by IRLS: each row's weight
+        (nu + 1) / (nu + (r / sigma_n)^2) from its residual under the current posterior mean, so a row many
+        sigmas off counts like a far noisier one."""
         y = np.asarray(log_ratio, dtype=float)
-        P = np.diag(1.0 / self.prior_std**2)
         wt = np.ones(len(y))
-        for _ in range(iters):
-            Xw = X * (wt / self.sigma_n**2)[:, None]
-            cov = np.linalg.inv(X.T @ Xw + P)
-            mean = cov @ (Xw.T @ y)
-            if not np.isfinite(self.nu):
-                break
-            r = y - X @ mean
-            new = (self.nu + 1) / (self.nu + (r / self.sigma_n) ** 2)
-            if np.allclose(new, wt, rtol=1e-4, atol=1e-6):
-                wt = new
-                break
+        for _ in range(iters if np.isfinite(self.nu) else 1):
+            self._posterior(X, y, wt, with_cov=False)
+            r = y - X @ self.mean
+            new = (self.nu + 1) / (self.nu + (r / self.sigma_n) ** 2) if np.isfinite(self.nu) else wt
+            done = np.allclose(new, wt, rtol=1e-4, atol=1e-6)
             wt = new
-        self.mean, self.cov, self.weights = mean, cov, wt
+            if done:
+                break
+        self._posterior(X, y, wt, with_cov=True)
+        self.weights = wt
+
+    def _posterior(self, X: np.ndarray, y: np.ndarray, wt: np.ndarray, with_cov: bool,
+                   weight_space: bool | None = None) -> None:
+        """The posterior under every width draw, weighted by its marginal likelihood, then moment-matched.
+
+        A draw with prior variances V gives y ~ N(0, K), K = X V X' + N (N the rows' noise); its weight is
+        that likelihood, its posterior mean V X' K^-1 y and covariance V - V X' K^-1 X V. Computed with n x n
+        solves (n trials), or, once there are more trials than feature columns, with the equivalent p x p
+        ones (A = X'N^-1 X + V^-1: mean A^-1 X'N^-1 y, covariance A^-1, |K| = |A| |V| |N|)."""
+        noise = self.sigma_n**2 / wt
+        V = self.prior_std[None, :] ** 2 * self._mult  # (draws, p)
+        n, p = X.shape
+        weight_space = n > p if weight_space is None else weight_space
+        if not weight_space:
+            XV = X[None] * V[:, None, :]  # (draws, n, p)
+            K = XV @ X.T + np.diag(noise)
+            Kinv = np.linalg.inv(K)
+            alpha = Kinv @ y
+            ll = -0.5 * (np.linalg.slogdet(K)[1] + alpha @ y)
+            means = np.einsum("mnp,mn->mp", XV, alpha)
+        else:
+            b = X.T @ (y / noise)
+            A = (X.T @ (X / noise[:, None]))[None] + np.einsum("mp,pq->mpq", 1.0 / V, np.eye(p))
+            Ainv = np.linalg.inv(A)
+            means = Ainv @ b
+            ll = -0.5 * (np.linalg.slogdet(A)[1] + np.log(V).sum(axis=1) - means @ b)
+        w = np.exp(ll - ll.max())
+        w /= w.sum()
+        keep = np.flatnonzero(w > 1e-9)
+        wk = w[keep] / w[keep].sum()
+        self.draw_weight, self.mean = w, wk @ means[keep]
+        if not with_cov:
+            return
+        if not weight_space:
+            covs = np.einsum("mp,pq->mpq", V[keep], np.eye(p)) - XV[keep].transpose(0, 2, 1) @ (Kinv[keep] @ XV[keep])
+        else:
+            covs = Ainv[keep]
+        second = np.einsum("m,mpq->pq", wk, covs) + (means[keep].T * wk) @ means[keep]
+        self.cov = second - np.outer(self.mean, self.mean)
+
+    def width_scale(self) -> float:
+        """How wide the feature widths are now relative to the calibration's (1 before any trial; < 1 when
+        the trials say the model is less wrong on this cluster than on the calibration rows)."""
+        feat = np.array([_scaled(g) for g in self.groups])
+        return float(np.sqrt(self.draw_weight @ self._mult[:, feat].mean(axis=1))) if feat.any() else 1.0
 
     def predict(self) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate: multiplicative correction exp(x.m) and relative std sqrt(x' C x)."""
-        corr = np.exp(self.Xc @ self.mean)
-        std = np.sqrt(np.einsum("ij,jk,ik->i", self.Xc, self.cov, self.Xc))
-        return corr, std
+        return np.exp(self.Xc @ self.mean), self._std(self.Xc)
+
+    def _std(self, X: np.ndarray) -> np.ndarray:
+        return np.sqrt(np.maximum(np.sum((X @ self.cov) * X, axis=1), 0.0))
+
+    def deviations(self, n: int, rows: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
+        """(candidates, n) joint draws of log(truth / prediction) under the posterior (of `rows` only, a
+        boolean mask, when given); a fixed seed, so a decision made on them is reproducible."""
+        if getattr(self, "_xl", None) is None or self._xl[0] is not self.cov:
+            w, U = np.linalg.eigh(self.cov)  # a square root that tolerates a singular covariance
+            self._xl = (self.cov, self.Xc @ (U * np.sqrt(np.maximum(w, 0.0))))
+        XL = self._xl[1] if rows is None else self._xl[1][rows]
+        return XL @ np.random.default_rng(seed).standard_normal((XL.shape[1], n))
 
     def diff_std(self, ref: int) -> np.ndarray:
         """Std of log(candidate / candidate `ref`) under the posterior: what ranking them hinges on (an
         error every layout shares, such as the intercept, cancels)."""
-        D = self.Xc - self.Xc[ref]
-        return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", D, self.cov, D), 0.0))
+        return self._std(self.Xc - self.Xc[ref])
 
     def correlation(self, i: int) -> np.ndarray:
         """Posterior correlation of every candidate's log-correction with candidate i's."""
         ci = self.Xc @ (self.cov @ self.Xc[i])
-        sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", self.Xc, self.cov, self.Xc), 1e-30))
+        sd = np.maximum(self._std(self.Xc), 1e-15)
         return ci / (sd * sd[i])
+

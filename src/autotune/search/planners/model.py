@@ -2,12 +2,14 @@
 
 Each untried candidate's throughput is uncertain: the calibrated cost model, corrected by the residual
 model, with the residual model's per-candidate uncertainty (ctx.uncertainty(); wide for layouts unlike
-anything measured, narrow near measured ones). The planner ranks candidates by the expected amount by
+anything measured, narrow near measured ones, and as wide as the trials say the model is wrong on this
+cluster: the residual model learns its own width scale). The planner ranks candidates by the expected amount by
 which they beat the incumbent per GPU-hour their trial costs (search/acquisition.py); a batch for
 `--parallel` is picked with the believer rule, so parallel trials test different hypotheses. Before any
 measurement the "incumbent" is the best prediction: the first trial goes where the model, widened by its
-uncertainty, expects the most. As measurements arrive the driver refits the calibration and the residual
-model, and the predictions, uncertainties and so the ranking move.
+uncertainty, expects the most. As measurements arrive the driver refits the residual model (time-term
+factors and layout features in one posterior, search/candidates.believe), and the predictions,
+uncertainties and so the ranking move.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ class ModelPlanner(Planner):
         ei = expected_improvement(ctx.predicted[picks], sigma[picks], ref)
         pi = prob_improvement(ctx.predicted[picks], sigma[picks], ref, ctx.noise)
         what = "the best measured" if best is not None else "the best prediction"
+        scale = getattr(ctx.residual, "width_scale", None)
+        learnt = f"; model error x{scale():.2f} the calibration's, learnt from the trials" if scale and best else ""
         out = []
         for n, i in enumerate(picks):
             out.append(Proposal(ctx.table.row(i), (
                 f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (+/-{sigma[i]:.0%}); {pi[n]:.0%} chance to beat "
                 f"{what} ({ref:,.0f}) by > {ctx.noise:.0%}, expected gain {ei[n]:.1%} for {cost[i]:.1f} GPU-h: "
-                f"the most per GPU-hour among {int(open_.sum())} untried")))
+                f"the most per GPU-hour among {int(open_.sum())} untried{learnt}")))
         return out

@@ -1,0 +1,42 @@
+"""The search's belief about its candidates: trials on a cluster whose TP communication is slower than the
+catalog says move the ranking's predictions toward the truth (the residual model, through the layout
+features that set the term's share) and the refitted calibration's factor for that term (the breakdowns
+that say why a layout is slow)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autotune.catalog import ClusterSpec, Workload, load_model
+from autotune.cost import evaluate
+from autotune.search.candidates import Candidates
+from autotune.space import load_space
+
+
+@pytest.fixture()
+def cands():
+    m = load_model("Llama-3.1-70B")
+    return Candidates(m, ClusterSpec.of("H100", 32), Workload(), load_space(None, m))
+
+
+def test_trials_on_a_slow_network_move_the_ranking_and_the_breakdowns(cands):
+    base = cands.base_calibration
+    scale = dict(base.time.scale, tp_comm=base.time.scale.get("tp_comm", 1.0) * 3.0)
+    slow = dataclasses.replace(base, time=dataclasses.replace(base.time, scale=scale))
+    truth = evaluate(cands.model, cands.workload, cands.cluster, cands.table, slow).time.tokens_per_s_per_gpu
+    assert cands.calibration is base and cands.ev.time.tokens_per_s_per_gpu == pytest.approx(cands.base_pred)
+    tried = np.random.default_rng(0).choice(len(cands), 8, replace=False)
+    for i in tried:
+        cands.learn(cands.table.row(int(i)), float(truth[i]), "test")
+    untried = np.setdiff1d(np.arange(len(cands)), tried)
+
+    def spread(pred):  # error relative to the other candidates (an offset every layout shares cancels)
+        r = np.log(pred / truth)[untried]
+        return float(np.sqrt(np.mean((r - np.median(r)) ** 2)))
+
+    assert spread(cands.pred) < 0.75 * spread(cands.base_pred)  # 8 trials of 1,000+: a third of the error gone
+    assert cands.calibration.time.scale["tp_comm"] > 1.3 * base.time.scale.get("tp_comm", 1.0)
+    assert cands.ev.time.tokens_per_s_per_gpu[untried].mean() < cands.base_pred[untried].mean()

@@ -1,0 +1,60 @@
+"""bench/search_efficiency.py measures the product: its learner is the driver's (candidates.believe), its
+oracle is a true floor, and its explanation of a missed run names the numbers."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.search.candidates import Candidates
+from autotune.space import load_space
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "search_efficiency.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("search_efficiency", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["search_efficiency"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def setup(bench):
+    return bench.Setup(("Llama-3.1-70B", "H100", 32))
+
+
+def test_the_bench_believes_what_the_driver_believes(bench, setup):
+    cands = Candidates(setup.model, setup.cluster, setup.workload, load_space(None, setup.model), noise=0.02)
+    assert cands.keys == setup.keys
+    rng = np.random.default_rng(1)
+    measured = []
+    for i in rng.choice(len(setup.keys), 4, replace=False):
+        v = float(cands.pred[i] * rng.uniform(0.7, 1.3))
+        cands.learn(cands.table.row(int(i)), v)
+        measured.append((int(i), v))
+    pred, std, _ = setup.belief(measured, 0.02)
+    assert np.allclose(pred, cands.pred, rtol=1e-9) and np.allclose(std, cands.pred_std, rtol=1e-9)
+
+
+def test_the_oracle_knows_a_terms_only_reality(bench, setup):
+    # with no per-feature error the oracle's prior is the truth: its first trial is reality's best
+    reality = bench.Reality("terms", setup.model, setup.cluster, setup.workload, setup.table,
+                            np.random.default_rng(0), 0.3)
+    run = bench.one_run(setup, reality, "oracle", 0, 5, 0.02)
+    assert run.trials == 1
+
+
+def test_a_missed_run_is_explained_with_its_numbers(bench, setup):
+    reality = bench.Reality("f20+int", setup.model, setup.cluster, setup.workload, setup.table,
+                            np.random.default_rng(3), 0.3)
+    run = bench.one_run(setup, reality, "model", 3, 1, 0.02)
+    assert run.trials is None  # one trial rarely finds the best under +-20% per feature value
+    line = bench.explain(setup, reality, run, 0.02)
+    assert "first predicted rank" in line and "last belief" in line and "width scale" in line
