@@ -1,5 +1,7 @@
 """Layout: labels, derived degrees, Megatron's rules with the nearest legal alternative, arguments."""
 
+import dataclasses
+
 import pytest
 
 from autotune.catalog import Workload, load_model
@@ -165,3 +167,15 @@ def test_the_overlap_graph_drop_and_offload_settings_round_trip_through_megatron
         for f in ("ep_overlap", "tp_comm_overlap", "cuda_graphs", "moe_capacity_factor", "activation_offload_layers"):
             assert getattr(back, f) == getattr(lay, f), (f, argv)
     assert "--tp-comm-overlap" not in format_args(layout_args(Layout(world=8, tp_comm_overlap=True)))  # TP 1
+
+
+def test_settings_label_tells_layouts_of_one_label_apart():
+    from autotune.layout.describe import full_label, settings_label
+
+    a = Layout(world=32, tp=2, pp=4, ep=8, recompute=Recompute.parse("full:block:2"), max_tokens_per_gpu=8192)
+    b = dataclasses.replace(a, moe_shared_expert_overlap=True, optimizer_offload=0.5)
+    assert a.label() == b.label() and settings_label(a) != settings_label(b)
+    assert settings_label(a) == "full:block:2, alltoall, max 8,192 tokens/GPU"
+    assert settings_label(b).endswith("moe shared expert overlap, optimizer offload 0.5")
+    assert settings_label(dataclasses.replace(a, distributed_optimizer=False)).endswith("no distributed optimizer")
+    assert full_label(Layout(world=8), moe=False) == "TP1 PP1 DP8 [no recompute]"

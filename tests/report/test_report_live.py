@@ -20,7 +20,7 @@ def _events(view: LiveView) -> None:
                                    "predicted": 2500.0, "source": "measured", "peak_memory_bytes": 120 * GiB,
                                    "gpu_hours": 3.0, "wall_s": 42.0})
         view.on_event("dispatched", {"number": 2, "layout": "TP2 PP2 EP8 DP8", "predicted": {"tokens_per_s_per_gpu": 2600.0},
-                                     "why": "x"})
+                                     "why": "predicted 2,600 tokens/s/GPU (+/-10%)", "settings": "no recompute, flex"})
         view.on_event("finished", {"number": 2, "layout": "TP2 PP2 EP8 DP8", "status": "oom", "value": None,
                                    "predicted": 2600.0, "source": "measured", "reason": "CUDA out of memory",
                                    "gpu_hours": 1.5})
@@ -38,7 +38,8 @@ def test_plain_lines_when_not_a_terminal():
     assert lines[1] == "trial 1 screened: TP1 PP1 EP8 DP32: predicted OOM: 190.2 GiB > 139.8"
     assert lines[2] == ("trial 0 measured: TP1 PP4 EP8 DP8 2,400.0 tokens/s/GPU (predicted 2,500.0), MFU 12.0%, peak "
                         "120.0 GiB, 42.0 s | 1/2 trials, 3.0/10 GPU-hours, best 2,400.0 (TP1 PP4 EP8 DP8, trial 0)")
-    assert lines[3].startswith("trial 2 dispatched: TP2 PP2 EP8 DP8, predicted 2,600.0")
+    # a rationale that gives the prediction is not repeated; the settings tell two trials of one label apart
+    assert lines[3] == "trial 2 dispatched: TP2 PP2 EP8 DP8 [no recompute, flex]: predicted 2,600 tokens/s/GPU (+/-10%)"
     assert lines[4].startswith("trial 2 oom: TP2 PP2 EP8 DP8 (predicted 2,600.0)") and "CUDA out of memory" in lines[4]
     assert "2/2 trials, 4.5/10 GPU-hours" in lines[4]
     assert lines[5] == "search stopped: trial budget reached (2 trials); 2/2 trials, 4.5/10 GPU-hours, best 2,400.0 (TP1 PP4 EP8 DP8, trial 0)"

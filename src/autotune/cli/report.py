@@ -13,12 +13,13 @@ TOP = 20  # trials in the table; the dashboard and --json have them all
 
 def render_outcome(out: dict) -> None:
     t = Table(title=f"study {out['study']}: trials ranked ({out['backend']} backend)")
-    for col in ("rank", "trial", "layout", "recompute", "disp.", "predicted", "measured", "MFU", "$/1M", "peak GiB", "state"):
+    for col in ("rank", "trial", "layout", "settings", "predicted", "measured", "MFU", "$/1M", "peak GiB", "state"):
         t.add_column(col, justify="right" if col in ("rank", "trial", "predicted", "measured", "MFU", "$/1M", "peak GiB") else "left")
     order = sorted(out["trials"], key=lambda r: -(r["value"] or 0))
     for k, r in enumerate(order[:TOP], 1):
         fmt = lambda v: f"{v:,.1f}" if v else "-"  # noqa: E731
-        t.add_row(str(k) if r["value"] else "-", str(r["number"]), r["layout"], r["recompute"], r["dispatcher"],
+        t.add_row(str(k) if r["value"] else "-", str(r["number"]), r["layout"],
+                  r.get("settings") or f"{r['recompute']}, {r['dispatcher']}",
                   fmt(r["predicted"]), fmt(r["measured"]), f"{r.get('mfu', 0):.1%}" if r["value"] else "-",
                   f"{r['usd_per_million_tokens']:.2f}" if r["value"] and r.get("usd_per_million_tokens") else "-",
                   f"{r.get('peak_memory_bytes', 0) / GiB:.1f}", r["state"])

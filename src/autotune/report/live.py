@@ -6,7 +6,7 @@ On a terminal it is a rich Live panel; when the console is not a terminal (CI lo
 plain line per event instead, so a log reads top to bottom. It consumes the search's events through
 `on_event(kind, data)`:
 
-  dispatched {number, layout, predicted, why}
+  dispatched {number, layout, predicted, why, settings?}
   screened   {number, layout, reason}
   finished   {number, layout, status, value, predicted, source, peak_memory_bytes?, gpu_hours?, wall_s?, mfu?}
   done       {stop_reason}
@@ -87,8 +87,13 @@ class LiveView:
         n = int(d.get("number", -1))
         if kind == "dispatched":
             self.rows[n] = _Row(n, str(d.get("layout", "?")), predicted=_tps(d.get("predicted")), started=time.monotonic())
-            self._line(f"trial {n} dispatched: {self.rows[n].layout}, predicted {_f(self.rows[n].predicted)} "
-                       f"tokens/s/GPU" + (f" ({d['why']})" if d.get("why") else ""))
+            what = self.rows[n].layout + (f" [{d['settings']}]" if d.get("settings") else "")
+            why = str(d.get("why") or "")
+            if why.startswith("predicted"):  # the rationale gives the prediction itself (the model-guided planner)
+                self._line(f"trial {n} dispatched: {what}: {why}")
+            else:
+                self._line(f"trial {n} dispatched: {what}, predicted {_f(self.rows[n].predicted)} tokens/s/GPU"
+                           + (f" ({why})" if why else ""))
         elif kind == "screened":
             self.screened += 1
             self.rows[n] = _Row(n, str(d.get("layout", "?")), state="screened", reason=str(d.get("reason") or ""))

@@ -21,6 +21,7 @@ from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..errors import BadInput
 from ..killpoints import kill_point
 from ..layout import Layout
+from ..layout.describe import settings_label
 from ..layout.dimensions import layout_key
 from ..space import SearchSpace
 from ..trials.backends import Backend, Handle
@@ -262,6 +263,7 @@ class SearchDriver:
         self._why[number] = attrs.why
         kill_point("submitted")
         self.emit("dispatched", {"number": number, "layout": attrs.label, "predicted": pred, "why": attrs.why,
+                                 "settings": settings_label(lay, self.model.is_moe),
                                  "peak_memory_bytes": prediction.peak_bytes})
 
     def _spec(self, lay: Layout, number: int, prediction) -> TrialSpec:

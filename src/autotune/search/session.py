@@ -18,6 +18,7 @@ from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..cost import evaluate
 from ..killpoints import kill_point
 from ..layout import LayoutTable
+from ..layout.describe import settings_label
 from ..space import SearchSpace
 from ..trials.backends import Backend
 from ..trials.prediction import prediction_of
@@ -134,6 +135,7 @@ class SearchSession:
             rows.append({
                 "number": r.number, "layout": r.layout.label(self.model.is_moe), "recompute": str(r.layout.recompute),
                 "dispatcher": r.layout.dispatcher, "optimizer_offload": r.layout.optimizer_offload,
+                "settings": settings_label(r.layout, self.model.is_moe),
                 "status": r.status,
                 "state": r.status if r.status != "ok" else ("measured" if r.source == "measured" else "predicted"),
                 "predicted": r.predicted, "measured": r.value if r.source == "measured" else None, "value": r.value,

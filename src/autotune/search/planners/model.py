@@ -44,9 +44,11 @@ class ModelPlanner(Planner):
         ref = best if best is not None else float(np.max(ctx.predicted[open_]))
         ei = expected_improvement(ctx.predicted[picks], sigma[picks], ref)
         pi = prob_improvement(ctx.predicted[picks], sigma[picks], ref, ctx.noise)
-        what = "the best measured" if best is not None else "the best prediction"
+        measured = any(r.status == "ok" and r.source == "measured" for r in ctx.history)
+        what = ("the best measured" if measured else "the best simulated trial") if best is not None else "the best prediction"
         scale = getattr(ctx.residual, "width_scale", None)
-        learnt = f"; model error x{scale():.2f} the calibration's, learnt from the trials" if scale and best else ""
+        # the simulator's trials are predictions: nothing is learnt from them, so the scale is only news when measured
+        learnt = f"; model error x{scale():.2f} the calibration's, learnt from the trials" if scale and measured else ""
         out = []
         for n, i in enumerate(picks):
             out.append(Proposal(ctx.table.row(i), (
