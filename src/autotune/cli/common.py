@@ -122,8 +122,9 @@ BatchOpt = typer.Option(128, "--global-batch", help="Rows per optimizer step (th
 GradsOpt = typer.Option("fp32", "--grads", help="Gradient buffers and their DP reduction: fp32 "
                         "(--accumulate-allreduce-grads-in-fp32, the seed) or bf16 (Megatron's default: half the "
                         "gradient memory and DP traffic).")
-PrecisionOpt = typer.Option("bf16", "--precision", help="bf16, or a Transformer Engine FP8 recipe: fp8-delayed, "
-                            "fp8-tensorwise (per-tensor current scaling), fp8-blockwise, mxfp8 (Blackwell).")
+PrecisionOpt = typer.Option("bf16", "--precision", help="bf16, or a Transformer Engine low-precision recipe: "
+                            "fp8-delayed, fp8-tensorwise (per-tensor current scaling), fp8-blockwise, mxfp8 (Blackwell), "
+                            "nvfp4 (Blackwell: FP4 linears, attention and the output layer in BF16).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
 
 
