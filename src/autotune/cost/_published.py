@@ -281,7 +281,7 @@ def map_row(row: dict) -> dict | str:
         layout["recompute"] = Recompute.parse(preset[3])
         assumed.append(f"recompute {preset[3]} ({preset[4]})")
     fsdp_on = bool(layout["fsdp"])
-    assumed += settings["read"]
+    assumed += settings["read"] + ([row["_reading"]] if row.get("_reading") else [])
     training, training_how = training_of(name, row)
     assumed += training_how + [why for src, model, prec, why in _PRECISION_GAPS
                                if source.startswith(src) and name == model and precision == prec]
@@ -304,6 +304,7 @@ def map_row(row: dict) -> dict | str:
                             precision=precision, fp8_param_gather=fp8_pg,
                             tokens_per_s_per_gpu=tps or 1.0, **training, **settings["workload"]),
         "tflops": tflops if tps is None else None,
+        "recipe_layout": settings.get("recipe_layout"),
         "source": src,
     }
 

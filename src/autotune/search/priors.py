@@ -37,11 +37,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.2618, "feature": 0.1289, "interaction": 0.0583, "noise": 0.1349, "tp": 0.0931, "pp": 0.1162,
-    "vpp": 0.1297, "cp": 0.1638, "ep": 0.1186, "recompute": 0.1242, "recompute_1": 0.1195, "dispatcher": 0.1456,
-    "max_tokens_per_gpu": 0.1241, "precision_aware_optimizer": 0.1241, "moe_shared_expert_overlap": 0.1168,
-    "ep_overlap": 0.1491, "tp_comm_overlap": 0.1199, "cuda_graphs": 0.1342, "moe_capacity_factor": 0.1879,
-    "ep_x_nodes": 0.0572, "pp_x_recompute": 0.0736, "tp_x_hidden": 0.0491,
+    "intercept": 0.2561, "feature": 0.1283, "interaction": 0.0677, "noise": 0.1266, "tp": 0.0917, "pp": 0.1136,
+    "vpp": 0.1385, "cp": 0.1629, "ep": 0.1209, "recompute": 0.1195, "recompute_1": 0.1208, "dispatcher": 0.127,
+    "max_tokens_per_gpu": 0.1246, "precision_aware_optimizer": 0.1246, "moe_shared_expert_overlap": 0.1141,
+    "ep_overlap": 0.1425, "tp_comm_overlap": 0.1206, "cuda_graphs": 0.1272, "moe_capacity_factor": 0.1918,
+    "ep_x_nodes": 0.0665, "pp_x_recompute": 0.09, "tp_x_hidden": 0.0526,
 }
 
 
