@@ -34,7 +34,7 @@ from pathlib import Path
 
 RELEASES = ("v0.2.0", "v0.2.2", "v0.3.0", "v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2", "v0.5.0", "v0.5.1")
 MODELS = {"DEEPSEEK_V3": "DeepSeek-V3", "GPT_OSS_120B": "gpt-oss-120b", "QWEN3_30B_A3B": "Qwen3-30B-A3B",
-          "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B",
+          "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B", "LLAMA3_8B": "Llama-3.1-8B",
           "NEMOTRON_3_NANO": "NVIDIA-Nemotron-3-Nano-30B-A3B", "NEMOTRON_3_SUPER": "NVIDIA-Nemotron-3-Super-120B-A12B"}
 PRECISIONS = {"BF16": "bf16", "FP8_CS": "fp8-tensorwise", "FP8_MX": "mxfp8", "FP8_SC": "fp8-blockwise",
               "FP8_DS": "fp8-delayed", "NVFP4": "nvfp4"}
@@ -193,6 +193,18 @@ for _gpu, _mbs in (("GB300", 8), ("GB200", 4)):
                        ep=8, mbs=_mbs, gbs=512, cuda_graphs="full", dispatcher="flex",
                        unmodelled="paged_stash", recipe=f"qwen3_30b_a3b_pretrain_8gpu_{_gpu.lower()}_fp8mx_config",
                        file=_P6.format(f"qwen/{_gpu.lower()}/qwen3_moe.py")))
+for _gpu, _tp in (("GB300", 1), ("GB200", 2)):  # Nemotron 3 Super: HybridEP flex, partial TE graphs
+    for _prec, _p in (("bf16", "bf16"), ("mxfp8", "fp8mx"), ("nvfp4", "nvfp4")):
+        MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Super-120B-A12B", gpu=_gpu, precision=_prec, tp=_tp,
+                           pp=1, cp=1, vp=1, ep=64, mbs=1, gbs=512, cuda_graphs="attn", dispatcher="flex",
+                           recipe=f"nemotron_3_super_pretrain_64gpu_{_gpu.lower()}_{_p}_config",
+                           file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
+for _gpu, _mbs in (("GB300", 4), ("GB200", 2)):  # Nemotron 3 Nano: EP8, HybridEP flex, TE graphs
+    for _prec, _p in (("bf16", "bf16"), ("mxfp8", "fp8mx"), ("nvfp4", "nvfp4")):
+        MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Nano-30B-A3B", gpu=_gpu, precision=_prec, tp=1,
+                           pp=1, cp=1, vp=1, ep=8, mbs=_mbs, gbs=512, cuda_graphs="attn", dispatcher="flex",
+                           recipe=f"nemotron_3_nano_pretrain_8gpu_{_gpu.lower()}_{_p}_config",
+                           file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
 for _gpu, _pp, _vp, _ep in (("GB300", 2, 8, 32), ("GB200", 4, 4, 64)):
     MANUAL.append(dict(release="v0.6.0", model="DeepSeek-V3", gpu=_gpu, precision="mxfp8", tp=1, pp=_pp, cp=1, vp=_vp,
                        ep=_ep, mbs=1, gbs=4096, cuda_graphs="full", dispatcher="flex", recompute="selective",
