@@ -58,6 +58,8 @@ class Measurement:
     train_mtp: bool = False  # the MTP block trained with the model (see Workload.train_mtp)
     mtp_passes: int = 0
     force_balance: bool = False  # --moe-router-force-load-balancing (published MoE benchmarks)
+    framework: str = "megatron"  # catalog.FRAMEWORKS: the stack that ran it (its memory behaviour)
+    optimizer_state_bytes: float = 0.0  # per owned parameter; 0: the framework's own
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -86,7 +88,8 @@ class Measurement:
                         load_balancing_loss=self.load_balancing_loss, grads_fp32=self.grads_fp32,
                         precision=self.precision, fp8_param_gather=self.fp8_param_gather,
                         train_mtp=self.train_mtp, mtp_passes=self.mtp_passes,
-                        force_balance=self.force_balance)
+                        force_balance=self.force_balance, framework=self.framework,
+                        optimizer_state_bytes=self.optimizer_state_bytes)
 
     @property
     def cluster(self) -> ClusterSpec:

@@ -37,11 +37,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.2584, "feature": 0.1341, "interaction": 0.0693, "noise": 0.1281, "tp": 0.0948, "pp": 0.1176,
-    "vpp": 0.1437, "cp": 0.165, "ep": 0.1232, "recompute": 0.1384, "recompute_1": 0.126, "dispatcher": 0.1308,
-    "max_tokens_per_gpu": 0.1311, "precision_aware_optimizer": 0.1311, "moe_shared_expert_overlap": 0.1192,
-    "ep_overlap": 0.1468, "tp_comm_overlap": 0.1263, "cuda_graphs": 0.1323, "moe_capacity_factor": 0.198,
-    "ep_x_nodes": 0.0676, "pp_x_recompute": 0.0907, "tp_x_hidden": 0.0546,
+    "intercept": 0.2611, "feature": 0.1386, "interaction": 0.0764, "noise": 0.1215, "tp": 0.0955, "pp": 0.1232,
+    "vpp": 0.1406, "cp": 0.1517, "ep": 0.1328, "recompute": 0.1422, "recompute_1": 0.126, "dispatcher": 0.1389,
+    "max_tokens_per_gpu": 0.1339, "precision_aware_optimizer": 0.1339, "moe_shared_expert_overlap": 0.1241,
+    "ep_overlap": 0.1536, "tp_comm_overlap": 0.1269, "cuda_graphs": 0.136, "moe_capacity_factor": 0.2061,
+    "ep_x_nodes": 0.0753, "pp_x_recompute": 0.1087, "tp_x_hidden": 0.0545,
 }
 
 
