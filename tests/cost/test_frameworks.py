@@ -126,3 +126,25 @@ def test_published_rows_read_their_sources_stacks_and_all_fit():
                      / m.cluster.gpu.memory_bytes for m in kept])
     worst = int(np.argmax(peak))
     assert peak[worst] <= 1.0, f"{kept[worst].label()} ({kept[worst].source}) predicted at {peak[worst]:.0%} of HBM"
+
+
+def test_linears_a_recipe_keeps_out_of_nvfp4_run_at_their_own_peak():
+    from autotune.cost._quant import linear_time_scale
+    from autotune.cost.time import TimeCoefficients as TC
+    m = load_model("NVIDIA-Nemotron-3-Super-120B-A12B")
+    t = LayoutTable.from_layouts([Layout(world=64, ep=64)])
+    gpu = ClusterSpec.of("B200", 64).gpu
+    w = Workload(precision="nvfp4")
+    lin = gpu.fp4_tflops * 1e12 * TC().fp8_gemm
+    assert linear_time_scale(m, w, t, 1, gpu, TC(), lin) == (1.0, 1.0)  # nothing exempt: no cost
+    every = dataclasses.replace(w, bf16_layers_end=m.num_layers)
+    d, e = linear_time_scale(m, every, t, 1, gpu, TC(), lin)
+    assert d[0, 0] == pytest.approx(lin / (gpu.bf16_tflops * 1e12)) and e[0, 0] == pytest.approx(d[0, 0])
+    recipe = dataclasses.replace(w, bf16_layers_end=14, quant_overrides=(("attention", "bf16"), ("mamba_out_proj", "mxfp8")))
+    d, e = linear_time_scale(m, recipe, t, 1, gpu, TC(), lin)
+    assert 1.0 < e[0, 0] < d[0, 0] < lin / (gpu.bf16_tflops * 1e12)  # experts only lose the last 14 layers
+    with pytest.raises(BadInput, match="quant_overrides"):
+        Workload(precision="nvfp4", quant_overrides=(("router", "bf16"),))
+    kept, _ = published_measurements()
+    sup = [k for k in kept if k.model == m.name and k.precision == "nvfp4" and k.source.startswith("Megatron-Bridge")]
+    assert sup and all(k.bf16_layers_end == 14 and "te_quant.cfg" in k.source for k in sup)

@@ -16,12 +16,16 @@ from dataclasses import dataclass
 
 from ..errors import BadInput
 
-__all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT", "FRAMEWORKS"]
+__all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT", "FRAMEWORKS", "QUANT_MODULES"]
 
 # the training framework whose memory behaviour the cost model applies (cost/_state.py, cost/_sac.py): Megatron-core
 # (what autotune emits and runs); the others describe published measurements: torchtitan (torch FSDP2 on an fp32 model,
 # per-op selective activation checkpointing), NeMo AutoModel (torch FSDP2 on a BF16 model), Meta's Llama 3 stack
 FRAMEWORKS = ("megatron", "torchtitan", "automodel", "llama3")
+# TE linears a low-precision recipe may keep in another format (`quant_overrides`, cost/_quant.py): attention's QKV and
+# output projections, LatentMoE's latent projections, Mamba's out_proj; the formats they may keep
+QUANT_MODULES = ("attention", "latent_proj", "mamba_out_proj")
+QUANT_OVERRIDE_FORMATS = ("bf16", "mxfp8")
 
 # precision -> (Megatron --fp8-format, --fp8-recipe); None: BF16 everywhere. Transformer Engine quantises the
 # inputs of every TE linear (QKV, projections, MLP, grouped experts); attention's core and the output layer
@@ -78,6 +82,10 @@ class Workload:
     framework: str = "megatron"  # FRAMEWORKS: whose weights, gradients, optimizer state and "selective" recompute
     # optimizer state per parameter a rank owns, bytes; 0: the framework's own (Megatron: fp32 master + Adam m, v, 12)
     optimizer_state_bytes: float = 0.0
+    # low-precision recipes only: the last N decoder layers' linears in BF16 (--first-last-layers-bf16
+    # --num-layers-at-end-in-bf16 N), and (module, format) pairs a recipe keeps out of its format (QUANT_MODULES)
+    bf16_layers_end: int = 0
+    quant_overrides: tuple = ()
 
     def __post_init__(self):
         if self.seq_len <= 0 or self.seq_len % 128:
@@ -94,6 +102,13 @@ class Workload:
         if isinstance(self.optimizer_state_bytes, bool) or not 0 <= self.optimizer_state_bytes <= 32:
             raise BadInput(f"optimizer_state_bytes {self.optimizer_state_bytes!r}: bytes per owned parameter, 0 to 32 "
                            "(0: the framework's own, e.g. 12 for fp32 master + Adam m, v)")
+        if isinstance(self.bf16_layers_end, bool) or not isinstance(self.bf16_layers_end, int) or self.bf16_layers_end < 0:
+            raise BadInput(f"bf16_layers_end {self.bf16_layers_end!r}: a non-negative number of decoder layers")
+        bad = [o for o in self.quant_overrides if not (isinstance(o, (tuple, list)) and len(o) == 2
+                                                       and o[0] in QUANT_MODULES and o[1] in QUANT_OVERRIDE_FORMATS)]
+        if bad:
+            raise BadInput(f"quant_overrides {bad!r}: (module, format) pairs, module one of {', '.join(QUANT_MODULES)}, "
+                           f"format one of {', '.join(QUANT_OVERRIDE_FORMATS)}")
         if self.framework not in FRAMEWORKS:
             raise BadInput(f"framework {self.framework!r}: choose one of {', '.join(FRAMEWORKS)}")
         if self.optimizer != "adam":

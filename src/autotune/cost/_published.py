@@ -94,13 +94,6 @@ _TRAINING_PRESETS = [
     ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Super-120B-A12B", {"train_mtp": True, "mtp_passes": 2},
      "MTP trained, the one MTP block run twice (Megatron-Bridge Super recipe: mtp_num_layers 2, repeated layer)"),
 ]
-# (source prefix, catalog model, precision) -> what the source's recipe does that the model leaves out
-_PRECISION_GAPS = [
-    ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Super-120B-A12B", "nvfp4",
-     "NVFP4 on every TE linear, though the Super recipe keeps attention, the latent projections, MTP and the "
-     "last 14 of 88 layers in BF16 and Mamba out_proj in MXFP8 (perf_recipes/nemotronh/te_quant.cfg, "
-     "nemotron_3_super_bf16_with_nvfp4_mixed): not modelled, so these rows are predicted too fast"),
-]
 _MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "gpt-oss-20b", "Mixtral-8x7B-v0.1",
         "Mixtral-8x22B-v0.1", "Qwen3-Next-80B-A3B-Instruct", "Qwen3.5-122B-A10B", "NVIDIA-Nemotron-3-Nano-30B-A3B",
         "NVIDIA-Nemotron-3-Super-120B-A12B"}
@@ -281,8 +274,7 @@ def map_row(row: dict) -> dict | str:
     fsdp_on = bool(layout["fsdp"])
     assumed += settings["read"] + ([row["_reading"]] if row.get("_reading") else [])
     training, training_how = training_of(name, row)
-    assumed += training_how + [why for src, model, prec, why in _PRECISION_GAPS
-                               if source.startswith(src) and name == model and precision == prec]
+    assumed += training_how
     stack, stack_how = source_settings(row, source, name, precision)
     assumed += [s for s, cond in (("recompute none", not row.get("recompute") and not preset and not recipe_rc),
                                   ("FSDP: parameters, gradients and optimizer sharded over DP", fsdp_on),

@@ -14,6 +14,8 @@ weights, gradients and "selective" recompute apply: catalog.FRAMEWORKS) and the 
     Megatron-LM scripts that follow NeMo's; Nemotron-4 340B's optimizer state in BF16 with no master copy (the
     release's nemotron/nemotron_340b.yaml: distributed_fused_adam dtype: bf16; NeMo's MegatronBaseModel stores no
     master parameters when the optimizer dtype is the model's): 4 B per owned parameter (m, v).
+  - Megatron-Bridge's Nemotron 3 Super NVFP4 recipe keeps linears out of NVFP4 (Workload.bf16_layers_end,
+    quant_overrides; cost/_quant.py).
   - torchtitan, NeMo AutoModel, the Llama 3 paper: their frameworks (cost/_state.py, cost/_sac.py); torchtitan rows
     that say "fp8 FSDP all-gather" gather parameters in FP8.
 Other sources: fp32 gradients (the seed's setting), Megatron's optimizer state. No torch, no ray.
@@ -40,6 +42,12 @@ _RULES = (
     ("NeMo 24.07", None, "Nemotron-4-340B", {"optimizer_state_bytes": 4.0},
      f"BF16 Adam state without a master copy ({_LAUNCHER}/nemotron/nemotron_340b.yaml: distributed_fused_adam "
      "dtype bf16)"),
+    ("Megatron-Bridge perf", "nvfp4", "NVIDIA-Nemotron-3-Super-120B-A12B",
+     {"bf16_layers_end": 14, "quant_overrides": (("attention", "bf16"), ("latent_proj", "bf16"),
+                                                 ("mamba_out_proj", "mxfp8"))},
+     "the Super NVFP4 recipe's last 14 layers, attention and latent projections in BF16 and Mamba out_proj in MXFP8 "
+     "(nemotron_3_super_bf16_with_nvfp4_mixed; scripts/performance/configs/nemotronh/te_quant.cfg); its MTP block "
+     "in BF16 is not modelled"),
     ("torchtitan", None, None, {"framework": "torchtitan"}, "torchtitan's FSDP2 state and per-op selective AC"),
     ("NeMo AutoModel", None, None, {"framework": "automodel"}, "NeMo AutoModel's FSDP2 state on a BF16 model"),
     ("Llama 3 Herd", None, None, {"framework": "llama3"},
@@ -48,7 +56,8 @@ _RULES = (
 
 
 def source_settings(row: dict, source: str, model: str, precision: str) -> tuple[dict, list[str]]:
-    """Measurement keywords (grads_fp32, fp8_param_gather, optimizer_state_bytes, framework) and readings."""
+    """Measurement keywords (grads_fp32, fp8_param_gather, optimizer_state_bytes, framework, bf16_layers_end,
+    quant_overrides) and readings."""
     out: dict = {"grads_fp32": True, "fp8_param_gather": False}
     read: list[str] = []
     for prefix, prec, name, settings, why in _RULES:

@@ -27,6 +27,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from ._comm import a2a_time, group_bw, link_bandwidths, ring_bw, routing_load
+from ._quant import linear_time_scale
 from ._sac import op_sac_recompute
 from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
@@ -82,7 +83,8 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
     rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
     # (the (n, 1) and scalar factors are multiplied first: one pass over each (n, S) array)
-    mb = {"compute_dense": fl.dense * (3 / (lin_peak * gemm_efficiency(c, h / tp, rows))),
+    mix = linear_time_scale(model, workload, t, S, cluster.gpu, c, lin_peak)  # linears the recipe keeps in BF16 / MXFP8
+    mb = {"compute_dense": fl.dense * (3 / (lin_peak * gemm_efficiency(c, h / tp, rows))) * mix[0],
           "compute_attention": fl.attention * (3.5 / (peak * attention_efficiency(c, model))),
           "compute_linear_attention": fl.linear_attention * (3 / (peak * c.linear_attention))
           if layer_tables(model).flops_linear_attn.any() else 0.0}
@@ -94,7 +96,8 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         exp_eff = grouped * gemm_efficiency(c, np.minimum(e.width(h), e.ffn_hidden_size / etp), copies / local)
         # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
         # layer per micro-batch), each paying a fixed `expert_gemm_s` whatever the GPU's speed
-        mb["compute_experts"] = fl.experts * (3 / (lin_peak * exp_eff)) + moe_stage * (6 * c.expert_gemm_s * local)
+        mb["compute_experts"] = (fl.experts * (3 / (lin_peak * exp_eff)) * mix[1]
+                                 + moe_stage * (6 * c.expert_gemm_s * local))
     else:
         mb["compute_experts"] = 0.0
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the

@@ -60,6 +60,8 @@ class Measurement:
     force_balance: bool = False  # --moe-router-force-load-balancing (published MoE benchmarks)
     framework: str = "megatron"  # catalog.FRAMEWORKS: the stack that ran it (its memory behaviour)
     optimizer_state_bytes: float = 0.0  # per owned parameter; 0: the framework's own
+    bf16_layers_end: int = 0  # see Workload: linears a low-precision recipe keeps in BF16 / MXFP8
+    quant_overrides: tuple = ()
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -89,7 +91,8 @@ class Measurement:
                         precision=self.precision, fp8_param_gather=self.fp8_param_gather,
                         train_mtp=self.train_mtp, mtp_passes=self.mtp_passes,
                         force_balance=self.force_balance, framework=self.framework,
-                        optimizer_state_bytes=self.optimizer_state_bytes)
+                        optimizer_state_bytes=self.optimizer_state_bytes, bf16_layers_end=self.bf16_layers_end,
+                        quant_overrides=tuple(tuple(o) for o in self.quant_overrides))
 
     @property
     def cluster(self) -> ClusterSpec:
