@@ -16,9 +16,9 @@ implies and the readings it made (for the row's provenance), or the reason the r
     activation offload are taken, and the recipe is named in the provenance. A recipe that runs kernels autotune
     has no model of (paged stash with full-iteration graphs, CuTe-DSL fused grouped MLP, FP8 attention) makes the
     row inexpressible, with that reason. A GA note that contradicts the row's GBS / (DP x MBS) makes the recipe's
-    micro-batch the one that ran. A row whose layout no recipe has takes what all of its model's recipes
-    of that release set (the perf scripts overlay the command line's layout on the model's recipe), the rest
-    Megatron's defaults, and says so.
+    micro-batch the one that ran. A row whose layout no recipe has takes its GPU and precision's recipe but FSDP
+    and offload (the perf scripts load it and overlay the command line's layout), else what all of its model's
+    recipes of that release set, the rest Megatron's defaults, and says so.
 No torch, no ray.
 """
 
@@ -77,21 +77,26 @@ _SETTINGS = ("recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep
              "capacity_factor", "fsdp", "unmodelled")
 
 
-def _shared(source: str, task: str, model: str, precision: str) -> dict | None:
-    """The settings every recipe of `model` (and task) in the row's release agrees on, others blank: the perf
-    scripts build a run from its model's recipe and the layout given on the command line, so a page's layout with
-    no recipe of its own still runs what all of that model's recipes set (Llama 3.1 405B's TP comm overlap). The
-    recipes of the row's precision when there are any: some settings follow the precision (Llama's perf scripts turn
-    TP overlap off for NVFP4)."""
+def _shared(source: str, task: str, model: str, gpu: str, precision: str) -> dict | None:
+    """The settings a page layout with no recipe of its own runs with, others blank. The perf scripts load the recipe
+    of the row's model, GPU and precision (get_workload_base_config) and overlay the command line's layout on it:
+    what that recipe (or its GBS variants, where they agree) sets, but FSDP and activation offload, which come with
+    its own layout and which the page's columns say; with no such recipe, what all of the model's recipes of the
+    row's precision (else of any precision) agree on (Llama 3.1 405B's TP comm overlap; Llama's perf scripts turn TP
+    overlap off for NVFP4)."""
     m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
     rels = set(RELEASES.get(m.group(1), ())) if m else set()
     found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and r["task"] == task]
-    found = [r for r in found if r["precision"] in (precision, "*")] or found
+    mine = [r for r in found if _eq(r["gpu"], gpu) and _eq(r["precision"], precision)]
+    found = mine or [r for r in found if r["precision"] in (precision, "*")] or found
     if not found:
         return None
     out = {k: found[0][k] if len({r[k] for r in found}) == 1 else "" for k in _SETTINGS}
-    return {**out, "recipe": f"the {len(found)} {model} {task} recipes' shared settings", "release": found[0]["release"],
-            "file": found[0]["file"], "mbs": "*", "model": model}
+    if mine:
+        out.update(fsdp="", act_offload_layers="")
+    what = (f"its {gpu} {precision} recipe's settings under the page's layout" if mine
+            else f"the {len(found)} {model} {task} recipes' shared settings")
+    return {**out, "recipe": what, "release": found[0]["release"], "file": found[0]["file"], "mbs": "*", "model": model}
 
 
 def _own_layout(source: str, task: str, model: str, gpu: str, precision: str) -> dict | None:
@@ -162,9 +167,8 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         own = _own_layout(source, task, model, gpu, precision)
         if own:  # measurements._represent takes it when the printed layout cannot hold its own state
             out["recipe_layout"] = own
-        rec = _shared(source, task, model, precision)
-        out["read"].append("no Megatron-Bridge recipe at this layout: " + ("Megatron's defaults" if rec is None else
-                                                                           "what all of the model's recipes set"))
+        rec = _shared(source, task, model, gpu, precision)
+        out["read"].append("no Megatron-Bridge recipe at this layout" + (": Megatron's defaults" if rec is None else ""))
     if rec is None:
         return out
     if rec["unmodelled"]:
@@ -191,7 +195,7 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         L["activation_offload_layers"] = int(rec["act_offload_layers"])
     if not (row.get("recompute") or "").strip() and rec["recompute"]:
         L["recompute"] = rec["recompute"]
-    if rec["recipe"].startswith("the "):  # _shared: no one recipe
+    if rec["recipe"].startswith(("the ", "its ")):  # _shared: no one recipe at the row's layout
         out["read"].append(f"{rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
     else:
         out["read"].append(f"Megatron-Bridge recipe {rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")

@@ -37,11 +37,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.2611, "feature": 0.1386, "interaction": 0.0764, "noise": 0.1215, "tp": 0.0955, "pp": 0.1232,
-    "vpp": 0.1406, "cp": 0.1517, "ep": 0.1328, "recompute": 0.1422, "recompute_1": 0.126, "dispatcher": 0.1389,
-    "max_tokens_per_gpu": 0.1339, "precision_aware_optimizer": 0.1339, "moe_shared_expert_overlap": 0.1241,
-    "ep_overlap": 0.1536, "tp_comm_overlap": 0.1269, "cuda_graphs": 0.136, "moe_capacity_factor": 0.2061,
-    "ep_x_nodes": 0.0753, "pp_x_recompute": 0.1087, "tp_x_hidden": 0.0545,
+    "intercept": 0.2623, "feature": 0.1325, "interaction": 0.0772, "noise": 0.1171, "tp": 0.0901, "pp": 0.1084,
+    "vpp": 0.1136, "cp": 0.1534, "ep": 0.124, "recompute": 0.1346, "recompute_1": 0.1263, "dispatcher": 0.1318,
+    "max_tokens_per_gpu": 0.1275, "precision_aware_optimizer": 0.1275, "moe_shared_expert_overlap": 0.119,
+    "ep_overlap": 0.1855, "tp_comm_overlap": 0.1216, "cuda_graphs": 0.147, "moe_capacity_factor": 0.1488,
+    "ep_x_nodes": 0.0754, "pp_x_recompute": 0.1118, "tp_x_hidden": 0.0551,
 }
 
 
