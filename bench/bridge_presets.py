@@ -14,7 +14,9 @@ Family rules (what each release's scripts/performance/configs/<family>/*_llm_pre
 workload base config, read for v0.2.0 to v0.5.1): DeepSeek-V3 always recomputes selectively (Megatron's
 default module core_attn when the base config names none) and overlaps the shared expert on the alltoall
 dispatcher; Qwen3 MoE resets recompute to none and enables TP overlap; Llama and gpt-oss enable TP overlap when
-TP > 1 (not with NVFP4). A recipe that names `moe_flex_dispatcher_backend` runs the flex dispatcher.
+TP > 1 (not with NVFP4); Nemotron 3 Super's model recipe (src/megatron/bridge/recipes/nemotronh/nemotron_3_super.py)
+sets no comm_overlap (no TP overlap), Nemotron 3 Nano's sets TP overlap (its perf recipes all run TP 1). A recipe that
+names `moe_flex_dispatcher_backend` runs the flex dispatcher. NVFP4 recipes are read as the others (v0.3.0 on).
 Releases with another layout (v0.1.0rc4's YAML perf matrix, v0.6.0's perf_recipes functions) are read by hand:
 MANUAL below, each line with its file.
 """
@@ -32,7 +34,8 @@ from pathlib import Path
 
 RELEASES = ("v0.2.0", "v0.2.2", "v0.3.0", "v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2", "v0.5.0", "v0.5.1")
 MODELS = {"DEEPSEEK_V3": "DeepSeek-V3", "GPT_OSS_120B": "gpt-oss-120b", "QWEN3_30B_A3B": "Qwen3-30B-A3B",
-          "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B"}
+          "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B", "LLAMA3_8B": "Llama-3.1-8B",
+          "NEMOTRON_3_NANO": "NVIDIA-Nemotron-3-Nano-30B-A3B", "NEMOTRON_3_SUPER": "NVIDIA-Nemotron-3-Super-120B-A12B"}
 PRECISIONS = {"BF16": "bf16", "FP8_CS": "fp8-tensorwise", "FP8_MX": "mxfp8", "FP8_SC": "fp8-blockwise",
               "FP8_DS": "fp8-delayed", "NVFP4": "nvfp4"}
 NAME = re.compile(r"^(?P<m>[A-Z0-9_]+?)_(?:(?P<task>PRETRAIN|SFT|LORA)_CONFIG_)?(?P<gpu>GB300|GB200|B300|B200|H100)_"
@@ -118,14 +121,14 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
     if not m or m.group("m") not in MODELS:
         return None
     family = {"DEEPSEEK_V3": "deepseek", "GPT_OSS_120B": "gpt_oss", "QWEN3_30B_A3B": "qwen3",
-              "QWEN3_235B_A22B": "qwen3"}.get(m.group("m"), "llama")
+              "QWEN3_235B_A22B": "qwen3", "NEMOTRON_3_SUPER": "nemotron_super"}.get(m.group("m"), "llama")
     prec = PRECISIONS[m.group("p")]
     task = (m.group("task") or m.group("task2") or "PRETRAIN").lower()
-    if prec == "nvfp4" or task == "lora":  # neither is modelled: no row of either can use the preset
+    if task == "lora":  # not modelled: no row can use the preset
         return None
     flex = bool(b.moe_flex_dispatcher_backend)
     tp = b.tensor_model_parallel_size
-    tp_overlap = tp > 1 and (family == "qwen3" or prec != "nvfp4") and family != "deepseek"
+    tp_overlap = tp > 1 and (family == "qwen3" or prec != "nvfp4") and family not in ("deepseek", "nemotron_super")
     unmodelled = [k for k in ("cutedsl_fused_grouped_mlp", "fp8_dot_product_attention") if b.extra.get(k)]
     if _graphs(b) == "full" and family != "llama":
         unmodelled.append("paged_stash")  # dropless full-iteration graphs run on paged stash buffers
@@ -190,6 +193,18 @@ for _gpu, _mbs in (("GB300", 8), ("GB200", 4)):
                        ep=8, mbs=_mbs, gbs=512, cuda_graphs="full", dispatcher="flex",
                        unmodelled="paged_stash", recipe=f"qwen3_30b_a3b_pretrain_8gpu_{_gpu.lower()}_fp8mx_config",
                        file=_P6.format(f"qwen/{_gpu.lower()}/qwen3_moe.py")))
+for _gpu, _tp in (("GB300", 1), ("GB200", 2)):  # Nemotron 3 Super: HybridEP flex, partial TE graphs
+    for _prec, _p in (("bf16", "bf16"), ("mxfp8", "fp8mx"), ("nvfp4", "nvfp4")):
+        MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Super-120B-A12B", gpu=_gpu, precision=_prec, tp=_tp,
+                           pp=1, cp=1, vp=1, ep=64, mbs=1, gbs=512, cuda_graphs="attn", dispatcher="flex",
+                           recipe=f"nemotron_3_super_pretrain_64gpu_{_gpu.lower()}_{_p}_config",
+                           file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
+for _gpu, _mbs in (("GB300", 4), ("GB200", 2)):  # Nemotron 3 Nano: EP8, HybridEP flex, TE graphs
+    for _prec, _p in (("bf16", "bf16"), ("mxfp8", "fp8mx"), ("nvfp4", "nvfp4")):
+        MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Nano-30B-A3B", gpu=_gpu, precision=_prec, tp=1,
+                           pp=1, cp=1, vp=1, ep=8, mbs=_mbs, gbs=512, cuda_graphs="attn", dispatcher="flex",
+                           recipe=f"nemotron_3_nano_pretrain_8gpu_{_gpu.lower()}_{_p}_config",
+                           file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
 for _gpu, _pp, _vp, _ep in (("GB300", 2, 8, 32), ("GB200", 4, 4, 64)):
     MANUAL.append(dict(release="v0.6.0", model="DeepSeek-V3", gpu=_gpu, precision="mxfp8", tp=1, pp=_pp, cp=1, vp=_vp,
                        ep=_ep, mbs=1, gbs=4096, cuda_graphs="full", dispatcher="flex", recompute="selective",

@@ -119,7 +119,8 @@ def test_published_rows_kept_and_skipped_with_reasons():
     assert balanced and all(m.force_balance for m in balanced)  # the page's footnote: force-balanced routing
     bridge = [m for m in kept if m.source.startswith("Megatron-Bridge perf")]
     assert bridge and not any(m.grads_fp32 for m in bridge)  # its perf recipes reduce gradients in bf16
-    assert all(m.grads_fp32 for m in kept if not m.source.startswith("Megatron-Bridge perf"))
+    bf16_scripts = ("Megatron-Bridge perf", "Megatron-LM examples/llama", "NeMo 24.07")  # _sources.py: their scripts
+    assert all(m.grads_fp32 for m in kept if not m.source.startswith(bf16_scripts))
     assert all(m.weight < 1 for m in kept if "derived from" in m.source)  # TFLOP/s-derived rows count less
     big = [m for m in kept if m.model == "Llama-3.1-405B" and m.layout.pp * m.layout.vpp == 16]
     assert big and all(m.layout.layer_split == (7,) + (8,) * 14 + (7,) for m in big)  # embedding + loss counted
@@ -245,17 +246,20 @@ def test_rows_take_the_settings_of_their_sources_recipe():
     assert titan and all(m.layout.micro_batch_size == 1 for m in titan)  # pipeline_parallel_microbatch_size
 
 
-def test_a_layout_no_recipe_has_takes_only_what_all_the_models_recipes_set():
-    """The perf scripts overlay the command line's layout on the model's recipe: a page layout no recipe of its
-    release has still runs the settings every recipe of that model sets (Llama 3.1 405B: TP comm overlap), and
-    nothing the recipes disagree on (Llama 3.1 70B's TP overlap differs between recipes)."""
+def test_a_layout_no_recipe_has_takes_its_gpu_and_precisions_recipe_else_what_all_the_models_recipes_set():
+    """The perf scripts load the recipe of the row's model, GPU and precision and overlay the command line's layout:
+    a page layout no recipe of its release has runs that recipe's settings but its FSDP and offload (Llama 3.1 405B
+    GB300: TP comm overlap); with no recipe for its GPU, what every recipe of the model sets, nothing they disagree
+    on (Llama 3.1 70B's TP overlap differs between recipes)."""
     from autotune.cost._presets import row_settings
     lay = {"tp": 2, "pp": 8, "cp": 2, "vpp": 4, "ep": 1, "micro_batch_size": 1}
     row = {"source": "Megatron-Bridge perf archive:26.02.01", "model": "LLAMA3.1-405B"}
     out = row_settings(row, "Llama-3.1-405B", "GB300", "fp8-tensorwise", lay, 1536, False)
-    assert out["layout"]["tp_comm_overlap"] is True and "all of the model's recipes" in " ".join(out["read"])
-    out = row_settings(row, "Llama-3.1-70B", "GB300", "fp8-tensorwise", {**lay, "pp": 3}, 128, False)
-    assert not out["layout"].get("tp_comm_overlap")
+    assert out["layout"]["tp_comm_overlap"] is True and "GB300 fp8-tensorwise recipe's settings" in " ".join(out["read"])
+    out = row_settings(row, "Llama-3.1-70B", "GB300", "fp8-tensorwise", {**lay, "tp": 1, "pp": 3}, 128, False)
+    assert not out["layout"].get("fsdp") and not out["layout"].get("activation_offload_layers")  # its TP1 PP1 recipe's
+    out = row_settings(row, "Llama-3.1-70B", "H200", "fp8-tensorwise", {**lay, "pp": 3}, 128, False)
+    assert not out["layout"].get("tp_comm_overlap") and "recipes' shared settings" in " ".join(out["read"])
     out = row_settings({**row, "source": "Megatron-Bridge perf archive:99.01"}, "Llama-3.1-405B", "GB300",
                        "fp8-tensorwise", lay, 1536, False)
     assert "tp_comm_overlap" not in out["layout"] and "Megatron's defaults" in " ".join(out["read"])

@@ -7,7 +7,7 @@ from .hardware import GPUS, ClusterSpec, GpuSpec, get_gpu
 from .model import LinearAttentionSpec, MambaSpec, MlaSpec, ModelSpec, MoeSpec, from_hf_config
 from .params import ParamCounts, ParamItem, layer_items, padded_vocab, param_counts
 from .registry import load_model, model_names
-from .workload import FP4_RECIPES, FP8_RECIPES, PRECISIONS, QUANT, Workload
+from .workload import FP4_RECIPES, FP8_RECIPES, FRAMEWORKS, PRECISIONS, QUANT, Workload
 
 __all__ = [
     "GPUS",
@@ -32,4 +32,5 @@ __all__ = [
     "FP4_RECIPES",
     "QUANT",
     "PRECISIONS",
+    "FRAMEWORKS",
 ]

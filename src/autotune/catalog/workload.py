@@ -6,7 +6,8 @@ load-balancing loss off. `precision` picks BF16, one of Transformer Engine's FP8
 NVFP4 (`FP4_RECIPES`); `QUANT` says, per precision, which tensor-core peak the TE linears' GEMMs run at and
 whether the recipe reads each tensor once more for an amax. `train_mtp` adds the multi-token-prediction
 block's forward and backward (`mtp_passes` times: Megatron's --mtp-num-layers, which with a repeated layer
-runs one block several times) to the step.
+runs one block several times) to the step. `framework` says whose memory behaviour applies (FRAMEWORKS): autotune
+runs Megatron-core; the other values describe published measurements of other stacks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from dataclasses import dataclass
 
 from ..errors import BadInput
 
-__all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT"]
+__all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT", "FRAMEWORKS", "QUANT_MODULES"]
+
+# the training framework whose memory behaviour the cost model applies (cost/_state.py, cost/_sac.py): Megatron-core
+# (what autotune emits and runs); the others describe published measurements: torchtitan (torch FSDP2 on an fp32 model,
+# per-op selective activation checkpointing), NeMo AutoModel (torch FSDP2 on a BF16 model), Meta's Llama 3 stack
+FRAMEWORKS = ("megatron", "torchtitan", "automodel", "llama3")
+# TE linears a low-precision recipe may keep in another format (`quant_overrides`, cost/_quant.py): attention's QKV and
+# output projections, LatentMoE's latent projections, Mamba's out_proj; the formats they may keep
+QUANT_MODULES = ("attention", "latent_proj", "mamba_out_proj")
+QUANT_OVERRIDE_FORMATS = ("bf16", "mxfp8")
 
 # precision -> (Megatron --fp8-format, --fp8-recipe); None: BF16 everywhere. Transformer Engine quantises the
 # inputs of every TE linear (QKV, projections, MLP, grouped experts); attention's core and the output layer
@@ -69,6 +79,13 @@ class Workload:
     # FP8 recipes only: parameters kept and all-gathered in FP8 (--fp8-param-gather): half the bytes of the
     # distributed optimizer's parameter all-gather and no BF16 weight copy
     fp8_param_gather: bool = False
+    framework: str = "megatron"  # FRAMEWORKS: whose weights, gradients, optimizer state and "selective" recompute
+    # optimizer state per parameter a rank owns, bytes; 0: the framework's own (Megatron: fp32 master + Adam m, v, 12)
+    optimizer_state_bytes: float = 0.0
+    # low-precision recipes only: the last N decoder layers' linears in BF16 (--first-last-layers-bf16
+    # --num-layers-at-end-in-bf16 N), and (module, format) pairs a recipe keeps out of its format (QUANT_MODULES)
+    bf16_layers_end: int = 0
+    quant_overrides: tuple = ()
 
     def __post_init__(self):
         if self.seq_len <= 0 or self.seq_len % 128:
@@ -82,6 +99,18 @@ class Workload:
         if self.fp8_param_gather and not self.fp8:
             raise BadInput("--fp8-param-gather needs an FP8 precision (e.g. --precision fp8-tensorwise); "
                            "drop it for bf16")
+        if isinstance(self.optimizer_state_bytes, bool) or not 0 <= self.optimizer_state_bytes <= 32:
+            raise BadInput(f"optimizer_state_bytes {self.optimizer_state_bytes!r}: bytes per owned parameter, 0 to 32 "
+                           "(0: the framework's own, e.g. 12 for fp32 master + Adam m, v)")
+        if isinstance(self.bf16_layers_end, bool) or not isinstance(self.bf16_layers_end, int) or self.bf16_layers_end < 0:
+            raise BadInput(f"bf16_layers_end {self.bf16_layers_end!r}: a non-negative number of decoder layers")
+        bad = [o for o in self.quant_overrides if not (isinstance(o, (tuple, list)) and len(o) == 2
+                                                       and o[0] in QUANT_MODULES and o[1] in QUANT_OVERRIDE_FORMATS)]
+        if bad:
+            raise BadInput(f"quant_overrides {bad!r}: (module, format) pairs, module one of {', '.join(QUANT_MODULES)}, "
+                           f"format one of {', '.join(QUANT_OVERRIDE_FORMATS)}")
+        if self.framework not in FRAMEWORKS:
+            raise BadInput(f"framework {self.framework!r}: choose one of {', '.join(FRAMEWORKS)}")
         if self.optimizer != "adam":
             raise BadInput(f"optimizer {self.optimizer!r}: only adam is modelled; use adam")
         lo, hi = self.window

@@ -15,9 +15,10 @@ implies and the readings it made (for the row's provenance), or the reason the r
     recompute (where the row leaves it blank), dispatcher, EP and TP overlap, CUDA graphs, FSDP, token drop and
     activation offload are taken, and the recipe is named in the provenance. A recipe that runs kernels autotune
     has no model of (paged stash with full-iteration graphs, CuTe-DSL fused grouped MLP, FP8 attention) makes the
-    row inexpressible, with that reason. A row whose layout no recipe has takes what all of its model's recipes
-    of that release set (the perf scripts overlay the command line's layout on the model's recipe), the rest
-    Megatron's defaults, and says so.
+    row inexpressible, with that reason. A GA note that contradicts the row's GBS / (DP x MBS) makes the recipe's
+    micro-batch the one that ran. A row whose layout no recipe has takes its GPU and precision's recipe but FSDP
+    and offload (the perf scripts load it and overlay the command line's layout), else what all of its model's
+    recipes of that release set, the rest Megatron's defaults, and says so.
 No torch, no ray.
 """
 
@@ -76,18 +77,40 @@ _SETTINGS = ("recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep
              "capacity_factor", "fsdp", "unmodelled")
 
 
-def _shared(source: str, task: str, model: str) -> dict | None:
-    """The settings every recipe of `model` (and task) in the row's release agrees on, others blank: the perf
-    scripts build a run from its model's recipe and the layout given on the command line, so a page's layout with
-    no recipe of its own still runs what all of that model's recipes set (Llama 3.1 405B's TP comm overlap)."""
+def _shared(source: str, task: str, model: str, gpu: str, precision: str) -> dict | None:
+    """The settings a page layout with no recipe of its own runs with, others blank. The perf scripts load the recipe
+    of the row's model, GPU and precision (get_workload_base_config) and overlay the command line's layout on it:
+    what that recipe (or its GBS variants, where they agree) sets, but FSDP and activation offload, which come with
+    its own layout and which the page's columns say; with no such recipe, what all of the model's recipes of the
+    row's precision (else of any precision) agree on (Llama 3.1 405B's TP comm overlap; Llama's perf scripts turn TP
+    overlap off for NVFP4)."""
     m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
     rels = set(RELEASES.get(m.group(1), ())) if m else set()
     found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and r["task"] == task]
+    mine = [r for r in found if _eq(r["gpu"], gpu) and _eq(r["precision"], precision)]
+    found = mine or [r for r in found if r["precision"] in (precision, "*")] or found
     if not found:
         return None
     out = {k: found[0][k] if len({r[k] for r in found}) == 1 else "" for k in _SETTINGS}
-    return {**out, "recipe": f"the {len(found)} {model} {task} recipes' shared settings", "release": found[0]["release"],
-            "file": found[0]["file"], "mbs": "*", "model": model}
+    if mine:
+        out.update(fsdp="", act_offload_layers="")
+    what = (f"its {gpu} {precision} recipe's settings under the page's layout" if mine
+            else f"the {len(found)} {model} {task} recipes' shared settings")
+    return {**out, "recipe": what, "release": found[0]["release"], "file": found[0]["file"], "mbs": "*", "model": model}
+
+
+def _own_layout(source: str, task: str, model: str, gpu: str, precision: str) -> dict | None:
+    """The layout (TP, PP, CP, VP, EP, micro-batch) all of the row's release's recipes for its model, GPU and precision
+    run, when they agree on one: what ran when the page's printed layout cannot have (measurements._represent)."""
+    m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
+    rels = set(RELEASES.get(m.group(1), ())) if m else set()
+    found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and r["gpu"] == gpu
+             and r["precision"] == precision and r["task"] == task]
+    keys = {tuple(r[k] for k in ("tp", "pp", "cp", "vp", "ep", "mbs")) for r in found}
+    if len(keys) != 1 or not all(v.isdigit() for v in next(iter(keys))):
+        return None
+    tp, pp, cp, vp, ep, mbs = (int(v) for v in next(iter(keys)))
+    return {"tp": tp, "pp": pp, "cp": cp, "vp": vp, "ep": ep, "micro_batch": mbs}
 
 
 def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb: int, moe: bool) -> dict | str:
@@ -122,7 +145,13 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     # a page's parenthesised alternative value (another precision of the same row) shares the row's MBS and GBS
     # columns with the main value: its own recipe's micro-batch is the one that ran
     alt = bool(re.search(r"parenthesised alternative", notes))
-    rec = _bridge(source, task, model, gpu, precision, lay, gb, alt) if source.startswith("Megatron-Bridge perf") else None
+    # a page's GA column that contradicts its own GBS / (DP x MBS) says the row's MBS is not what ran (25.11's gpt-oss
+    # H100 row: GA 2 and MBS 4 are the B200 row's, at PP 4 and DP 16 MBS 4 would give GA 8): its recipe's micro-batch
+    ga = re.search(r"\bGA=(\d+)", notes)
+    dp = lay.get("world", 0) // max(1, lay["tp"] * lay["pp"] * lay["cp"])
+    bad_ga = bool(ga and not alt and dp and int(ga.group(1)) * dp * lay["micro_batch_size"] != gb)
+    rec = (_bridge(source, task, model, gpu, precision, lay, gb, alt or bad_ga)
+           if source.startswith("Megatron-Bridge perf") else None)
     if rec is None and source.startswith("Megatron-Bridge perf") and lay["pp"] > 1 and not (row.get("vp") or "").strip():
         # a blank VP column with pipeline stages: the release's recipes at this TP / PP / CP / EP, if they agree on
         # one VP and micro-batch, are what ran (26.02.01's Llama 3.1 70B GB300 MXFP8 row: VP blank, MBS 2 beside
@@ -135,18 +164,22 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
             out["layout"].update(vpp=int(vp), micro_batch_size=int(mbs))
             out["read"].append(f"VP {vp} and micro-batch {mbs} of its release's recipe (the page leaves VP blank)")
     if source.startswith("Megatron-Bridge perf") and rec is None:
-        rec = _shared(source, task, model)
-        out["read"].append("no Megatron-Bridge recipe at this layout: " + ("Megatron's defaults" if rec is None else
-                                                                           "what all of the model's recipes set"))
+        own = _own_layout(source, task, model, gpu, precision)
+        if own:  # measurements._represent takes it when the printed layout cannot hold its own state
+            out["recipe_layout"] = own
+        rec = _shared(source, task, model, gpu, precision)
+        out["read"].append("no Megatron-Bridge recipe at this layout" + (": Megatron's defaults" if rec is None else ""))
     if rec is None:
         return out
     if rec["unmodelled"]:
         return (f"it runs kernels autotune does not model: {rec['unmodelled'].replace(' ', ', ')} (Megatron-Bridge "
                 f"recipe {rec['recipe']}, {rec['release'].split()[0]})")
     L = out["layout"]
-    if alt and rec["mbs"] not in ("*", str(lay["micro_batch_size"])):
+    if (alt or bad_ga) and rec["mbs"] not in ("*", str(lay["micro_batch_size"])):
         L["micro_batch_size"] = int(rec["mbs"])
-        out["read"].append(f"micro-batch {rec['mbs']} of its recipe (the page's MBS column is the main value's)")
+        out["read"].append(f"micro-batch {rec['mbs']} of its recipe (" + ("the page's MBS column is the main value's)"
+                           if alt else f"the page's GA {ga.group(1)} contradicts its MBS {lay['micro_batch_size']} at "
+                           f"DP {dp}: GBS {gb} = GA x DP x MBS fails)"))
     if moe and rec["dispatcher"]:
         L["dispatcher"] = rec["dispatcher"]
         L["ep_overlap"] = L.get("ep_overlap", False) or rec["ep_overlap"] == "1"
@@ -162,7 +195,7 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         L["activation_offload_layers"] = int(rec["act_offload_layers"])
     if not (row.get("recompute") or "").strip() and rec["recompute"]:
         L["recompute"] = rec["recompute"]
-    if rec["recipe"].startswith("the "):  # _shared: no one recipe
+    if rec["recipe"].startswith(("the ", "its ")):  # _shared: no one recipe at the row's layout
         out["read"].append(f"{rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
     else:
         out["read"].append(f"Megatron-Bridge recipe {rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")

@@ -15,8 +15,8 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
     "FP8 32x32 granularity (MX-style)" and FP8-MX are MXFP8; NVFP4 is Megatron-Bridge's bf16_with_nvfp4_mixed.
     FP8 rowwise (no TE recipe) and rows that name only "alternate granularity" are skipped with the reason.
   - layout: empty VP/CP/ETP mean 1 (Megatron's defaults); an empty EP on an MoE model, or an empty
-    TP/PP/global batch/throughput, is a missing field. FSDP (alone or with TP/PP/EP) is Megatron FSDP (optim_grads_params) over DP: torchtitan's
-    FSDP2 and NeMo AutoModel shard the same three things, with TP/PP/EP beside them.
+    TP/PP/global batch/throughput, is a missing field. FSDP (alone or with TP/PP/EP) shards parameters,
+    gradients and optimizer state over DP, the rest as its stack keeps them (_sources.py, _state.py).
   - layers that do not divide over PP x VPP (Llama 3.1 405B's 126, DeepSeek-V3's 61) get the first of
     `layout.core.legal_splits`: the embedding and loss counted as pipeline layers where that divides
     (Megatron-Bridge's Llama 3.1 405B recipes set both account-for flags), else full virtual stages with
@@ -27,21 +27,19 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
   - throughput: tokens_per_s_per_gpu when given; else a per-GPU figure the table marks "derived" in the
     notes; else TFLOP/s/GPU converted with our FLOP count (the caller does it, and trusts it less).
   - settings a row leaves blank but its source's published recipe sets (`_PRESETS`) are taken from that
-    recipe and named in the row's provenance, instead of assuming Megatron's defaults. Megatron-Bridge's
-    performance recipes reduce gradients in bf16 (`ddp.grad_reduce_in_fp32 = False` in every model's perf
-    config, v0.2.0 to v0.4.2); other sources are taken as fp32, the seed's setting.
+    recipe and named in the row's provenance, instead of assuming Megatron's defaults. What each source's stack
+    keeps in memory (gradient dtype, FP8 parameter gather, optimizer state, the framework): _sources.py.
 """
 
 from __future__ import annotations
 
 import re
 
-import numpy as np
-
-from ..catalog import ModelSpec, load_model, padded_vocab
+from ..catalog import load_model
 from ..layout import SELECTIVE_MODULES, Recompute
 from ._presets import row_settings
-from .layers import layer_tables
+from ._sources import source_settings
+from .flops import train_flops_per_token
 
 __all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "precision_of", "train_flops_per_token"]
 
@@ -95,13 +93,6 @@ _TRAINING = [
 _TRAINING_PRESETS = [
     ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Super-120B-A12B", {"train_mtp": True, "mtp_passes": 2},
      "MTP trained, the one MTP block run twice (Megatron-Bridge Super recipe: mtp_num_layers 2, repeated layer)"),
-]
-# (source prefix, catalog model, precision) -> what the source's recipe does that the model leaves out
-_PRECISION_GAPS = [
-    ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Super-120B-A12B", "nvfp4",
-     "NVFP4 on every TE linear, though the Super recipe keeps attention, the latent projections, MTP and the "
-     "last 14 of 88 layers in BF16 and Mamba out_proj in MXFP8 (perf_recipes/nemotronh/te_quant.cfg, "
-     "nemotron_3_super_bf16_with_nvfp4_mixed): not modelled, so these rows are predicted too fast"),
 ]
 _MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "gpt-oss-20b", "Mixtral-8x7B-v0.1",
         "Mixtral-8x22B-v0.1", "Qwen3-Next-80B-A3B-Instruct", "Qwen3.5-122B-A10B", "NVIDIA-Nemotron-3-Nano-30B-A3B",
@@ -281,42 +272,21 @@ def map_row(row: dict) -> dict | str:
         layout["recompute"] = Recompute.parse(preset[3])
         assumed.append(f"recompute {preset[3]} ({preset[4]})")
     fsdp_on = bool(layout["fsdp"])
-    assumed += settings["read"]
+    assumed += settings["read"] + ([row["_reading"]] if row.get("_reading") else [])
     training, training_how = training_of(name, row)
-    assumed += training_how + [why for src, model, prec, why in _PRECISION_GAPS
-                               if source.startswith(src) and name == model and precision == prec]
-    grads_fp32 = not source.startswith("Megatron-Bridge perf")
-    # FP8 parameters all-gathered in FP8: torchtitan says so in the row; Megatron-Bridge's FP8 perf recipes set
-    # fp8_param_gather with current scaling and MXFP8 (scripts/performance/utils: fp8_param_gather=True)
-    fp8_pg = precision != "bf16" and bool(re.search(r"fp8 fsdp all-gather", (row.get("precision") or "").lower())
-                                          or (source.startswith("Megatron-Bridge perf")
-                                              and precision in ("fp8-tensorwise", "mxfp8")))
+    assumed += training_how
+    stack, stack_how = source_settings(row, source, name, precision)
     assumed += [s for s, cond in (("recompute none", not row.get("recompute") and not preset and not recipe_rc),
-                                  ("bf16 gradient reduction (Megatron-Bridge perf recipes)", not grads_fp32),
-                                  ("FSDP: parameters, gradients and optimizer sharded over DP", fsdp_on), (prec_how, bool(prec_how)),
-                                  ("FP8 parameter all-gather", fp8_pg)) if cond]
+                                  ("FSDP: parameters, gradients and optimizer sharded over DP", fsdp_on),
+                                  (prec_how, bool(prec_how))) if cond] + stack_how
     src = f"{source}; {how}" + (f"; assumed {', '.join(assumed)}" if assumed else "")
     return {
         "model": name,
         "layout": layout,
         "measurement": dict(model=name, gpu=kind, count=count, gpus_per_node=per_node or 8, seq_len=seq,
-                            global_batch=gb, load_balancing_loss=True, grads_fp32=grads_fp32,
-                            precision=precision, fp8_param_gather=fp8_pg,
-                            tokens_per_s_per_gpu=tps or 1.0, **training, **settings["workload"]),
+                            global_batch=gb, load_balancing_loss=True, precision=precision,
+                            tokens_per_s_per_gpu=tps or 1.0, **stack, **training, **settings["workload"]),
         "tflops": tflops if tps is None else None,
+        "recipe_layout": settings.get("recipe_layout"),
         "source": src,
     }
-
-
-
-def train_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -> float:
-    """Forward + backward FLOPs per token (3x forward): every matmul, causal attention over half the
-    context (sliding windows capped; `causal=False`: the whole row, as Megatron-LM's older count has it), the
-    GDN / Mamba2 scans, the output layer. Close to Megatron's own count, which is what the TFLOP/s columns of
-    Megatron-based sources use; others differ by a few %."""
-    lt = layer_tables(model)
-    full = seq_len / 2 if causal else seq_len
-    ctx = np.where(lt.kind == 1, min(model.sliding_window or seq_len, full), full)
-    fwd = (lt.flops_dense.sum() + lt.flops_expert.sum() + lt.flops_linear_attn.sum()
-           + (lt.flops_attn_quadratic * ctx).sum() + 2.0 * model.hidden_size * padded_vocab(model, 1))
-    return 3.0 * float(fwd)

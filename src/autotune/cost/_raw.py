@@ -96,9 +96,11 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     M = t.num_microbatches(workload.global_batch, workload.seq_len).astype(float)
     # FSDP gathers the parameters in forward and again in backward and reduce-scatters the gradients, every
     # micro-batch; layer-by-layer prefetch hides it behind all the micro-batches' compute. With PP a stage keeps
-    # its gathered parameters across its micro-batches (torch pipelining stops resharding between them,
-    # torchtitan's default reshard_after_forward = not pp_enabled, Llama 3's 405B run): once per step
-    per_param = np.where(t.fsdp, np.where(t.pp > 1, ag + g, (2 * ag + g) * M), per_param)
+    # its layers gathered across its micro-batches (torch pipelining stops resharding between them,
+    # torchtitan's default reshard_after_forward = not pp_enabled): once per step. Llama 3's FSDP keeps the parameters
+    # gathered but shards the gradients: each micro-batch's are reduce-scattered as they come (cost/_state.py)
+    zero2 = workload.framework == "llama3"
+    per_param = np.where(t.fsdp, np.where(t.pp > 1, ag + g * (M if zero2 else 1.0), (2 * ag + g) * M), per_param)
     comm = dense * ((dp - 1) / dp / bw_dense)  # (n, 1) factors first: one pass over each (n, S) array
     comm += expert * ((edp - 1) / edp / bw_exp)
     comm = np.where(valid, comm, 0.0).max(axis=1)
@@ -116,7 +118,7 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
                         np.where(t.act_offload > 0, 1.0, 0.0)], axis=1)
     contention = np.broadcast_to(np.array([c.ep_overlap_sm, c.tp_overlap_sm, 0.0]), overlap.shape)
     return dict(microbatches=M, bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
-                dp_overlap=np.where(t.fsdp & (t.pp == 1), M, np.where(t.overlap_grad | t.fsdp, c.dp_overlap, 0.0)),
+                dp_overlap=np.where(t.fsdp & ((t.pp == 1) | zero2), M, np.where(t.overlap_grad | t.fsdp, c.dp_overlap, 0.0)),
                 optimizer=(held - on_host) * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9),
                 step_overhead=np.full(len(t), c.step_overhead_s), offload=offload, overlap=overlap,
                 contention=contention)

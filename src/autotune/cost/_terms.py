@@ -11,7 +11,7 @@ over numpy columns: no per-layout Python loops. Shapes and why:
     and every local expert's GEMM is a kernel of its own that pays a fixed `expert_gemm_s` (launch gap, last-wave
     tail) that does not shrink on a faster GPU: small experts with few tokens each run far below peak.
   - backward is 2x forward for GEMMs, ~2.5x for flash attention; full recompute re-runs the forward of every layer
-    of a recompute region, with its TP and EP collectives.
+    of a recompute region, with its TP and EP collectives; torchtitan's per-op "selective" re-runs what _sac.py says.
   - collectives and the MoE all-to-all: _comm.py (NVLink inside a domain, the node's network share across, flex's
     one copy per remote domain, the hottest rank's routed load).
   - the host: PyTorch launches every kernel from Python; a layer's launches take `host_layer_s` (+ `host_moe_s`
@@ -27,6 +27,8 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from ._comm import a2a_time, group_bw, link_bandwidths, ring_bw, routing_load
+from ._quant import linear_time_scale
+from ._sac import op_sac_recompute
 from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
@@ -81,7 +83,8 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
     rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
     # (the (n, 1) and scalar factors are multiplied first: one pass over each (n, S) array)
-    mb = {"compute_dense": fl.dense * (3 / (lin_peak * gemm_efficiency(c, h / tp, rows))),
+    mix = linear_time_scale(model, workload, t, S, cluster.gpu, c, lin_peak)  # linears the recipe keeps in BF16 / MXFP8
+    mb = {"compute_dense": fl.dense * (3 / (lin_peak * gemm_efficiency(c, h / tp, rows))) * mix[0],
           "compute_attention": fl.attention * (3.5 / (peak * attention_efficiency(c, model))),
           "compute_linear_attention": fl.linear_attention * (3 / (peak * c.linear_attention))
           if layer_tables(model).flops_linear_attn.any() else 0.0}
@@ -93,7 +96,8 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         exp_eff = grouped * gemm_efficiency(c, np.minimum(e.width(h), e.ffn_hidden_size / etp), copies / local)
         # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
         # layer per micro-batch), each paying a fixed `expert_gemm_s` whatever the GPU's speed
-        mb["compute_experts"] = fl.experts * (3 / (lin_peak * exp_eff)) + moe_stage * (6 * c.expert_gemm_s * local)
+        mb["compute_experts"] = (fl.experts * (3 / (lin_peak * exp_eff)) * mix[1]
+                                 + moe_stage * (6 * c.expert_gemm_s * local))
     else:
         mb["compute_experts"] = 0.0
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
@@ -109,7 +113,7 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
 def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, c,
                      mcoef: MemoryCoefficients) -> tuple[dict[str, np.ndarray], dict[str, dict], np.ndarray]:
     """Seconds per micro-batch per stage of every primary MB term, the derived terms' recipes {derived term:
-    {primary term: coefficient (n, S)}} (recompute, imbalance), and the recompute share of the forward (n, S)."""
+    {primary term: coefficient (n, S)}} (recompute, imbalance), and the share of the forward's launches re-run in backward (n, S)."""
     g = cluster.gpu
     peak = g.bf16_tflops * 1e12
     # TE linears (projections, MLPs, experts) run FP8 (or NVFP4) GEMMs under a low-precision recipe; attention's
@@ -158,16 +162,24 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     third = frac / 3
     deps = {"recompute": {k: third for k in ("compute_dense", "compute_linear_attention", "compute_experts")},
             "imbalance": {}}
-    deps["recompute"]["compute_attention"] = np.where(sel, 1.0, frac) / 3.5  # selective: core attention
-    deps["recompute"]["memory_bound"] = np.where(sel, 0.1 / 3, third)
-    deps["recompute"]["quantize"] = frac / 2  # the re-run forward quantises its inputs again
+    # torchtitan's "selective" is per-op SAC (_sac.py): a share of the matmuls and most elementwise work re-run, the
+    # attention kernel's output kept; its forward all-gathers (not saved) and launches are re-run too
+    sac = (workload.framework == "torchtitan") & sel
+    sac_mm = sac_mem = relaunch = 0.0
+    if sac.any():
+        r, m = op_sac_recompute(model, t, S)
+        sac_mm, sac_mem, relaunch = np.where(sac, r, 0.0), np.where(sac, m, 0.0), sac.astype(float)
+    deps["recompute"]["compute_dense"] = third + sac_mm / 3
+    deps["recompute"]["compute_attention"] = np.where(sel & ~sac, 1.0, frac) / 3.5  # selective: core attention
+    deps["recompute"]["memory_bound"] = np.where(sel, np.where(sac, sac_mem / 3, 0.1 / 3), third)
+    deps["recompute"]["quantize"] = (frac + sac_mm) / 2  # the re-run forward quantises its inputs again
 
     # --- communication -----------------------------------------------------------------------------------
     seq_bytes = tokens / cp * h * 2.0
     mb["tp_comm"] = mb["cp_comm"] = 0.0
     if (t.tp > 1).any():  # AG + RS around attention and MLP, forward and backward; recompute re-runs the forward half
         per_layer = np.where(tp > 1, 8 * seq_bytes * (tp - 1) / tp / group_bw(cluster, tp, 1, c), 0.0)
-        mb["tp_comm"] = per_layer * L_stage * (1.0 + frac * 0.5)
+        mb["tp_comm"] = per_layer * L_stage * (1.0 + frac * 0.5 + relaunch * 0.25)
     if (t.cp > 1).any():
         # ring attention passes K/V chunks hop by hop: a hop off the NVLink domain paces the ring (no dedupe)
         kv_bytes = tokens / cp * 2 * model.num_kv_heads * model.head_dim * 2.0 / tp
@@ -203,7 +215,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # the split sizes are known without asking the GPU (megatron-core's alltoall dispatcher: cuda_sync_point
     # "no_sync" under drop_and_pad), so no sync
     eager = (t.cuda_graphs != 3)[:, None]
-    overhead = L_stage * (np.where(eager, c.launch_s, 0.0) * (3 + frac))
+    overhead = L_stage * (np.where(eager, c.launch_s, 0.0) * (3 + frac + relaunch))
     if lt.is_moe.any():
         synced = eager & (t.capacity == 0)[:, None]
         overhead += moe_stage * (np.where(synced, c.moe_sync_s, 0.0) * (1 + frac))
@@ -215,6 +227,6 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     if (t.act_offload > 0).any():
         off = np.minimum(t.act_offload[:, None], L_stage) / np.maximum(L_stage, 1)
         mb["act_offload"] = 2 * off * act_bytes / (g.host_link_gbps * 1e9 * c.host_link_eff)
-    return mb, deps, frac  # the derived terms (DERIVED) are built from the scaled primaries when composed
+    return mb, deps, frac + relaunch  # the derived terms (DERIVED) are built from the scaled primaries when composed
 
 

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..catalog import ModelSpec, Workload, param_counts
+from ..catalog import ModelSpec, Workload, padded_vocab, param_counts
 from ..layout import LayoutTable
 from ._mtp import mtp_block, mtp_passes
 from .layers import layer_tables, stage_sums, vocab_per_row
 
-__all__ = ["StageFlops", "stage_flops", "model_flops_per_token", "mfu", "mfu_of", "usd_per_million_tokens"]
+__all__ = ["StageFlops", "stage_flops", "model_flops_per_token", "mfu", "mfu_of", "usd_per_million_tokens",
+           "train_flops_per_token"]
 
 
 @dataclass
@@ -83,3 +84,16 @@ def usd_per_million_tokens(usd_per_gpu_hour: float, tokens_per_s_per_gpu):
     tps = np.asarray(tokens_per_s_per_gpu, dtype=float)
     with np.errstate(divide="ignore"):
         return np.where(tps > 0, usd_per_gpu_hour / (np.maximum(tps, 1e-300) * 3600.0) * 1e6, np.inf)
+
+
+def train_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -> float:
+    """Forward + backward FLOPs per token (3x forward): every matmul, causal attention over half the
+    context (sliding windows capped; `causal=False`: the whole row, as Megatron-LM's older count has it), the
+    GDN / Mamba2 scans, the output layer. Close to Megatron's own count, which is what the TFLOP/s columns of
+    Megatron-based sources use; others differ by a few %."""
+    lt = layer_tables(model)
+    full = seq_len / 2 if causal else seq_len
+    ctx = np.where(lt.kind == 1, min(model.sliding_window or seq_len, full), full)
+    fwd = (lt.flops_dense.sum() + lt.flops_expert.sum() + lt.flops_linear_attn.sum()
+           + (lt.flops_attn_quadratic * ctx).sum() + 2.0 * model.hidden_size * padded_vocab(model, 1))
+    return 3.0 * float(fwd)

@@ -21,7 +21,9 @@ from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
 from ..errors import BadInput, ConfigError
 from ..layout import Layout, Recompute, violations
 from ..layout.splits import legal_splits, split_flags
+from ..layout import LayoutTable
 from ._published import REQUIRED_COLUMNS, map_row, train_flops_per_token
+from .memory import estimate_memory
 
 __all__ = ["Measurement", "published_measurements", "seed_measurements", "read_measurements", "PUBLISHED_CSV"]
 
@@ -56,6 +58,10 @@ class Measurement:
     train_mtp: bool = False  # the MTP block trained with the model (see Workload.train_mtp)
     mtp_passes: int = 0
     force_balance: bool = False  # --moe-router-force-load-balancing (published MoE benchmarks)
+    framework: str = "megatron"  # catalog.FRAMEWORKS: the stack that ran it (its memory behaviour)
+    optimizer_state_bytes: float = 0.0  # per owned parameter; 0: the framework's own
+    bf16_layers_end: int = 0  # see Workload: linears a low-precision recipe keeps in BF16 / MXFP8
+    quant_overrides: tuple = ()
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -84,7 +90,9 @@ class Measurement:
                         load_balancing_loss=self.load_balancing_loss, grads_fp32=self.grads_fp32,
                         precision=self.precision, fp8_param_gather=self.fp8_param_gather,
                         train_mtp=self.train_mtp, mtp_passes=self.mtp_passes,
-                        force_balance=self.force_balance)
+                        force_balance=self.force_balance, framework=self.framework,
+                        optimizer_state_bytes=self.optimizer_state_bytes, bf16_layers_end=self.bf16_layers_end,
+                        quant_overrides=tuple(tuple(o) for o in self.quant_overrides))
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -132,11 +140,36 @@ def seed_measurements() -> list[Measurement]:
     ]
 
 
-def _represent(row: dict, line: int) -> Measurement | str:
-    """A Measurement for the row, or the reason the model cannot represent it."""
+def _state_bytes(m: "Measurement") -> float:
+    """Bytes of weights, gradients and optimizer state on the fullest pipeline stage of m's layout (no activations)."""
+    mem = estimate_memory(m.spec, m.workload, m.cluster, LayoutTable.from_layouts([m.layout]))
+    return float(sum(mem.terms[k][0, :m.layout.pp] for k in ("weights", "grads", "optimizer")).max())
+
+
+def _represent(row: dict, line: int, retry: bool = True) -> Measurement | str:
+    """A Measurement for the row, or the reason the model cannot represent it. A Megatron-Bridge row whose printed
+    layout is none of its release's recipes and cannot hold even its weights, gradients and optimizer state in the
+    GPU's memory did not run as printed: it is read as its release's one recipe layout for its model, GPU and
+    precision, when there is one (26.02.01's Llama 3.1 70B GB300 NVFP4 row prints the FP8 row's TP1 PP1 MBS 2 with
+    FSDP 0), and says so."""
     got = map_row(row)
     if isinstance(got, str):
         return got
+    own = got.get("recipe_layout")
+    if retry and own:
+        try:
+            printed = Measurement(layout=Layout(**got["layout"]), **got["measurement"])
+            state = _state_bytes(printed)
+        except BadInput:
+            state = 0.0
+        cap = float(ClusterSpec.of(got["measurement"]["gpu"], got["measurement"]["count"]).gpu.memory_bytes)
+        if state > cap:
+            why = (f"layout of its release's recipes for this model, GPU and precision (TP{own['tp']} PP{own['pp']} "
+                   f"CP{own['cp']} VP{own['vp']} EP{own['ep']} MBS{own['micro_batch']}): as printed (TP{row.get('tp')} "
+                   f"PP{row.get('pp')} MBS{row.get('micro_batch')}, no recipe of its release) its weights, gradients "
+                   f"and optimizer state alone take {state / 2**30:.0f} of {cap / 2**30:.0f} GiB")
+            fixed = {**row, **{k: str(own[k]) for k in ("tp", "pp", "cp", "vp", "ep", "micro_batch")}, "_reading": why}
+            return _represent(fixed, line, retry=False)
     try:
         model = load_model(got["model"])
         lay = Layout(**got["layout"])

@@ -5,7 +5,9 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
                layer on the last; Megatron pads the vocabulary to a multiple of 128 x TP)
   grads        main gradients: fp32 with --accumulate-allreduce-grads-in-fp32 (the seed), else bf16
   optimizer    fp32 master copy + two Adam moments: 12 B/param, sharded over DP x CP (dense) and expert-DP
-               (experts) by the distributed optimizer, less the host-offloaded fraction
+               (experts) by the distributed optimizer, less the host-offloaded fraction. Other frameworks
+               (Workload.framework: torch FSDP2 as torchtitan and NeMo AutoModel run it, Llama 3's FSDP) keep
+               other shards and gathered copies: _state.py
   activations  what the in-flight micro-batches keep for backward: 1F1B keeps PP - stage micro-batches,
                interleaved keeps 2(PP - stage - 1) + (VPP - 1) PP + 1 model chunks; full recompute keeps only
                each recompute group's input; selective recompute drops the named parts
@@ -34,6 +36,8 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
 from ._mtp import mtp_stage_activations, mtp_stage_params
+from ._sac import op_sac_kept
+from ._state import state_terms
 from ._comm import routing_load
 from .layers import (PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
                      vocab_per_row)
@@ -54,7 +58,11 @@ SELECTIVE_DROPS = {
     "mlp": ("mlp",),
     "moe": ("router", "moe_perm", "moe_fc1", "moe_act"),
     "shared_experts": ("shared",),
-    "mla_up_proj": ("attn_other",),
+    # MLA's up projections and RoPE run under a CheckpointWithoutOutput whose outputs, the core attention's q, k, v,
+    # are discarded once attention has run and recomputed before its backward (megatron/core/transformer/
+    # multi_latent_attention.py, recompute_up_proj: discard_output_and_register_recompute(core_attn_out)); the
+    # latents it starts from and the attention output (linear_proj's input) stay
+    "mla_up_proj": ("attn_core",),
 }
 
 
@@ -203,27 +211,9 @@ def estimate_memory(
     params = p_dense + p_exp
     owned = owned_params(t, p_dense, p_exp)
     keep = (1.0 - t.offload)[:, None]
-    # FP8: TE keeps an FP8 copy of each linear weight next to the BF16 one for the step's micro-batches; with
-    # --fp8-param-gather the parameter itself is FP8 (1 B) plus that copy (its transpose / column-wise form).
-    # Embedding, output layer and norms stay BF16.
-    # NVFP4 is counted at FP8's bytes: its FP4 copies (0.5 B + an E4M3 scale per 16 values, row- and column-wise)
-    # come to ~1.1 B per weight, its saved linear inputs to ~0.28 of BF16 against FP8's 0.5 (conservative)
-    w_bytes = 2.0 * params
-    if workload.quantized and not workload.fp8_param_gather:
-        w_bytes = w_bytes + (params - embedding_params(model, t, S))  # the linear weights' low-precision copy
-    g_bytes = (coef.grad_bytes if workload.grads_fp32 else 2.0) * params
-    if t.fsdp.any():  # FSDP: a 1 / DP shard of each, plus the gathered layers in flight (this one, the next)
-        per_layer = params / np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))
-        shard = owned_params(t, p_dense, p_exp) / np.maximum(params, 1.0)
-        shard = np.where(t.dist_opt[:, None], shard, 1.0 / np.maximum(t.dp * t.cp, 1)[:, None])
-        f = (t.fsdp & (t.pp == 1))[:, None]  # with PP the stage's parameters stay gathered (see _terms.step_raw)
-        w_bytes = np.where(f, w_bytes * shard + 2 * coef.fsdp_layers_in_flight * per_layer, w_bytes)
-        g_bytes = np.where(f, g_bytes * shard + 4.0 * per_layer, g_bytes)
-    terms = {
-        "weights": w_bytes,
-        "grads": g_bytes,
-        "optimizer": owned * (coef.optim_bytes * keep),
-    }
+    w_bytes, g_bytes, o_bytes = state_terms(model, workload, t, S, p_dense, p_exp, owned, keep,
+                                            embedding_params(model, t, S), coef)
+    terms = {"weights": w_bytes, "grads": g_bytes, "optimizer": o_bytes}
 
     # --- activations per token of one micro-batch ------------------------------------------------------
     rows = t.rows_per_mb(workload.seq_len)
@@ -252,6 +242,8 @@ def estimate_memory(
             d = div[PART_CLASS[part]]
             kept += per_pair[pair_of[rs], :, j] * (d[rs] if np.ndim(d) else d) * keep_part[rs, j][:, None]
         kept_layer[rs] = kept
+        if workload.framework == "torchtitan":  # its "selective" is per-op SAC (_sac.py), not Megatron's modules
+            kept_layer = np.where(sel[:, None], op_sac_kept(model, t, S, div), kept_layer)
     L_stage = np.maximum(1.0, stage_sums(np.ones(lt.n_layers), t.pp, t.vpp, S, t.split))  # layers per stage
     seq_in = 2.0 * h * tok  # a recompute group's checkpointed input
     full = (t.rc_gran == 2)[:, None]

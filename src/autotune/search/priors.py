@@ -45,11 +45,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.2618, "feature": 0.1289, "interaction": 0.0583, "noise": 0.1349, "tp": 0.0931, "pp": 0.1162,
-    "vpp": 0.1297, "cp": 0.1638, "ep": 0.1186, "recompute": 0.1242, "recompute_1": 0.1195, "dispatcher": 0.1456,
-    "max_tokens_per_gpu": 0.1241, "precision_aware_optimizer": 0.1241, "moe_shared_expert_overlap": 0.1168,
-    "ep_overlap": 0.1491, "tp_comm_overlap": 0.1199, "cuda_graphs": 0.1342, "moe_capacity_factor": 0.1879,
-    "ep_x_nodes": 0.0572, "pp_x_recompute": 0.0736, "tp_x_hidden": 0.0491, "scale_sd": 1.0045,
+    "intercept": 0.2623, "feature": 0.1325, "interaction": 0.0772, "noise": 0.1171, "tp": 0.0901, "pp": 0.1084,
+    "vpp": 0.1136, "cp": 0.1534, "ep": 0.124, "recompute": 0.1346, "recompute_1": 0.1263, "dispatcher": 0.1318,
+    "max_tokens_per_gpu": 0.1275, "precision_aware_optimizer": 0.1275, "moe_shared_expert_overlap": 0.119,
+    "ep_overlap": 0.1855, "tp_comm_overlap": 0.1216, "cuda_graphs": 0.147, "moe_capacity_factor": 0.1488,
+    "ep_x_nodes": 0.0754, "pp_x_recompute": 0.1118, "tp_x_hidden": 0.0551, "scale_sd": 1.1227,
 }
 
 

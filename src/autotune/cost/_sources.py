@@ -1,0 +1,73 @@
+"""What each published source's runs kept in memory beyond their layout, read from the source's own scripts.
+
+`source_settings(row, source, model, precision)` returns the Measurement keywords a published row implies about its
+training stack (gradient reduction dtype, FP8 parameter all-gather, optimizer state bytes, the framework whose
+weights, gradients and "selective" recompute apply: catalog.FRAMEWORKS) and the readings, for the row's provenance:
+
+  - Megatron-Bridge perf: bf16 gradient reduction (`ddp.grad_reduce_in_fp32 = False` in every model's perf config,
+    v0.2.0 to v0.4.2); FP8 parameter all-gather with current scaling and MXFP8 (scripts/performance/utils:
+    fp8_param_gather=True).
+  - Megatron-LM examples/llama (FP8 table): its script examples/llama/train_llama3_8b_h100_fp8.sh runs
+    --grad-reduce-in-bf16 and --fp8-param-gather, and the README says its configuration follows NeMo's perf scripts.
+  - NeMo 24.07 (FP8 rows): bf16 gradient sync, as NeMo-Framework-Launcher 24.07's FP8 performance config
+    (launcher_scripts/conf/training/gpt3/175b_fp8.yaml: distributed_fused_adam grad_sync_dtype: bf16) and the
+    Megatron-LM scripts that follow NeMo's; Nemotron-4 340B's optimizer state in BF16 with no master copy (the
+    release's nemotron/nemotron_340b.yaml: distributed_fused_adam dtype: bf16; NeMo's MegatronBaseModel stores no
+    master parameters when the optimizer dtype is the model's): 4 B per owned parameter (m, v).
+  - Megatron-Bridge's Nemotron 3 Super NVFP4 recipe keeps linears out of NVFP4 (Workload.bf16_layers_end,
+    quant_overrides; cost/_quant.py).
+  - torchtitan, NeMo AutoModel, the Llama 3 paper: their frameworks (cost/_state.py, cost/_sac.py); torchtitan rows
+    that say "fp8 FSDP all-gather" gather parameters in FP8.
+Other sources: fp32 gradients (the seed's setting), Megatron's optimizer state. No torch, no ray.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["source_settings"]
+
+_LAUNCHER = "NeMo-Framework-Launcher 24.07 launcher_scripts/conf/training"
+# (source prefix, precision filter: "fp8" = any FP8/FP4 recipe, None = any; catalog model or None, settings, reading)
+_RULES = (
+    ("Megatron-Bridge perf", None, None, {"grads_fp32": False}, "bf16 gradient reduction (Megatron-Bridge perf recipes)"),
+    ("Megatron-Bridge perf", "fp8-tensorwise mxfp8", None, {"fp8_param_gather": True},
+     "FP8 parameter all-gather (Megatron-Bridge perf recipes)"),
+    ("Megatron-LM examples/llama", "fp8", None, {"grads_fp32": False, "fp8_param_gather": True},
+     "bf16 gradient reduction and FP8 parameter all-gather (examples/llama/train_llama3_8b_h100_fp8.sh: "
+     "--grad-reduce-in-bf16 --fp8-param-gather)"),
+    ("NeMo 24.07", "fp8", None, {"grads_fp32": False},
+     f"bf16 gradient sync (NeMo's FP8 perf configs: {_LAUNCHER}/gpt3/175b_fp8.yaml grad_sync_dtype bf16, "
+     "as Megatron-LM examples/llama, which follow NeMo's perf scripts)"),
+    ("NeMo 24.07", None, "Nemotron-4-340B", {"optimizer_state_bytes": 4.0},
+     f"BF16 Adam state without a master copy ({_LAUNCHER}/nemotron/nemotron_340b.yaml: distributed_fused_adam "
+     "dtype bf16)"),
+    ("Megatron-Bridge perf", "nvfp4", "NVIDIA-Nemotron-3-Super-120B-A12B",
+     {"bf16_layers_end": 14, "quant_overrides": (("attention", "bf16"), ("latent_proj", "bf16"),
+                                                 ("mamba_out_proj", "mxfp8"))},
+     "the Super NVFP4 recipe's last 14 layers, attention and latent projections in BF16 and Mamba out_proj in MXFP8 "
+     "(nemotron_3_super_bf16_with_nvfp4_mixed; scripts/performance/configs/nemotronh/te_quant.cfg); its MTP block "
+     "in BF16 is not modelled"),
+    ("torchtitan", None, None, {"framework": "torchtitan"}, "torchtitan's FSDP2 state and per-op selective AC"),
+    ("NeMo AutoModel", None, None, {"framework": "automodel"}, "NeMo AutoModel's FSDP2 state on a BF16 model"),
+    ("Llama 3 Herd", None, None, {"framework": "llama3"},
+     "Llama 3's FSDP: gradients and optimizer state sharded, parameters kept gathered"),
+)
+
+
+def source_settings(row: dict, source: str, model: str, precision: str) -> tuple[dict, list[str]]:
+    """Measurement keywords (grads_fp32, fp8_param_gather, optimizer_state_bytes, framework, bf16_layers_end,
+    quant_overrides) and readings."""
+    out: dict = {"grads_fp32": True, "fp8_param_gather": False}
+    read: list[str] = []
+    for prefix, prec, name, settings, why in _RULES:
+        if not source.startswith(prefix) or (name and name != model):
+            continue
+        if prec == "fp8" and precision == "bf16" or prec not in (None, "fp8") and precision not in prec.split():
+            continue
+        out.update(settings)
+        read.append(why)
+    if precision != "bf16" and re.search(r"fp8 fsdp all-gather", (row.get("precision") or "").lower()):
+        out["fp8_param_gather"] = True
+        read.append("FP8 parameter all-gather (the row says so)")
+    return out, read

@@ -1,0 +1,50 @@
+"""How published rows are read where the page and its release's recipes disagree: NVFP4 and Nemotron 3 recipes are
+recipes like the others, a GA column that contradicts the row's own MBS gives way to the recipe's micro-batch, and a
+printed layout that cannot hold its own weights, gradients and optimizer state is read as its release's recipe."""
+
+from __future__ import annotations
+
+from autotune.cost._presets import _recipes, row_settings
+from autotune.cost.measurements import _represent, _state_bytes, published_measurements
+
+_SRC = "Megatron-Bridge perf archive:"
+
+
+def _row(**kw) -> dict:
+    base = dict(source=_SRC + "26.02.01", model="LLAMA3_70B", gpu="GB300", num_gpus="64", seq_len="8192",
+                global_batch="256", micro_batch="1", tp="1", pp="4", cp="1", vp="5", ep="", etp="", precision="NVFP4",
+                recompute="", tokens_per_s_per_gpu="7000", tflops_per_gpu="", mfu="", notes="pre-training")
+    return {**base, **kw}
+
+
+def test_nvfp4_and_nemotron_3_recipes_are_read():
+    recipes = _recipes()
+    assert any(r["precision"] == "nvfp4" and r["model"] == "Llama-3.1-70B" for r in recipes)
+    supers = [r for r in recipes if r["model"] == "NVIDIA-Nemotron-3-Super-120B-A12B" and r["gpu"] == "B200"
+              and r["precision"] == "mxfp8"]
+    assert supers and all(r["recompute"] == "selective:moe_act,layernorm" and r["dispatcher"] == "flex" for r in supers)
+    # the Super model recipe sets no comm_overlap: its TP2 recipes run without TP overlap
+    assert all(r["tp_comm_overlap"] == "0" for r in recipes if r["model"].startswith("NVIDIA-Nemotron-3-Super"))
+    kept, _ = published_measurements()
+    b200 = [m for m in kept if m.model.endswith("Super-120B-A12B") and m.gpu == "B200" and m.precision == "mxfp8"]
+    assert b200 and all(str(m.layout.recompute) == "selective:moe_act,layernorm" for m in b200)
+
+
+def test_a_ga_column_that_contradicts_the_rows_mbs_takes_the_recipes_micro_batch():
+    lay = {"world": 64, "tp": 1, "pp": 4, "cp": 1, "vpp": 1, "ep": 8, "micro_batch_size": 4}
+    row = {"source": _SRC + "25.11", "model": "GPT OSS 120B", "notes": "GA=2; MoE"}
+    out = row_settings(row, "gpt-oss-120b", "H100", "bf16", lay, 512, True)
+    assert out["layout"]["micro_batch_size"] == 1 and "GA 2 contradicts" in " ".join(out["read"])
+    consistent = row_settings({**row, "notes": "GA=8; MoE"}, "gpt-oss-120b", "H100", "bf16", lay, 512, True)
+    assert "micro_batch_size" not in consistent["layout"]  # GA 8 x DP 16 x MBS 4 = 512: the page is taken at its word
+
+
+def test_a_printed_layout_that_cannot_hold_its_state_is_read_as_the_releases_recipe():
+    printed = _row(micro_batch="2", pp="1", vp="")  # the 26.02.01 page: TP1 PP1 MBS 2, FSDP 0
+    m = _represent(printed, 2)
+    assert (m.layout.tp, m.layout.pp, m.layout.vpp, m.layout.micro_batch_size) == (1, 4, 5, 1)
+    assert "as printed (TP1 PP1 MBS2" in m.source
+    assert _state_bytes(m) < m.cluster.gpu.memory_bytes
+    # a printed layout that holds its state is left as printed, even where no recipe has it
+    small = _represent(_row(model="LLAMA3_70B", pp="8", vp="5", micro_batch="1"), 2)
+    assert small.layout.pp == 8 and "as printed" not in small.source
