@@ -21,10 +21,14 @@ TARGET_S = 2.0
 
 
 def make_study(runs: Path, trials: int) -> Path:
+    import contextlib
+    import io
+
     from autotune.cli.main import main
 
-    rc = main(["search", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--trials", str(trials),
-               "--planner", "random", "--runs-dir", str(runs), "--study", "bench", "--json"])
+    with contextlib.redirect_stdout(io.StringIO()):  # the search's --json summary: not this table's business
+        rc = main(["search", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--trials",
+                   str(trials), "--planner", "random", "--runs-dir", str(runs), "--study", "bench", "--json"])
     if rc != 0:
         raise SystemExit(f"making the study failed ({rc})")
     return runs / "bench"
