@@ -59,6 +59,12 @@ _QUANT_SHARE = {"attn_in": 1.0, "mlp_in": 1.0, "moe_perm": 1.0, "moe_act": 1.0, 
                 "attn_core": 0.25}
 QUANT_PARTS = np.array([_QUANT_SHARE.get(p, 0.0) for p in PARTS])
 
+# HBM bytes per element of a biased expert's fc2 output for the unfused `t + b * p` (BF16; the probs keep the
+# router logits' dtype, BF16 unless --moe-router-dtype): forward b * p (write 2), the add (read 2 + 2, write 2),
+# torch.cat (read 2, write 2); backward split's cat of t's gradient (read 2, write 2) and the mul's two
+# broadcast gradients, grad * p and grad * b, each a product (read 2, write 2) and its reduction (read 2)
+EXPERT_BIAS_BYTES = 12.0 + 16.0
+
 
 def gemm_efficiency(c, width, rows):
     """Fraction of peak of a GEMM whose narrowest side is `width` and that has `rows` rows."""
@@ -140,6 +146,15 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S, t.split)  # per pair: no (n, S, P) table
     act_bytes = fold_activations(per_pair, pair_of, div) * tokens
     mb["memory_bound"] = act_bytes * (3 * c.mem_touch / (g.hbm_gbps * 1e9))
+    if model.is_moe and model.moe.expert_bias:
+        # biased routed experts (gpt-oss): Megatron's TEGroupedMLP builds fc2 with skip_bias_add=True and adds the
+        # returned bias, weighted by each copy's routing prob, outside the GEMM in eager PyTorch, one local expert
+        # at a time: torch.cat([t + b * p for t, b, p in zip(split(out), biases, split(probs))])
+        # (moe/experts.py TEGroupedMLP._apply_bias, core_v0.15 to v0.17). Over every routed copy's fc2 output
+        # that is EXPERT_BIAS_BYTES of HBM traffic per element, none of it a saved activation
+        copies = tokens * tok_share * model.moe.top_k * etp
+        mb["memory_bound"] = mb["memory_bound"] + moe_stage * copies * (
+            EXPERT_BIAS_BYTES * model.moe.width(h) / (g.hbm_gbps * 1e9))
     # FP8 casts: every TE linear's input (forward) and output gradient (backward) read in BF16 and written
     # in FP8 row- and column-wise (`quant_bytes` per element); per-tensor current scaling reads it once more
     # for the amax. Elements per token ~ the saved linear inputs' BF16 bytes / 2, twice (two passes).

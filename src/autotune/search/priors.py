@@ -45,11 +45,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.2623, "feature": 0.1325, "interaction": 0.0772, "noise": 0.1171, "tp": 0.0901, "pp": 0.1084,
-    "vpp": 0.1136, "cp": 0.1534, "ep": 0.124, "recompute": 0.1346, "recompute_1": 0.1263, "dispatcher": 0.1318,
-    "max_tokens_per_gpu": 0.1275, "precision_aware_optimizer": 0.1275, "moe_shared_expert_overlap": 0.119,
-    "ep_overlap": 0.1855, "tp_comm_overlap": 0.1216, "cuda_graphs": 0.147, "moe_capacity_factor": 0.1488,
-    "ep_x_nodes": 0.0754, "pp_x_recompute": 0.1118, "tp_x_hidden": 0.0551, "scale_sd": 1.1227,
+    "intercept": 0.2582, "feature": 0.1313, "interaction": 0.0768, "noise": 0.1165, "tp": 0.0893, "pp": 0.1073,
+    "vpp": 0.1121, "cp": 0.1538, "ep": 0.1244, "recompute": 0.1322, "recompute_1": 0.1217, "dispatcher": 0.1314,
+    "max_tokens_per_gpu": 0.1265, "precision_aware_optimizer": 0.1265, "moe_shared_expert_overlap": 0.1181,
+    "ep_overlap": 0.1851, "tp_comm_overlap": 0.1203, "cuda_graphs": 0.145, "moe_capacity_factor": 0.1478,
+    "ep_x_nodes": 0.0753, "pp_x_recompute": 0.1112, "tp_x_hidden": 0.0545, "scale_sd": 1.0834,
 }
 
 

@@ -1,0 +1,44 @@
+"""gpt-oss's biased routed experts: Megatron adds fc2's bias outside the grouped GEMM (TEGroupedMLP._apply_bias)."""
+
+from dataclasses import replace
+
+import pytest
+
+from autotune.catalog import ClusterSpec, Workload, load_model
+from autotune.cost import TimeCoefficients, estimate_time
+from autotune.cost._terms import EXPERT_BIAS_BYTES
+from autotune.layout import Layout, LayoutTable
+
+C = TimeCoefficients()
+
+
+def _mem(model, cluster, layout, wl):
+    r = estimate_time(model, wl, cluster, LayoutTable.from_layouts([layout]), C)
+    return r.mb_terms["memory_bound"][0]
+
+
+@pytest.mark.parametrize("ep, etp", [(8, 1), (4, 2)])
+def test_unfused_expert_bias_add_costs_hbm_traffic_over_every_routed_copy(ep, etp):
+    gptoss = load_model("gpt-oss-120b")
+    assert gptoss.moe.expert_bias
+    plain = replace(gptoss, moe=replace(gptoss.moe, expert_bias=False))
+    cluster = ClusterSpec.of("H100", 64)
+    wl = Workload(seq_len=4096, global_batch=256)
+    lay = Layout(world=64, pp=4, ep=ep, etp=etp, micro_batch_size=2)
+    extra = _mem(gptoss, cluster, lay, wl) - _mem(plain, cluster, lay, wl)
+    e, h = gptoss.moe, gptoss.hidden_size
+    # per stage: 9 MoE layers, 2 x 4096 tokens, top-4 copies, fc2 outputs of hidden width (ETP ranks each add it)
+    copies = 2 * 4096 * e.top_k * etp
+    want = (gptoss.num_layers // 4) * copies * EXPERT_BIAS_BYTES * h / (cluster.gpu.hbm_gbps * 1e9)
+    assert extra == pytest.approx(want, rel=1e-9)
+    assert extra[0] > 0.1 * _mem(plain, cluster, lay, wl)[0]  # a sizeable share of the layer's elementwise traffic
+
+
+def test_unbiased_experts_pay_nothing_extra():
+    qwen = load_model("Qwen3-30B-A3B")
+    assert not qwen.moe.expert_bias
+    cluster = ClusterSpec.of("H100", 16)
+    wl = Workload(seq_len=4096, global_batch=64)
+    lay = Layout(world=16, ep=16, micro_batch_size=1)
+    biased = replace(qwen, moe=replace(qwen.moe, expert_bias=True))
+    assert (_mem(biased, cluster, lay, wl) > _mem(qwen, cluster, lay, wl)).all()
