@@ -7,6 +7,9 @@ where it has seen nothing alike), and the predicted peak memory against the GPU'
 so it fit). Then per GPU family and precision: rows expressed and skipped, MAPE in-sample / LOMO / LOSO,
 the mean Spearman rank correlation within each (model, GPU, sequence length) group of 3+ rows, and the
 rows predicted not to fit; the groups one by one; the seed rows and their order; skipped rows by reason.
+Rows their publisher filed as a regression of their release (cost/_sources.known_regression) are predicted but left
+out of every fit; they are listed apart, beside the same source's other releases, and the table is shown again
+without them.
 Every precision's rows are fitted (calibrate.FIT_PRECISIONS); LOMO and LOSO are the out-of-sample checks.
 
     python bench/throughput_accuracy.py [--csv PATH] [--no-lomo]
@@ -122,19 +125,29 @@ def main() -> None:
     with_tp = len(kept) + sum(1 for r, _ in skipped if r.get("tokens_per_s_per_gpu") or r.get("tflops_per_gpu"))
     print(f"\nrows expressed: {len(kept)} of the {with_tp} published rows with a throughput "
           f"({100 * len(kept) / with_tp:.0f}%), plus the 3 seed rows; {len(skipped)} skipped")
-    print(f"\n{'family':<10}{'precision':<16}{'rows':>5}{'skip':>5}{'uncal':>7}{'in-sample':>10}{'LOMO':>7}{'LOSO':>7}"
-          f"{'rank':>7}{'groups':>7}{'no fit':>7}")
-    for f, p in [(f, p) for f in ("hopper", "blackwell") for p in PRECISIONS] + [("all", "all")]:
-        mask = np.ones(len(rows), bool) if f == "all" else (fam == f) & (prec == p)
-        nsk = len(skipped) if f == "all" else sum(1 for sf, sp in skip_fp if sf == f and sp == p)
-        if not mask.any() and not nsk:
-            continue
-        rc = [r for r in (spearman(meas[idx], cal[idx]) for idx in rank_groups(rows, mask)) if r == r]
-        print(f"{f:<10}{p:<16}{mask.sum():>5}{nsk:>5}{mape(raw, mask):>6.1f}%{mape(cal, mask):>9.1f}%"
-              f"{mape(lomo, mask):>6.1f}%{mape(loso, mask):>6.1f}%{np.mean(rc) if rc else np.nan:>+7.2f}{len(rc):>7}"
-              f"{int((peak[mask] > cap[mask]).sum()):>7}")
+    flagged = np.array([bool(m.regression) for m in rows])
+
+    def table(keep: np.ndarray) -> None:
+        print(f"{'family':<10}{'precision':<16}{'rows':>5}{'skip':>5}{'uncal':>7}{'in-sample':>10}{'LOMO':>7}"
+              f"{'LOSO':>7}{'rank':>7}{'groups':>7}{'no fit':>7}")
+        for f, p in [(f, p) for f in ("hopper", "blackwell") for p in PRECISIONS] + [("all", "all")]:
+            mask = keep & (np.ones(len(rows), bool) if f == "all" else (fam == f) & (prec == p))
+            nsk = len(skipped) if f == "all" else sum(1 for sf, sp in skip_fp if sf == f and sp == p)
+            if not mask.any() and not nsk:
+                continue
+            rc = [r for r in (spearman(meas[idx], cal[idx]) for idx in rank_groups(rows, mask)) if r == r]
+            print(f"{f:<10}{p:<16}{mask.sum():>5}{nsk:>5}{mape(raw, mask):>6.1f}%{mape(cal, mask):>9.1f}%"
+                  f"{mape(lomo, mask):>6.1f}%{mape(loso, mask):>6.1f}%{np.mean(rc) if rc else np.nan:>+7.2f}"
+                  f"{len(rc):>7}{int((peak[mask] > cap[mask]).sum()):>7}")
+
+    print()
+    table(np.ones(len(rows), bool))
     print("  MAPE of tokens/s/GPU; rank: mean Spearman within the (model, GPU, seq len) groups of 3+ rows;\n"
           "  no fit: published rows (they ran) predicted not to fit. Skipped rows of unknown GPUs count under 'all'.")
+    known_regressions(rows, meas, cal, lomo, flagged)
+    if flagged.any():
+        print(f"\nthe same, without the {int(flagged.sum())} known-regression rows:")
+        table(~flagged)
     settings(rows, mape, cal, lomo)
     print("\nrows predicted not to fit (they ran): predicted peak / HBM (GiB)")
     for i in np.flatnonzero(peak > cap):
@@ -158,6 +171,25 @@ def main() -> None:
     print(f"\nskipped {len(skipped)} rows, by reason:")
     for why, n in Counter(re.sub(r" \(Megatron-Bridge recipe .*\)$", "", why) for _, why in skipped).most_common():
         print(f"  {n:4d}  {why[:110]}")
+
+
+def known_regressions(rows, meas, cal, lomo, flagged) -> None:
+    """Rows their publisher filed as a performance regression of their release (cost/_sources.known_regression):
+    predicted, left out of every fit; each beside the same source's rows of its model and GPU in other releases."""
+    if not flagged.any():
+        return
+    print(f"\nknown regressions (the publisher's own issue; kept out of the fit): {int(flagged.sum())} rows")
+    release = lambda m: m.source.split(";")[0].split(":")[-1].strip()  # noqa: E731
+    family_src = lambda m: re.split(r"[:;(]", m.source, maxsplit=1)[0]  # noqa: E731
+    for i in np.flatnonzero(flagged):
+        m = rows[i]
+        print(f"  {m.label()[:52]:<53}{release(m):>9}  measured {meas[i]:>7,.0f}  pred {cal[i]:>7,.0f} "
+              f"({100 * (cal[i] / meas[i] - 1):+.1f}%, LOMO {100 * (lomo[i] / meas[i] - 1):+.1f}%)")
+        for j, o in enumerate(rows):
+            if (not flagged[j] and o.model == m.model and o.gpu == m.gpu and family_src(o) == family_src(m)):
+                print(f"      same source, {release(o):>9}: {o.label()[:50]:<51}{o.precision[:8]:>9}  measured "
+                      f"{meas[j]:>7,.0f}  pred {cal[j]:>7,.0f} ({100 * (cal[j] / meas[j] - 1):+.1f}%)")
+        print(f"      {m.regression}")
 
 
 def settings(rows, mape, cal, lomo) -> None:

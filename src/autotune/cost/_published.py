@@ -38,7 +38,7 @@ import re
 from ..catalog import load_model
 from ..layout import SELECTIVE_MODULES, Recompute
 from ._presets import row_settings
-from ._sources import source_settings
+from ._sources import known_regression, source_settings
 from .flops import train_flops_per_token
 
 __all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "precision_of", "train_flops_per_token"]
@@ -280,12 +280,15 @@ def map_row(row: dict) -> dict | str:
                                   ("FSDP: parameters, gradients and optimizer sharded over DP", fsdp_on),
                                   (prec_how, bool(prec_how))) if cond] + stack_how
     src = f"{source}; {how}" + (f"; assumed {', '.join(assumed)}" if assumed else "")
+    regression = known_regression(source, name, kind)
+    src += f"; {regression}" if regression else ""
     return {
         "model": name,
         "layout": layout,
         "measurement": dict(model=name, gpu=kind, count=count, gpus_per_node=per_node or 8, seq_len=seq,
                             global_batch=gb, load_balancing_loss=True, precision=precision,
-                            tokens_per_s_per_gpu=tps or 1.0, **stack, **training, **settings["workload"]),
+                            tokens_per_s_per_gpu=tps or 1.0, regression=regression, **stack, **training,
+                            **settings["workload"]),
         "tflops": tflops if tps is None else None,
         "recipe_layout": settings.get("recipe_layout"),
         "source": src,

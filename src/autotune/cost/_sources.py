@@ -18,14 +18,20 @@ weights, gradients and "selective" recompute apply: catalog.FRAMEWORKS) and the 
     quant_overrides; cost/_quant.py).
   - torchtitan, NeMo AutoModel, the Llama 3 paper: their frameworks (cost/_state.py, cost/_sac.py); torchtitan rows
     that say "fp8 FSDP all-gather" gather parameters in FP8.
-Other sources: fp32 gradients (the seed's setting), Megatron's optimizer state. No torch, no ray.
+Other sources: fp32 gradients (the seed's setting), Megatron's optimizer state.
+
+`known_regression(source, model, gpu)` names a published row its publisher has itself filed as a performance
+regression of that release (an issue in the publisher's tracker naming the model, the GPUs and the release), with
+the issue: such rows are kept and predicted, but calibrate.fit_kinds leaves them out of the fit and
+bench/throughput_accuracy.py reports them apart, beside the same source's other releases (_REGRESSIONS).
+No torch, no ray.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["source_settings"]
+__all__ = ["source_settings", "known_regression"]
 
 _LAUNCHER = "NeMo-Framework-Launcher 24.07 launcher_scripts/conf/training"
 # (source prefix, precision filter: "fp8" = any FP8/FP4 recipe, None = any; catalog model or None, settings, reading)
@@ -71,3 +77,27 @@ def source_settings(row: dict, source: str, model: str, precision: str) -> tuple
         out["fp8_param_gather"] = True
         read.append("FP8 parameter all-gather (the row says so)")
     return out, read
+
+
+# (source prefix, releases, catalog model, GPU kinds, the publisher's own record of the regression). Qwen3-30B-A3B on
+# H100 and B200 in containers 25.11 and 26.02: NVIDIA-NeMo/Megatron-Bridge#1998 "[Regression] Low QWEN3 30B B200 and
+# H100 performance with dropless" (2026-01-20: "the perf in 25.11 is 2X slower than 25.09 ... We need to fix this in
+# 26.02"); the 26.02 recipes (v0.3.0) still run it (H100: DeepEP + A2A overlap, B200: alltoall), the 26.02.01 ones
+# (v0.3.1) switch both to HybridEP (#2477, #2499). The page's own rows agree: H100 10,494 (25.09), 5,275 (25.11),
+# 5,113 (26.02), 9,058 (26.02.01); B200 18,066, 9,299, 9,691, 26,695. The settings that differ (token drop, EP
+# overlap, dispatcher) are read (cost/_presets.py), but the model predicts them within a few % of each other.
+_REGRESSIONS = (
+    ("Megatron-Bridge perf", ("25.11", "26.02"), "Qwen3-30B-A3B", ("H100", "B200"),
+     "known regression: NVIDIA-NeMo/Megatron-Bridge#1998 (dropless Qwen3 30B on H100 and B200 2x slower than "
+     "25.09's token-dropping runs; fixed in 26.02.01 by the HybridEP recipes, #2477 H100, #2499 B200)"),
+)
+
+
+def known_regression(source: str, model: str, gpu: str) -> str:
+    """The publisher's record that this row measured a performance regression of its release, or ""."""
+    m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
+    release = m.group(1) if m else ""
+    for prefix, releases, name, gpus, why in _REGRESSIONS:
+        if source.startswith(prefix) and release in releases and model == name and gpu in gpus:
+            return why
+    return ""

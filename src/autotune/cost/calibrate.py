@@ -189,10 +189,10 @@ def fit(measurements: list[Measurement], base: Calibration | None = None, terms=
 
 def fit_kinds(measurements: list[Measurement], kinds: list[str] | None = None, **fit_kw) -> dict[str, Calibration]:
     """One calibration per GPU kind: pooled per family, then refined per kind (see module docstring); only
-    rows of FIT_PRECISIONS.
+    rows of FIT_PRECISIONS, and none its publisher filed as a release's performance regression (m.regression).
     `fit_kw` goes to every `fit` (prior_sigma, noise_sigma, terms)."""
     by_kind: dict[str, list[Measurement]] = {}
-    for m in (m for m in measurements if m.precision in FIT_PRECISIONS):
+    for m in (m for m in measurements if m.precision in FIT_PRECISIONS and not m.regression):
         by_kind.setdefault(m.gpu, []).append(m)
     wanted = kinds or sorted(by_kind)
     out: dict[str, Calibration] = {}

@@ -62,6 +62,9 @@ class Measurement:
     optimizer_state_bytes: float = 0.0  # per owned parameter; 0: the framework's own
     bf16_layers_end: int = 0  # see Workload: linears a low-precision recipe keeps in BF16 / MXFP8
     quant_overrides: tuple = ()
+    # the publisher's record that the row measured a performance regression of its release (_sources.known_regression):
+    # kept and predicted, left out of the calibration fit (calibrate.fit_kinds)
+    regression: str = ""
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
