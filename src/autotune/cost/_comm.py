@@ -12,6 +12,12 @@ Shapes and why:
     forwards it over NVLink there, so its network bytes are the expected number of distinct remote domains among
     the k experts (k picks over D domains reach D (1 - (1 - 1/D)^k) distinct ones) instead of k x the off share,
     near the network's line rate (`flex_net`, DeepEP's RDMA kernels) where NCCL gets `net_eff`;
+  - NeMo AutoModel's forced balance (FakeBalancedGate, nemo_automodel/components/moe/layers.py, noise 0) routes
+    token i to the k consecutive experts (k i + j) mod E, and its EP ranks hold E / EP consecutive experts
+    (apply_ep's Shard(0)): a token's k experts sit on one or two ranks of one NVLink domain, not k scattered ones.
+    DeepEP sends a token once to each rank that holds one of its experts (get_dispatch_layout's is_token_in_rank,
+    nemo_automodel/components/moe/megatron/fused_a2a.py), so its copies are those distinct ranks and domains
+    (`contiguous_spread`), not k;
   - routing load: a rank's tokens are the sum over its E / EP experts; with natural routing the hottest of EP ranks
     carries 1 + cv z(EP) / sqrt(E / EP) times the mean, z(N) the expected maximum of N standard normals (Blom's
     approximation: the normal quantile at (N - 0.375) / (N + 0.25)), cv the expert loads' coefficient of variation;
@@ -23,13 +29,16 @@ No torch, no ray.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from math import gcd
+
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 
 __all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "expected_max", "REF_EP",
-           "REF_EXPERTS"]
+           "REF_EXPERTS", "contiguous_spread"]
 
 REF_EP, REF_EXPERTS = 8, 256  # the shape at which imbalance_on / imbalance_off are given (seed: EP8, 256 experts)
 
@@ -59,18 +68,41 @@ def group_bw(cluster: ClusterSpec, n, stride, c):
     return 1.0 / np.maximum(1.0 / nvl, cross)
 
 
-def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex):
+@lru_cache(maxsize=256)
+def contiguous_spread(num_experts: int, k: int, ep: int, nvlink_size: int) -> tuple[float, float]:
+    """(distinct EP ranks, distinct NVLink domains) a token reaches under NeMo AutoModel's FakeBalancedGate: token i
+    takes experts (k i + j) mod E, j < k; rank r holds experts [r E / EP, (r + 1) E / EP); a domain holds
+    min(nvlink_size, EP) consecutive ranks. Averaged over the gate's period E / gcd(k, E) of starting experts."""
+    E, k, ep = int(num_experts), int(k), max(int(ep), 1)
+    per_rank = max(E // ep, 1)
+    per_dom = per_rank * max(min(int(nvlink_size), ep), 1)
+    starts = [(k * i) % E for i in range(E // gcd(k, E))]
+    ranks = doms = 0.0
+    for s in starts:
+        experts = [(s + j) % E for j in range(k)]
+        ranks += len({e // per_rank for e in experts})
+        doms += len({e // per_dom for e in experts})
+    return ranks / len(starts), doms / len(starts)
+
+
+def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex, spread=None):
     """Seconds of one dispatch (or combine) of `tokens` tokens per GPU, each routed to k experts, over an EP group
     of `span` consecutive ranks. NVLink carries the in-domain copies (and, for flex, the forwarded ones); the
-    network carries k x the off-domain share (alltoall) or one copy per distinct remote domain (flex)."""
+    network carries k x the off-domain share (alltoall) or one copy per distinct remote domain (flex). `spread`:
+    (distinct ranks, distinct domains) per token where the routing fixes them (contiguous_spread), in place of k
+    random picks for the flex dispatcher, which sends a token once per rank and domain."""
     nvl, net = link_bandwidths(cluster, c)
     span = np.maximum(span, 1)
     dom = np.maximum(span / cluster.nvlink_size, 1.0)  # NVLink domains the group spans
     off = np.clip(1.0 - 1.0 / dom, 0.0, 1.0)
     peers = (span - 1) / span  # the copy kept on the GPU itself does not move
     distinct_remote = dom * (1.0 - (1.0 - 1.0 / dom) ** k) - (1.0 - (1.0 - 1.0 / dom) ** k) * 1.0
+    flex_nvl_copies = k
+    if spread is not None:  # the token's source rank / domain is uniform over the group: its own share stays home
+        ranks, doms = spread
+        distinct_remote, flex_nvl_copies = doms * off, ranks
     net_copies = np.where(flex, distinct_remote, k * off)
-    nvl_copies = k * peers * np.where(flex, 1.0, 1.0 - off)
+    nvl_copies = peers * np.where(flex, flex_nvl_copies, k * (1.0 - off))
     nvl_bw = np.where(flex, nvl * c.flex_nvl, nvl)
     net_bw = np.where(flex, net * (c.flex_net / c.net_eff), net)  # DeepEP's RDMA kernels near line rate
     return tokens * h_bytes * (nvl_copies / nvl_bw + net_copies / net_bw)

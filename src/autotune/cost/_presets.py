@@ -40,7 +40,9 @@ RELEASES = {"25.09": ("v0.1.0rc4",), "25.11": ("v0.2.0", "v0.2.2"), "26.02": ("v
             "26.08": ("v0.6.0",)}
 _GRAPHS = {"none", "router", "attn", "full"}
 # NeMo AutoModel's performance summary (docs/performance-summary.mdx) links each row to a benchmark recipe; those set
-# distributed.activation_checkpointing: true (every decoder layer checkpointed: Megatron's full uniform 1)
+# distributed.activation_checkpointing: true (every decoder layer checkpointed: Megatron's full uniform 1; MoE models:
+# nemo_automodel/components/moe/parallelizer.py apply_ac wraps each whole block, experts included, saving only the
+# router's projection and top-k)
 _AUTOMODEL = {"DeepSeek-V3": "examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml",
               "Qwen3-30B-A3B": "examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml",
               "Llama-3.1-70B": "examples/llm_benchmark/llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
-from ._comm import a2a_time, group_bw, link_bandwidths, ring_bw, routing_load
+from ._comm import a2a_time, contiguous_spread, group_bw, link_bandwidths, ring_bw, routing_load
 from ._quant import linear_time_scale
 from ._sac import op_sac_recompute
 from .flops import stage_flops
@@ -207,7 +207,11 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         span = ep * etp  # Megatron's expert ranks run etp-ep-edp-pp: an EP group is ep x etp consecutive ranks
         flex = (t.dispatcher == 2)[:, None]
         w = model.moe.width(h) * 2.0  # bytes a token carries to the experts (LatentMoE: its latent width)
-        a2a = a2a_time(tokens * tok_share, k, w, span, cluster, c, flex)
+        spread = None
+        if workload.force_balance and workload.framework == "automodel":  # FakeBalancedGate: consecutive experts
+            E, nvl = model.moe.num_experts, cluster.nvlink_size
+            spread = tuple(np.vectorize(lambda s: contiguous_spread(E, k, int(s), nvl)[i])(span) for i in (0, 1))
+        a2a = a2a_time(tokens * tok_share, k, w, span, cluster, c, flex, spread)
         ag = tokens / cp * w * (ep * tp - 1) / group_bw(cluster, ep * tp, 1, c)  # allgather over TP x EP
         one = np.where(span > 1, np.where((t.dispatcher == 1)[:, None], ag, a2a), 0.0)
         # dispatch + combine, forward and backward (+ the recompute's forward)
