@@ -6,7 +6,10 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
     anything not in the catalog is skipped, as are variants we do not model (LoRA). MTP
     training is a Workload setting (`training_of`): rows that say so, and the sources whose recipe trains it.
   - GPU: the kind before any parenthesis ('H100 (Grand Teton, ...)' -> H100); '(4 per node)' sets the
-    node size; NVL72 kinds (GB200, GB300) are 4-GPU trays on one 72-GPU NVLink domain (the catalog's).
+    node size; NVL72 kinds (GB200, GB300) are 4-GPU trays on one 72-GPU NVLink domain (the catalog's). A part
+    the text says differs from the kind's catalog figures runs on its variant's (`gpu_variant`, catalog
+    GPU_VARIANTS) under the kind's calibration: torchtitan's Grand Teton H100 "96GB HBM2e, 500W power limit"
+    (2.4 TB/s HBM, peaks between H100 SXM's and NVL's, per the benchmark pages' Hardware section).
   - precision (`precision_of`): BF16; FP8 by its scaling recipe as the row names it. Ambiguous names are
     read as their source's default recipe and the reading is named in the provenance: Megatron-Bridge's
     plain "FP8" is its default current-scaling recipe (the 25.09 page says so, later pages call it FP8-CS);
@@ -41,7 +44,8 @@ from ._presets import row_settings
 from ._sources import known_regression, source_settings
 from .flops import train_flops_per_token
 
-__all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "precision_of", "train_flops_per_token"]
+__all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "gpu_variant", "precision_of",
+           "train_flops_per_token"]
 
 REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "global_batch", "micro_batch", "tp", "pp", "cp",
                     "vp", "ep", "etp", "precision", "recompute", "tokens_per_s_per_gpu", "tflops_per_gpu")
@@ -146,6 +150,17 @@ def gpu_kind(text: str) -> tuple[str | None, int | None]:
     kind = re.split(r"[\s(]", text.strip(), maxsplit=1)[0].upper()
     per = re.search(r"(\d+) per node", text)
     return (kind if kind in _GPUS else None), (int(per.group(1)) if per else None)
+
+
+# (kind, pattern on the lower-cased GPU text, catalog.GPU_VARIANTS name)
+_VARIANT_GPUS = (("H100", r"96 ?gb hbm2e", "H100-HBM2e-500W"),)
+
+
+def gpu_variant(text: str, kind: str) -> str:
+    """The catalog variant of `kind` the GPU text names ('H100 (Grand Teton, 96GB HBM2e, 500W power limit)' ->
+    'H100-HBM2e-500W'), or "" for the kind's own figures."""
+    t = text.strip().lower()
+    return next((v for k, pat, v in _VARIANT_GPUS if k == kind and re.search(pat, t)), "")
 
 
 def precision_of(text: str, source: str) -> tuple[str | None, str]:
@@ -282,11 +297,13 @@ def map_row(row: dict) -> dict | str:
     src = f"{source}; {how}" + (f"; assumed {', '.join(assumed)}" if assumed else "")
     regression = known_regression(source, name, kind)
     src += f"; {regression}" if regression else ""
+    variant = gpu_variant(row.get("gpu", ""), kind)
+    src += f"; GPU figures of the {variant} variant under {kind}'s calibration" if variant else ""
     return {
         "model": name,
         "layout": layout,
-        "measurement": dict(model=name, gpu=kind, count=count, gpus_per_node=per_node or 8, seq_len=seq,
-                            global_batch=gb, load_balancing_loss=True, precision=precision,
+        "measurement": dict(model=name, gpu=kind, gpu_variant=variant, count=count, gpus_per_node=per_node or 8,
+                            seq_len=seq, global_batch=gb, load_balancing_loss=True, precision=precision,
                             tokens_per_s_per_gpu=tps or 1.0, regression=regression, **stack, **training,
                             **settings["workload"]),
         "tflops": tflops if tps is None else None,
