@@ -116,6 +116,12 @@ _PRECISIONS = [
     (r"^fp8$", r"^(nemo 24|megatron-lm examples/llama)", "fp8-delayed", "plain FP8 read as delayed scaling"),
     (r"^fp8$", None, "fp8-tensorwise", "plain FP8 read as per-tensor current scaling"),
 ]
+# torchtitan pages measured before pytorch/torchtitan#1073 (5e2033c, 2025-04-07: "Add microbatch_size and remove
+# num_microbatches config"): the local batch is split into experimental.pipeline_parallel_microbatches micro-batches,
+# default the PP degree (torchtitan 9dec370, the 2024-12 page's commit: parallelisms/pipelining_utils.py
+# build_pipeline_schedule `n_microbatches = ... pipeline_parallel_degree`; config_manager.py "The default value will be
+# the number of pipeline stages"); later pages in micro-batches of pipeline_parallel_microbatch_size (default 1)
+_TORCHTITAN_PP_BY_DEGREE = ("torchtitan benchmarks llama3_h100_202412",)
 _RECOMPUTE = {"": "none", "none": "none", "selective ac": "selective", "per-op sac": "selective",
               "selective": "selective", "full ac": "full", "full": "full"}
 _MODULE_NAMES = {"up_proj": "mla_up_proj"}  # the sources' short names for Megatron's recompute modules
@@ -265,7 +271,11 @@ def map_row(row: dict) -> dict | str:
     dispatcher = "flex" if re.search(r"DeepEP|HybridEP", notes) else "alltoall"
     cp = _int(row, "cp", 1)
     micro = _int(row, "micro_batch", 1) or 1
-    if source.startswith("torchtitan") and pp > 1:  # torchtitan splits the local batch into PP micro-batches of
+    if source.startswith(_TORCHTITAN_PP_BY_DEGREE) and pp > 1 and micro % pp == 0:
+        micro //= pp  # the local batch in PP-degree micro-batches (experimental.pipeline_parallel_microbatches unset)
+        assumed.append(f"torchtitan PP: the local batch in {pp} micro-batches of {micro} rows (the PP degree: "
+                       "experimental.pipeline_parallel_microbatches default before pytorch/torchtitan#1073)")
+    elif source.startswith("torchtitan") and pp > 1:  # torchtitan splits the local batch into PP micro-batches of
         micro = 1  # parallelism.pipeline_parallel_microbatch_size (default 1)
         assumed.append("torchtitan PP micro-batches of 1 row (pipeline_parallel_microbatch_size default)")
     layout = dict(

@@ -45,11 +45,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.219, "feature": 0.1015, "interaction": 0.0645, "noise": 0.0934, "tp": 0.0724, "pp": 0.0862,
-    "vpp": 0.0864, "cp": 0.157, "ep": 0.1173, "recompute": 0.1211, "recompute_1": 0.1153, "dispatcher": 0.0902,
-    "max_tokens_per_gpu": 0.1073, "precision_aware_optimizer": 0.1073, "moe_shared_expert_overlap": 0.0895,
-    "ep_overlap": 0.1041, "tp_comm_overlap": 0.0996, "cuda_graphs": 0.0878, "moe_capacity_factor": 0.0913,
-    "ep_x_nodes": 0.0677, "pp_x_recompute": 0.079, "tp_x_hidden": 0.0456, "scale_sd": 1.5882,
+    "intercept": 0.2052, "feature": 0.1097, "interaction": 0.05, "noise": 0.0859, "tp": 0.0773, "pp": 0.0852,
+    "vpp": 0.0841, "cp": 0.1875, "ep": 0.1297, "recompute": 0.1325, "recompute_1": 0.1215, "dispatcher": 0.0964,
+    "max_tokens_per_gpu": 0.1165, "precision_aware_optimizer": 0.1165, "moe_shared_expert_overlap": 0.0955,
+    "ep_overlap": 0.1153, "tp_comm_overlap": 0.1067, "cuda_graphs": 0.0936, "moe_capacity_factor": 0.0973,
+    "ep_x_nodes": 0.0513, "pp_x_recompute": 0.0558, "tp_x_hidden": 0.0412, "scale_sd": 1.4042,
 }
 
 
