@@ -69,6 +69,7 @@ class Measurement:
     # Grand Teton H100 with 96 GB HBM2e at 2.4 TB/s and 500 W): its figures for the time and memory models, the
     # kind's calibration
     gpu_variant: str = ""
+    eager: bool = False  # see Workload.eager: torchtitan run without torch.compile
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -99,7 +100,7 @@ class Measurement:
                         train_mtp=self.train_mtp, mtp_passes=self.mtp_passes,
                         force_balance=self.force_balance, framework=self.framework,
                         optimizer_state_bytes=self.optimizer_state_bytes, bf16_layers_end=self.bf16_layers_end,
-                        quant_overrides=tuple(tuple(o) for o in self.quant_overrides))
+                        quant_overrides=tuple(tuple(o) for o in self.quant_overrides), eager=self.eager)
 
     @property
     def cluster(self) -> ClusterSpec:

@@ -45,11 +45,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.2052, "feature": 0.1097, "interaction": 0.05, "noise": 0.0859, "tp": 0.0773, "pp": 0.0852,
-    "vpp": 0.0841, "cp": 0.1875, "ep": 0.1297, "recompute": 0.1325, "recompute_1": 0.1215, "dispatcher": 0.0964,
-    "max_tokens_per_gpu": 0.1165, "precision_aware_optimizer": 0.1165, "moe_shared_expert_overlap": 0.0955,
-    "ep_overlap": 0.1153, "tp_comm_overlap": 0.1067, "cuda_graphs": 0.0936, "moe_capacity_factor": 0.0973,
-    "ep_x_nodes": 0.0513, "pp_x_recompute": 0.0558, "tp_x_hidden": 0.0412, "scale_sd": 1.4042,
+    "intercept": 0.1997, "feature": 0.109, "interaction": 0.0518, "noise": 0.0835, "tp": 0.076, "pp": 0.0839,
+    "vpp": 0.0839, "cp": 0.192, "ep": 0.1254, "recompute": 0.1223, "recompute_1": 0.1294, "dispatcher": 0.0961,
+    "max_tokens_per_gpu": 0.1162, "precision_aware_optimizer": 0.1162, "moe_shared_expert_overlap": 0.095,
+    "ep_overlap": 0.1152, "tp_comm_overlap": 0.1071, "cuda_graphs": 0.093, "moe_capacity_factor": 0.0968,
+    "ep_x_nodes": 0.0531, "pp_x_recompute": 0.0559, "tp_x_hidden": 0.0448, "scale_sd": 1.2211,
 }
 
 
