@@ -243,7 +243,9 @@ def test_rows_take_the_settings_of_their_sources_recipe():
     auto = [m for m in kept if m.source.startswith("NeMo AutoModel") and m.model != "Llama-3.1-405B"]
     assert auto and all(str(m.layout.recompute) == "full:uniform:1" for m in auto)  # activation_checkpointing
     titan = [m for m in kept if m.source.startswith("torchtitan") and m.layout.pp > 1]
-    assert titan and all(m.layout.micro_batch_size == 1 for m in titan)  # pipeline_parallel_microbatch_size
+    # the 2024-12 page (torchtitan 9dec370): the local batch in PP-degree micro-batches (Table 5: 32 rows in 8 of 4,
+    # Table 6: 8 rows in 8 of 1); pages after pytorch/torchtitan#1073: pipeline_parallel_microbatch_size 1
+    assert titan and all(m.layout.micro_batch_size == (4 if m.seq_len == 8192 else 1) for m in titan)
 
 
 def test_a_layout_no_recipe_has_takes_its_gpu_and_precisions_recipe_else_what_all_the_models_recipes_set():
@@ -284,3 +286,19 @@ def test_torchtitans_interleaved_schedule_runs_two_stages_per_rank():
     inter = [m for m in titan if "VP 2 (torchtitan" in m.source]
     assert len(inter) == 1 and inter[0].layout.vpp == 2
     assert all(m.layout.vpp == 1 for m in titan if m not in inter)
+
+
+def test_torchtitan_before_1073_splits_the_local_batch_into_pp_degree_micro_batches():
+    """torchtitan 9dec370 (the 2024-12 H100 page): build_pipeline_schedule runs n_microbatches =
+    experimental.pipeline_parallel_microbatches or the PP degree; #1073 (2025-04) replaced it with
+    pipeline_parallel_microbatch_size (default 1). Table 5's 405B at PP 8, local batch 32: 8 micro-batches of 4 rows."""
+    from autotune.cost._published import map_row
+    row = {"source": "torchtitan benchmarks llama3_h100_202412 (Table 5)", "model": "Llama 3.1 405B",
+           "gpu": "H100 (Grand Teton, 96GB HBM2e, 500W power limit)", "num_gpus": "512", "seq_len": "8192",
+           "global_batch": "256", "micro_batch": "32", "tp": "8", "pp": "8", "cp": "1", "vp": "",
+           "precision": "FP8 (Float8)", "recompute": "full AC", "tokens_per_s_per_gpu": "100",
+           "notes": "FSDP=8; PP schedule 1F1B; torch.compile + AsyncTP"}
+    got = map_row(row)
+    assert got["layout"]["micro_batch_size"] == 4 and "8 micro-batches of 4 rows" in got["source"]
+    later = map_row({**row, "source": "torchtitan benchmarks some_2025_page"})
+    assert later["layout"]["micro_batch_size"] == 1  # pipeline_parallel_microbatch_size default

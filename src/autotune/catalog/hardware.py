@@ -22,7 +22,7 @@ from pathlib import Path
 from ..errors import BadInput, ConfigError, UnknownName
 from .registry import suggest
 
-__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "get_gpu", "load_gpu_file"]
+__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "GPU_VARIANTS", "get_gpu", "load_gpu_file"]
 
 GB = 1e9
 GiB = 1024**3
@@ -102,11 +102,30 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 
+# Parts sold under a catalog kind's name whose memory, bandwidth or power differ: the same silicon and software stack,
+# so they share that kind's calibration (Measurement.gpu names the kind, Measurement.gpu_variant the part), but the
+# time and memory models read their own figures. Not offered to the search (`autotune gpus` lists GPUS).
+GPU_VARIANTS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in (
+        # Meta's Grand Teton H100 (torchtitan's benchmarks/llama3_h100_202412_torchtitan.md and
+        # asyncTP_llama3_h100_2025-06_torchtitan.md, "Hardware"): "96GB HBM2e with 2.4 TB/sec peak memory bandwidth",
+        # "the default 500W power limit"; footnote 2: "HBM2e-based SXM H100 with lower TDP, the actual peak TFLOPs
+        # number is between SXM and NVL, and we don't know its exact value". Peaks: the midpoint of H100 SXM (989.4 /
+        # 1,978.9 TF dense BF16 / FP8) and H100 NVL (datasheet 1,671 / 3,341 TF with sparsity: 835.5 / 1,670.5 dense).
+        # NVLink 4 as the SXM part; 400 Gb/s RDMA per GPU (400 GB/s per node). Allocatable memory in H100's ratio.
+        GpuSpec("H100-HBM2e-500W", int(95.5 * GiB), 96, 912.45, 2400, 450, 6.9, 8, 400.0,
+                "Grand Teton H100 (96 GB HBM2e, 500 W)", host_mem_gbps=409.6, host_link_gbps=32.0,
+                host_mem_gib=2048.0, fp8_tflops=1824.7),
+    )
+}
+
+
 def get_gpu(name: str) -> GpuSpec:
     """A catalog GPU by name (any case), or a user's GPU from a .yaml/.yml/.json file."""
     if name.lower().endswith((".yaml", ".yml", ".json")):
         return load_gpu_file(name)
-    for key, spec in GPUS.items():
+    for key, spec in {**GPUS, **GPU_VARIANTS}.items():
         if key.lower() == name.lower():
             return spec
     hint = suggest(name, list(GPUS))

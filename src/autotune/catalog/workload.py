@@ -86,6 +86,9 @@ class Workload:
     # --num-layers-at-end-in-bf16 N), and (module, format) pairs a recipe keeps out of its format (QUANT_MODULES)
     bf16_layers_end: int = 0
     quant_overrides: tuple = ()
+    # torchtitan without torch.compile: its Llama's RMSNorm, rotary embedding and SwiGLU run op by op in eager PyTorch
+    # (fp32 round trips through HBM) rather than fused (cost/_terms.py EAGER_*_BYTES)
+    eager: bool = False
 
     def __post_init__(self):
         if self.seq_len <= 0 or self.seq_len % 128:

@@ -6,7 +6,10 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
     anything not in the catalog is skipped, as are variants we do not model (LoRA). MTP
     training is a Workload setting (`training_of`): rows that say so, and the sources whose recipe trains it.
   - GPU: the kind before any parenthesis ('H100 (Grand Teton, ...)' -> H100); '(4 per node)' sets the
-    node size; NVL72 kinds (GB200, GB300) are 4-GPU trays on one 72-GPU NVLink domain (the catalog's).
+    node size; NVL72 kinds (GB200, GB300) are 4-GPU trays on one 72-GPU NVLink domain (the catalog's). A part
+    the text says differs from the kind's catalog figures runs on its variant's (`gpu_variant`, catalog
+    GPU_VARIANTS) under the kind's calibration: torchtitan's Grand Teton H100 "96GB HBM2e, 500W power limit"
+    (2.4 TB/s HBM, peaks between H100 SXM's and NVL's, per the benchmark pages' Hardware section).
   - precision (`precision_of`): BF16; FP8 by its scaling recipe as the row names it. Ambiguous names are
     read as their source's default recipe and the reading is named in the provenance: Megatron-Bridge's
     plain "FP8" is its default current-scaling recipe (the 25.09 page says so, later pages call it FP8-CS);
@@ -41,7 +44,8 @@ from ._presets import row_settings
 from ._sources import known_regression, source_settings
 from .flops import train_flops_per_token
 
-__all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "precision_of", "train_flops_per_token"]
+__all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "gpu_variant", "precision_of",
+           "train_flops_per_token"]
 
 REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "global_batch", "micro_batch", "tp", "pp", "cp",
                     "vp", "ep", "etp", "precision", "recompute", "tokens_per_s_per_gpu", "tflops_per_gpu")
@@ -112,6 +116,12 @@ _PRECISIONS = [
     (r"^fp8$", r"^(nemo 24|megatron-lm examples/llama)", "fp8-delayed", "plain FP8 read as delayed scaling"),
     (r"^fp8$", None, "fp8-tensorwise", "plain FP8 read as per-tensor current scaling"),
 ]
+# torchtitan pages measured before pytorch/torchtitan#1073 (5e2033c, 2025-04-07: "Add microbatch_size and remove
+# num_microbatches config"): the local batch is split into experimental.pipeline_parallel_microbatches micro-batches,
+# default the PP degree (torchtitan 9dec370, the 2024-12 page's commit: parallelisms/pipelining_utils.py
+# build_pipeline_schedule `n_microbatches = ... pipeline_parallel_degree`; config_manager.py "The default value will be
+# the number of pipeline stages"); later pages in micro-batches of pipeline_parallel_microbatch_size (default 1)
+_TORCHTITAN_PP_BY_DEGREE = ("torchtitan benchmarks llama3_h100_202412",)
 _RECOMPUTE = {"": "none", "none": "none", "selective ac": "selective", "per-op sac": "selective",
               "selective": "selective", "full ac": "full", "full": "full"}
 _MODULE_NAMES = {"up_proj": "mla_up_proj"}  # the sources' short names for Megatron's recompute modules
@@ -146,6 +156,17 @@ def gpu_kind(text: str) -> tuple[str | None, int | None]:
     kind = re.split(r"[\s(]", text.strip(), maxsplit=1)[0].upper()
     per = re.search(r"(\d+) per node", text)
     return (kind if kind in _GPUS else None), (int(per.group(1)) if per else None)
+
+
+# (kind, pattern on the lower-cased GPU text, catalog.GPU_VARIANTS name)
+_VARIANT_GPUS = (("H100", r"96 ?gb hbm2e", "H100-HBM2e-500W"),)
+
+
+def gpu_variant(text: str, kind: str) -> str:
+    """The catalog variant of `kind` the GPU text names ('H100 (Grand Teton, 96GB HBM2e, 500W power limit)' ->
+    'H100-HBM2e-500W'), or "" for the kind's own figures."""
+    t = text.strip().lower()
+    return next((v for k, pat, v in _VARIANT_GPUS if k == kind and re.search(pat, t)), "")
 
 
 def precision_of(text: str, source: str) -> tuple[str | None, str]:
@@ -250,7 +271,11 @@ def map_row(row: dict) -> dict | str:
     dispatcher = "flex" if re.search(r"DeepEP|HybridEP", notes) else "alltoall"
     cp = _int(row, "cp", 1)
     micro = _int(row, "micro_batch", 1) or 1
-    if source.startswith("torchtitan") and pp > 1:  # torchtitan splits the local batch into PP micro-batches of
+    if source.startswith(_TORCHTITAN_PP_BY_DEGREE) and pp > 1 and micro % pp == 0:
+        micro //= pp  # the local batch in PP-degree micro-batches (experimental.pipeline_parallel_microbatches unset)
+        assumed.append(f"torchtitan PP: the local batch in {pp} micro-batches of {micro} rows (the PP degree: "
+                       "experimental.pipeline_parallel_microbatches default before pytorch/torchtitan#1073)")
+    elif source.startswith("torchtitan") and pp > 1:  # torchtitan splits the local batch into PP micro-batches of
         micro = 1  # parallelism.pipeline_parallel_microbatch_size (default 1)
         assumed.append("torchtitan PP micro-batches of 1 row (pipeline_parallel_microbatch_size default)")
     layout = dict(
@@ -282,11 +307,13 @@ def map_row(row: dict) -> dict | str:
     src = f"{source}; {how}" + (f"; assumed {', '.join(assumed)}" if assumed else "")
     regression = known_regression(source, name, kind)
     src += f"; {regression}" if regression else ""
+    variant = gpu_variant(row.get("gpu", ""), kind)
+    src += f"; GPU figures of the {variant} variant under {kind}'s calibration" if variant else ""
     return {
         "model": name,
         "layout": layout,
-        "measurement": dict(model=name, gpu=kind, count=count, gpus_per_node=per_node or 8, seq_len=seq,
-                            global_batch=gb, load_balancing_loss=True, precision=precision,
+        "measurement": dict(model=name, gpu=kind, gpu_variant=variant, count=count, gpus_per_node=per_node or 8,
+                            seq_len=seq, global_batch=gb, load_balancing_loss=True, precision=precision,
                             tokens_per_s_per_gpu=tps or 1.0, regression=regression, **stack, **training,
                             **settings["workload"]),
         "tflops": tflops if tps is None else None,

@@ -17,7 +17,8 @@ weights, gradients and "selective" recompute apply: catalog.FRAMEWORKS) and the 
   - Megatron-Bridge's Nemotron 3 Super NVFP4 recipe keeps linears out of NVFP4 (Workload.bf16_layers_end,
     quant_overrides; cost/_quant.py).
   - torchtitan, NeMo AutoModel, the Llama 3 paper: their frameworks (cost/_state.py, cost/_sac.py); torchtitan rows
-    that say "fp8 FSDP all-gather" gather parameters in FP8.
+    that say "fp8 FSDP all-gather" gather parameters in FP8; torchtitan rows whose techniques do not name torch.compile
+    ran eager (Workload.eager; the 2024-12 H100 page's "FSDP" rows beside "FSDP + torch.compile").
 Other sources: fp32 gradients (the seed's setting), Megatron's optimizer state.
 
 `known_regression(source, model, gpu)` names a published row its publisher has itself filed as a performance
@@ -73,6 +74,9 @@ def source_settings(row: dict, source: str, model: str, precision: str) -> tuple
             continue
         out.update(settings)
         read.append(why)
+    if source.startswith("torchtitan") and not re.search(r"torch\.compile", row.get("notes") or ""):
+        out["eager"] = True  # the page's row names torch.compile where it was on (llama3_8b.toml at 9dec370: off)
+        read.append("eager PyTorch: no torch.compile (the row's techniques do not name it)")
     if precision != "bf16" and re.search(r"fp8 fsdp all-gather", (row.get("precision") or "").lower()):
         out["fp8_param_gather"] = True
         read.append("FP8 parameter all-gather (the row says so)")

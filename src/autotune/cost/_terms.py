@@ -22,9 +22,12 @@ No torch, no ray.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
+from ..catalog.model import FULL, SLIDING
 from ..layout import LayoutTable
 from ._comm import a2a_time, contiguous_spread, group_bw, link_bandwidths, ring_bw, routing_load
 from ._quant import linear_time_scale
@@ -64,6 +67,41 @@ QUANT_PARTS = np.array([_QUANT_SHARE.get(p, 0.0) for p in PARTS])
 # torch.cat (read 2, write 2); backward split's cat of t's gradient (read 2, write 2) and the mul's two
 # broadcast gradients, grad * p and grad * b, each a product (read 2, write 2) and its reduction (read 2)
 EXPERT_BIAS_BYTES = 12.0 + 16.0
+
+# torchtitan without torch.compile (Workload.eager): HBM bytes per element, forward + backward, that its Llama's
+# elementwise code moves op by op beyond a fused kernel's (torchtitan 9dec370; compile=false in llama3_8b.toml).
+#  - RMSNorm (models/norms.py: `self._norm(x.float()).type_as(x) * self.weight`, _norm = x * rsqrt(x.pow(2).mean(-1)
+#    + eps)): forward x.float() r2 w4, pow r4 w4, mean r4, x * rsqrt r4 w4, type_as r4 w2, * weight r2 w2 = 36 against
+#    a fused norm's 4; backward through the same ops (the weight's grad product and sum 8, * weight 4, type_as 6, the
+#    * rsqrt product and its row sum 24, mean's expand 4, pow_backward's self.pow(1), * 2 and * grad 28, the two x
+#    paths' add 12, .float()'s 6) = 92 against 6. Per norm, on the hidden width: 32 + 86.
+#  - rotary embedding (models/llama/model.py apply_rotary_emb: view_as_complex(x.float()) * freqs_cis,
+#    view_as_real(...).type_as(x)): x.float() r2 w4, the complex product r4 w4, type_as r4 w2 = 20 against 4 each way.
+#    On the q and k widths: 16 + 16.
+#  - SwiGLU (FeedForward: w2(F.silu(w1(x)) * w3(x))): forward silu r2 w2, * r2 r2 w2 = 10 against 6; backward the
+#    product's two grads 6 + 6 and silu_backward 6 = 18 against 10. On the FFN width: 4 + 8.
+# The residual adds are single kernels either way; a recompute re-runs the forward share (the recompute term).
+EAGER_NORM_BYTES, EAGER_ROPE_BYTES, EAGER_SWIGLU_BYTES = 32.0 + 86.0, 16.0 + 16.0, 4.0 + 8.0
+
+
+@lru_cache(maxsize=32)
+def eager_tables(model: ModelSpec) -> np.ndarray:
+    """Per layer (L, 2) extra HBM bytes per token that eager PyTorch moves (see EAGER_*_BYTES), as [sequence-sharded
+    (the norms), head/FFN-sharded (rotary embedding, SwiGLU)]: for RMSNorm models with rotary softmax attention (not
+    MLA) and dense gated MLPs, the layers torchtitan's Llama has; nothing elsewhere."""
+    L, h = layer_tables(model).n_layers, model.hidden_size
+    out = np.zeros((L, 2))
+    if model.norm_bias or model.learned_positions or model.mla is not None:
+        return out
+    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    for i in range(min(L, len(model.layer_types))):
+        if model.layer_types[i] not in (FULL, SLIDING):
+            continue
+        out[i, 0] = EAGER_NORM_BYTES * model.norms_per_layer * h
+        out[i, 1] = EAGER_ROPE_BYTES * (q + kv) * model.rotary_fraction
+        if model.has_ffn(i) and not model.is_moe_layer(i) and model.gated_mlp:
+            out[i, 1] += EAGER_SWIGLU_BYTES * model.ffn_hidden_size
+    return out
 
 
 def gemm_efficiency(c, width, rows):
@@ -155,6 +193,10 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         copies = tokens * tok_share * model.moe.top_k * etp
         mb["memory_bound"] = mb["memory_bound"] + moe_stage * copies * (
             EXPERT_BIAS_BYTES * model.moe.width(h) / (g.hbm_gbps * 1e9))
+    if workload.eager:  # torchtitan without torch.compile: its norms, rotary embedding and SwiGLU op by op
+        e_pair, e_of = stage_sums_by_pair(eager_tables(model), t.pp, t.vpp, S, t.split)
+        e_bytes = e_pair[e_of, :, 0] * div["seq"] + e_pair[e_of, :, 1] * div["tp"]
+        mb["memory_bound"] = mb["memory_bound"] + e_bytes * (tokens / (g.hbm_gbps * 1e9))
     # FP8 casts: every TE linear's input (forward) and output gradient (backward) read in BF16 and written
     # in FP8 row- and column-wise (`quant_bytes` per element); per-tensor current scaling reads it once more
     # for the amax. Elements per token ~ the saved linear inputs' BF16 bytes / 2, twice (two passes).

@@ -65,6 +65,11 @@ class Measurement:
     # the publisher's record that the row measured a performance regression of its release (_sources.known_regression):
     # kept and predicted, left out of the calibration fit (calibrate.fit_kinds)
     regression: str = ""
+    # the part that ran when it differs from the kind's catalog figures (catalog.GPU_VARIANTS, e.g. torchtitan's
+    # Grand Teton H100 with 96 GB HBM2e at 2.4 TB/s and 500 W): its figures for the time and memory models, the
+    # kind's calibration
+    gpu_variant: str = ""
+    eager: bool = False  # see Workload.eager: torchtitan run without torch.compile
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -84,7 +89,7 @@ class Measurement:
             raise BadInput(f"measurement {self.label()}: weight must be above 0, got {self.weight:g}")
         if self.layout.world != self.count:
             raise BadInput(f"measurement {self.label()}: layout is for {self.layout.world} GPUs, count is {self.count}")
-        ClusterSpec.of(self.gpu, self.count, self.gpus_per_node)  # a known GPU kind, whole nodes
+        self.cluster  # a known GPU kind (and variant), whole nodes
         self.workload  # a known precision
 
     @property
@@ -95,11 +100,11 @@ class Measurement:
                         train_mtp=self.train_mtp, mtp_passes=self.mtp_passes,
                         force_balance=self.force_balance, framework=self.framework,
                         optimizer_state_bytes=self.optimizer_state_bytes, bf16_layers_end=self.bf16_layers_end,
-                        quant_overrides=tuple(tuple(o) for o in self.quant_overrides))
+                        quant_overrides=tuple(tuple(o) for o in self.quant_overrides), eager=self.eager)
 
     @property
     def cluster(self) -> ClusterSpec:
-        return ClusterSpec.of(self.gpu, self.count, self.gpus_per_node)
+        return ClusterSpec.of(self.gpu_variant or self.gpu, self.count, self.gpus_per_node)
 
     @property
     def spec(self) -> ModelSpec:
@@ -165,7 +170,8 @@ def _represent(row: dict, line: int, retry: bool = True) -> Measurement | str:
             state = _state_bytes(printed)
         except BadInput:
             state = 0.0
-        cap = float(ClusterSpec.of(got["measurement"]["gpu"], got["measurement"]["count"]).gpu.memory_bytes)
+        g = got["measurement"]
+        cap = float(ClusterSpec.of(g.get("gpu_variant") or g["gpu"], g["count"]).gpu.memory_bytes)
         if state > cap:
             why = (f"layout of its release's recipes for this model, GPU and precision (TP{own['tp']} PP{own['pp']} "
                    f"CP{own['cp']} VP{own['vp']} EP{own['ep']} MBS{own['micro_batch']}): as printed (TP{row.get('tp')} "

@@ -45,11 +45,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.2177, "feature": 0.0772, "interaction": 0.0902, "noise": 0.087, "tp": 0.0578, "pp": 0.0718,
-    "vpp": 0.0684, "cp": 0.125, "ep": 0.0725, "recompute": 0.097, "recompute_1": 0.08, "dispatcher": 0.0681,
-    "max_tokens_per_gpu": 0.0725, "precision_aware_optimizer": 0.0725, "moe_shared_expert_overlap": 0.0692,
-    "ep_overlap": 0.0825, "tp_comm_overlap": 0.0782, "cuda_graphs": 0.0679, "moe_capacity_factor": 0.0703,
-    "ep_x_nodes": 0.083, "pp_x_recompute": 0.1198, "tp_x_hidden": 0.0543, "scale_sd": 1.2351,
+    "intercept": 0.1809, "feature": 0.0866, "interaction": 0.0639, "noise": 0.0726, "tp": 0.0613, "pp": 0.0759,
+    "vpp": 0.0654, "cp": 0.1703, "ep": 0.0754, "recompute": 0.0957, "recompute_1": 0.1037, "dispatcher": 0.0727,
+    "max_tokens_per_gpu": 0.0809, "precision_aware_optimizer": 0.0809, "moe_shared_expert_overlap": 0.0754,
+    "ep_overlap": 0.0995, "tp_comm_overlap": 0.0859, "cuda_graphs": 0.0744, "moe_capacity_factor": 0.077,
+    "ep_x_nodes": 0.0587, "pp_x_recompute": 0.0789, "tp_x_hidden": 0.0477, "scale_sd": 1.3231,
 }
 
 
