@@ -44,13 +44,15 @@ def _learn(cands, seed: int):
 def test_trials_on_a_slow_network_move_the_ranking_and_the_breakdowns(cands):
     base = cands.base_calibration
     _, untried, ratio = _learn(cands, 0)
-    # 8 trials of 1,000+: a fifth of the error gone, on average over draws of the 8 (one draw's ratio ranges ~0.4-1.0).
-    # The bar follows the derived priors: as the Hopper rows' leave-one-model-out residuals shrank (feature width
-    # 0.109 -> 0.087 with torchtitan's and AutoModel's readings), the model is trusted more per trial (mean 0.61 -> 0.75)
     m = cands.model
-    ratios = [ratio] + [_learn(Candidates(m, ClusterSpec.of("H100", 32), Workload(), load_space(None, m)), s)[2]
-                        for s in range(1, 5)]
+    others = [Candidates(m, ClusterSpec.of("H100", 32), Workload(), load_space(None, m)) for _ in range(1, 5)]
+    ratios = [ratio] + [_learn(c, s)[2] for s, c in enumerate(others, start=1)]
+    moved = [c.calibration.time.scale["tp_comm"] / base.time.scale.get("tp_comm", 1.0) for c in [cands, *others]]
+    # 8 random trials of 1,000+, over 5 draws of the 8 (what one draw can teach depends on its layouts' TP mix).
+    # Measured on the shipped calibration: the ranking's error ratio 0.39-1.00 (mean 0.75), the refitted tp_comm
+    # factor 1.05-1.29x (mean 1.13; the truth is 3x, the refit's prior log sd 0.2). Before the torchtitan and
+    # AutoModel readings moved the H100 fit (tp_comm 1.17 -> 0.95) they were 0.53-0.72 and 1.24-1.65x. A search
+    # that learns nothing gives 1.0 and 1.0.
     assert np.mean(ratios) < 0.8
-    # the truth is 3x; the refit moves against its prior (log sd 0.2) as far as 8 trials carry it
-    assert cands.calibration.time.scale["tp_comm"] > 1.15 * base.time.scale.get("tp_comm", 1.0)
+    assert np.mean(moved) > 1.08 and max(moved) > 1.2
     assert cands.ev.time.tokens_per_s_per_gpu[untried].mean() < cands.base_pred[untried].mean()
