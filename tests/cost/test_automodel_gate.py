@@ -41,3 +41,14 @@ def test_automodel_forced_balance_dispatches_fewer_copies_than_megatrons(name, w
     # natural routing in AutoModel is its real router's: no locality assumed
     assert _ep_comm(model, cluster, lay, replace(auto, force_balance=False)) == pytest.approx(
         _ep_comm(model, cluster, lay, replace(mega, force_balance=False)))
+
+
+def test_a_table_of_several_ep_sizes_prices_each_layout_as_alone():
+    """The spread is looked up per EP group size over the whole table: each row gets its own size's."""
+    model, cluster = load_model("Qwen3-30B-A3B"), ClusterSpec.of("H100", 64)
+    wl = Workload(seq_len=4096, global_batch=512, force_balance=True, framework="automodel")
+    lays = [Layout(world=64, ep=e, pp=p, dispatcher="flex") for e in (8, 16, 32, 64) for p in (1, 2)]
+    together = estimate_time(model, wl, cluster, LayoutTable.from_layouts(lays), C).mb_terms["ep_comm"].sum(axis=1)
+    alone = [_ep_comm(model, cluster, lay, wl) for lay in lays]
+    assert together == pytest.approx(alone, rel=1e-9)
+    assert len(set(round(x, 12) for x in alone)) == 4  # one value per EP size: the sizes do differ

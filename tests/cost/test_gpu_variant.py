@@ -49,3 +49,10 @@ def test_the_variant_is_slower_than_the_sxm_part_at_the_same_factors():
     meas = Measurement(model="Llama-3.1-8B", gpu="H100", gpu_variant="H100-HBM2e-500W", count=8, layout=lay,
                        tokens_per_s_per_gpu=5762.0, seq_len=8192, global_batch=16, framework="torchtitan")
     assert meas.cluster.gpu.name == "H100-HBM2e-500W" and Measurement.from_dict(meas.to_dict()) == meas
+
+
+def test_a_variant_named_on_the_command_line_uses_its_kinds_calibration():
+    from autotune.cost import load_calibration
+    own, kind = load_calibration("H100-HBM2e-500W"), load_calibration("H100")
+    assert own.gpu == "H100-HBM2e-500W" and "H100's calibration" in own.provenance
+    assert own.time.scale == kind.time.scale and own.time.scale  # fitted factors, not the defaults

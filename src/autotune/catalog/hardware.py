@@ -22,7 +22,7 @@ from pathlib import Path
 from ..errors import BadInput, ConfigError, UnknownName
 from .registry import suggest
 
-__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "GPU_VARIANTS", "get_gpu", "load_gpu_file"]
+__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "GPU_VARIANTS", "VARIANT_KINDS", "get_gpu", "load_gpu_file"]
 
 GB = 1e9
 GiB = 1024**3
@@ -104,7 +104,7 @@ GPUS: dict[str, GpuSpec] = {
 
 # Parts sold under a catalog kind's name whose memory, bandwidth or power differ: the same silicon and software stack,
 # so they share that kind's calibration (Measurement.gpu names the kind, Measurement.gpu_variant the part), but the
-# time and memory models read their own figures. Not offered to the search (`autotune gpus` lists GPUS).
+# time and memory models read their own figures. `autotune gpus` lists GPUS only; `--gpu NAME` takes a variant too.
 GPU_VARIANTS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
@@ -119,6 +119,8 @@ GPU_VARIANTS: dict[str, GpuSpec] = {
                 host_mem_gib=2048.0, fp8_tflops=1824.7),
     )
 }
+# the catalog kind each variant is sold as (its calibration: cost.load_calibration)
+VARIANT_KINDS: dict[str, str] = {"H100-HBM2e-500W": "H100"}
 
 
 def get_gpu(name: str) -> GpuSpec:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import re
 
 from ..catalog import load_model
+from ..catalog.hardware import VARIANT_KINDS
 from ..layout import SELECTIVE_MODULES, Recompute
 from ._presets import row_settings
 from ._sources import known_regression, source_settings
@@ -158,15 +159,15 @@ def gpu_kind(text: str) -> tuple[str | None, int | None]:
     return (kind if kind in _GPUS else None), (int(per.group(1)) if per else None)
 
 
-# (kind, pattern on the lower-cased GPU text, catalog.GPU_VARIANTS name)
-_VARIANT_GPUS = (("H100", r"96 ?gb hbm2e", "H100-HBM2e-500W"),)
+# (pattern on the lower-cased GPU text, catalog.GPU_VARIANTS name; its kind: catalog.VARIANT_KINDS)
+_VARIANT_GPUS = ((r"96 ?gb hbm2e", "H100-HBM2e-500W"),)
 
 
 def gpu_variant(text: str, kind: str) -> str:
     """The catalog variant of `kind` the GPU text names ('H100 (Grand Teton, 96GB HBM2e, 500W power limit)' ->
     'H100-HBM2e-500W'), or "" for the kind's own figures."""
     t = text.strip().lower()
-    return next((v for k, pat, v in _VARIANT_GPUS if k == kind and re.search(pat, t)), "")
+    return next((v for pat, v in _VARIANT_GPUS if VARIANT_KINDS[v] == kind and re.search(pat, t)), "")
 
 
 def precision_of(text: str, source: str) -> tuple[str | None, str]:

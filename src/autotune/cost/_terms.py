@@ -252,7 +252,9 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         spread = None
         if workload.force_balance and workload.framework == "automodel":  # FakeBalancedGate: consecutive experts
             E, nvl = model.moe.num_experts, cluster.nvlink_size
-            spread = tuple(np.vectorize(lambda s: contiguous_spread(E, k, int(s), nvl)[i])(span) for i in (0, 1))
+            sizes, at = np.unique(span, return_inverse=True)  # a handful of EP group sizes, not one call a layout
+            per = np.array([contiguous_spread(E, k, int(s), nvl) for s in sizes])
+            spread = (per[:, 0][at].reshape(span.shape), per[:, 1][at].reshape(span.shape))
         a2a = a2a_time(tokens * tok_share, k, w, span, cluster, c, flex, spread)
         ag = tokens / cp * w * (ep * tp - 1) / group_bw(cluster, ep * tp, 1, c)  # allgather over TP x EP
         one = np.where(span > 1, np.where((t.dispatcher == 1)[:, None], ag, a2a), 0.0)

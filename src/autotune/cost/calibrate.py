@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..catalog.hardware import VARIANT_KINDS
 from ..errors import ConfigError
 from ..fsutil import write_text_atomic
 from ._fit import predict_step_times, solve
@@ -112,7 +113,12 @@ def _find(gpu: str) -> Calibration | None:
 
 def load_calibration(gpu: str) -> Calibration:
     """The calibration `evaluate` uses for a GPU kind: $AUTOTUNE_CALIBRATION's file, then the shipped one;
-    a kind with none borrows a calibrated sibling's of its family (same SM and software stack), and says so."""
+    a kind with none borrows a calibrated sibling's of its family (same SM and software stack), and says so; a
+    catalog variant (catalog.VARIANT_KINDS) takes its kind's."""
+    kind = next((k for v, k in VARIANT_KINDS.items() if v.lower() == gpu.lower()), None)
+    if kind is not None:
+        base = load_calibration(kind)
+        return replace(base, gpu=gpu, provenance=f"{kind}'s calibration ({gpu} is a {kind} part): {base.provenance}")
     own = _find(gpu)
     if own is not None:
         return own
