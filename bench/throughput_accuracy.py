@@ -5,7 +5,8 @@ prediction (factors 1), the shipped calibration's, a leave-one-model-out (LOMO) 
 out (LOSO) prediction (refit without the model's / the source's rows, predict them: how wrong the model is
 where it has seen nothing alike), and the predicted peak memory against the GPU's (a published row ran,
 so it fit). Then per GPU family and precision: rows expressed and skipped, MAPE in-sample / LOMO / LOSO,
-the mean Spearman rank correlation within each (model, GPU, sequence length) group of 3+ rows, and the
+the mean Spearman rank correlation within each (model, GPU, sequence length) group of 3+ rows (and within
+one page and release), and the
 rows predicted not to fit; the groups one by one; the seed rows and their order; skipped rows by reason.
 Rows their publisher filed as a regression of their release (cost/_sources.known_regression) are predicted but left
 out of every fit; they are listed apart, beside the same source's other releases, and the table is shown again
@@ -44,7 +45,10 @@ def ranks(x: np.ndarray) -> np.ndarray:
 
 
 def spearman(a, b) -> float:
-    ra, rb = ranks(np.asarray(a, float)), ranks(np.asarray(b, float))
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if np.isnan(a).any() or np.isnan(b).any():  # e.g. the LOMO column under --no-lomo
+        return float("nan")
+    ra, rb = ranks(a), ranks(b)
     if ra.std() == 0 or rb.std() == 0:
         return float("nan")
     return float(np.corrcoef(ra, rb)[0, 1])
@@ -87,11 +91,18 @@ def peaks(rows) -> tuple[np.ndarray, np.ndarray]:
     return peak, cap
 
 
-def rank_groups(rows, mask) -> list[list[int]]:
+def publication(m) -> str:
+    """The page and release a row was published in (one software stack, one set of settings)."""
+    return m.source.split(";")[0].strip()
+
+
+def rank_groups(rows, mask, by_publication: bool = False) -> list[list[int]]:
+    """Indices of each (model, GPU, seq len) group of 3+ rows; with `by_publication`, also split by the page
+    and release that published them: there only the layout and precision differ, not the software."""
     g = defaultdict(list)
     for i, m in enumerate(rows):
         if mask[i]:
-            g[(m.model, m.gpu, m.seq_len)].append(i)
+            g[(m.model, m.gpu, m.seq_len) + ((publication(m),) if by_publication else ())].append(i)
     return [idx for _, idx in sorted(g.items()) if len(idx) >= 3]
 
 
@@ -129,20 +140,23 @@ def main() -> None:
 
     def table(keep: np.ndarray) -> None:
         print(f"{'family':<10}{'precision':<16}{'rows':>5}{'skip':>5}{'uncal':>7}{'in-sample':>10}{'LOMO':>7}"
-              f"{'LOSO':>7}{'rank':>7}{'groups':>7}{'no fit':>7}")
+              f"{'LOSO':>7}{'rank':>7}{'groups':>7}{'pub rank':>9}{'groups':>7}{'no fit':>7}")
         for f, p in [(f, p) for f in ("hopper", "blackwell") for p in PRECISIONS] + [("all", "all")]:
             mask = keep & (np.ones(len(rows), bool) if f == "all" else (fam == f) & (prec == p))
             nsk = len(skipped) if f == "all" else sum(1 for sf, sp in skip_fp if sf == f and sp == p)
             if not mask.any() and not nsk:
                 continue
-            rc = [r for r in (spearman(meas[idx], cal[idx]) for idx in rank_groups(rows, mask)) if r == r]
+            rc, rp = ([r for r in (spearman(meas[idx], cal[idx]) for idx in rank_groups(rows, mask, pub)) if r == r]
+                      for pub in (False, True))
             print(f"{f:<10}{p:<16}{mask.sum():>5}{nsk:>5}{mape(raw, mask):>6.1f}%{mape(cal, mask):>9.1f}%"
                   f"{mape(lomo, mask):>6.1f}%{mape(loso, mask):>6.1f}%{np.mean(rc) if rc else np.nan:>+7.2f}"
-                  f"{len(rc):>7}{int((peak[mask] > cap[mask]).sum()):>7}")
+                  f"{len(rc):>7}{np.mean(rp) if rp else np.nan:>+9.2f}{len(rp):>7}{int((peak[mask] > cap[mask]).sum()):>7}")
 
     print()
     table(np.ones(len(rows), bool))
-    print("  MAPE of tokens/s/GPU; rank: mean Spearman within the (model, GPU, seq len) groups of 3+ rows;\n"
+    print("  MAPE of tokens/s/GPU; rank: mean Spearman within the (model, GPU, seq len) groups of 3+ rows (rows of\n"
+          "  several releases and pages: software changes between them that no layout explains); pub rank: the same\n"
+          "  within one page and release, where only the layout and precision differ;\n"
           "  no fit: published rows (they ran) predicted not to fit. Skipped rows of unknown GPUs count under 'all'.")
     known_regressions(rows, meas, cal, lomo, flagged)
     if flagged.any():
@@ -158,6 +172,11 @@ def main() -> None:
         m = rows[idx[0]]
         print(f"  {m.model:<22} {m.gpu:<6} {m.seq_len:>6}  n={len(idx):<3} {spearman(meas[idx], cal[idx]):+.2f}"
               f"  {spearman(meas[idx], lomo[idx]):+.2f}")
+    print("\nthe same within one page and release (groups of 3+ rows): calibrated, LOMO")
+    for idx in rank_groups(rows, np.ones(len(rows), bool), by_publication=True):
+        m = rows[idx[0]]
+        print(f"  {m.model:<22} {m.gpu:<6} {m.seq_len:>6}  n={len(idx):<3} {spearman(meas[idx], cal[idx]):+.2f}"
+              f"  {spearman(meas[idx], lomo[idx]):+.2f}  {publication(m)[:60]}")
     seeds = [i for i, m in enumerate(rows) if m.source.startswith("seed page")]
     if len(seeds) != 3:
         raise SystemExit(f"expected the 3 seed rows, found {len(seeds)}: the seed measurements lost their source")
