@@ -89,6 +89,10 @@ class Workload:
     # torchtitan without torch.compile: its Llama's RMSNorm, rotary embedding and SwiGLU run op by op in eager PyTorch
     # (fp32 round trips through HBM) rather than fused (cost/_terms.py EAGER_*_BYTES)
     eager: bool = False
+    # LoRA fine-tuning: the base weights are frozen (no weight-gradient GEMMs, no gradients, no optimizer state and
+    # no DP gradient traffic for them); only the adapters train. The adapters themselves (rank 8-64 on a few
+    # linears: well under 1% of the GEMM work and of the parameters) are not counted
+    lora: bool = False
 
     def __post_init__(self):
         if self.seq_len <= 0 or self.seq_len % 128:

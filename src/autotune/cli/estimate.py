@@ -55,6 +55,10 @@ def estimate(
     precision: str = PrecisionOpt,
     fp8_param_gather: bool = typer.Option(False, "--fp8-param-gather", help="FP8 parameters and all-gathers "
                                           "(Megatron --fp8-param-gather; FP8 precisions only)."),
+    lora: bool = typer.Option(False, "--lora", help="LoRA fine-tuning: the base weights frozen (no weight-gradient "
+                              "GEMMs, gradients, optimizer state or DP gradient traffic for them), as Megatron-Bridge's "
+                              "PEFT runs it; the adapters themselves are not counted. Estimate only: the search's trials "
+                              "run Megatron-core, which has no LoRA."),
     recipe: str = typer.Option(None, "--recipe", help="Take model, GPUs, workload and layout from a recipe file."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -81,7 +85,7 @@ def estimate(
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload,
                              ep_overlap=ep_overlap, tp_comm_overlap=tp_overlap, cuda_graphs=cuda_graphs,
                              moe_capacity_factor=capacity, activation_offload_layers=act_offload)
-        workload = replace(workload, force_balance=force_balance and m.is_moe)
+        workload = replace(workload, force_balance=force_balance and m.is_moe, lora=lora)
     if layer_split:
         lay = lay.with_(layer_split=_split(layer_split, m.num_layers, lay))
     if fsdp:
@@ -126,6 +130,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         "layout_detail": lay.to_dict(),
         "summary": lay.summary(workload.seq_len),
         "precision": workload.precision,
+        "lora": workload.lora,
         "args": format_args(layout_args(lay, "slime", workload.seq_len, moe=m.is_moe)
                             + precision_args(workload.precision, workload.fp8_param_gather)),
         "memory": {
@@ -156,6 +161,8 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
 def render(out: dict) -> None:
     mem, thr = out["memory"], out["throughput"]
     console.print(f"[bold]{escape(out['model'])}[/] on {out['count']} x {out['gpu']}: [bold]{out['layout']}[/]  ({out['summary']})")
+    if out.get("lora"):
+        console.print("LoRA fine-tuning: base weights frozen (no weight gradients, gradients or optimizer state for them)")
     t = Table(title="memory per GPU by pipeline stage (GiB)")
     t.add_column("term")
     for s in mem["stages"]:

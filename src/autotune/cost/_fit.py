@@ -40,7 +40,7 @@ class FitResult:
 
 def _group_key(m):
     return (m.model, m.gpu, m.count, m.gpus_per_node, m.seq_len, m.global_batch, m.load_balancing_loss, m.grads_fp32,
-            m.precision, m.fp8_param_gather, m.force_balance, m.gpu_variant, m.eager)
+            m.precision, m.fp8_param_gather, m.force_balance, m.gpu_variant, m.eager, m.lora)
 
 
 def stack_raw(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients) -> RawTime:

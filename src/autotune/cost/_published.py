@@ -3,8 +3,8 @@
 One function, `map_row`, turns a CSV row into the keyword arguments of a Layout and a Measurement, or
 returns the one-line reason the cost model cannot represent it. The rules, and why:
   - model names: the sources spell the same model many ways ('LLAMA3_70B', 'Llama3 70B', 'Llama 3.1 70B');
-    anything not in the catalog is skipped, as are variants we do not model (LoRA). MTP
-    training is a Workload setting (`training_of`): rows that say so, and the sources whose recipe trains it.
+    anything not in the catalog is skipped. MTP training and LoRA fine-tuning are Workload settings
+    (`training_of`): rows that say so, and the sources whose recipe trains MTP.
   - GPU: the kind before any parenthesis ('H100 (Grand Teton, ...)' -> H100); '(4 per node)' sets the
     node size; NVL72 kinds (GB200, GB300) are 4-GPU trays on one 72-GPU NVLink domain (the catalog's). A part
     the text says differs from the kind's catalog figures runs on its variant's (`gpu_variant`, catalog
@@ -83,12 +83,11 @@ _NAMES = [
     *[(rf"^gpt {re.escape(size)}b \(dense\)", f"Megatron-GPT-{size}B")
       for size in ("1.7", "7.1", "16", "32", "70", "119", "177", "314", "462")],
 ]
-_VARIANTS = [  # qualifiers that change the training step beyond what the model knows
-    (r"lora", "LoRA fine-tuning (frozen base weights) is not modelled: it needs the time model's backward "
-              "without weight-gradient GEMMs and the memory model's grads and optimizer state for adapters only"),
-]
 # qualifiers read as a training setting (Workload fields), with how the row was read
 _TRAINING = [
+    # Megatron-Bridge's "[LoRA (fine-tuning)]" rows: the base frozen, adapters trained (its TFLOP/s column counts
+    # forward + data-gradient FLOPs, 4 x N per token: no weight gradients, as Workload.lora models)
+    (r"\blora\b", {"lora": True}, "LoRA fine-tuning: frozen base weights (the row's model says LoRA)"),
     (r"w/ mtp|with mtp|incl\. mtp", {"train_mtp": True}, "MTP layers trained (the row's model says so)"),
     (r"\bmtp 1\b", {"train_mtp": True}, "MTP layers trained (the row's notes say MTP 1)"),
 ]
@@ -143,9 +142,6 @@ def _norm(text: str) -> str:
 def catalog_name(source_name: str) -> tuple[str | None, str | None]:
     """(catalog name, None), or (None, reason)."""
     n = _norm(source_name)
-    for pattern, reason in _VARIANTS:
-        if re.search(pattern, n):
-            return None, reason
     for pattern, name in _NAMES:
         if re.search(pattern, n):
             return name, None
@@ -185,7 +181,7 @@ def training_of(name: str, row: dict) -> tuple[dict, list[str]]:
     how: list[str] = []
     text = _norm(row.get("model", "")) + " " + (row.get("notes") or "").lower()
     for pattern, settings, why in _TRAINING:
-        if re.search(pattern, text) and not out:
+        if re.search(pattern, text) and not settings.keys() & out.keys():  # the first reading of a setting
             out.update(settings)
             how.append(why)
     for src, model, settings, why in _TRAINING_PRESETS:

@@ -48,6 +48,7 @@ class RawTime:
     contention: np.ndarray  # (n, len(OVERLAPS)) compute lost per second hidden (SMs the overlapped kernels take)
     tokens_per_step: float
     world: int
+    lora: bool = False  # Workload.lora: MFU counts forward + data gradient (flops.mfu_of)
 
     FIELDS = ("mb", "dep", "valid", "host") + PIECES
 
@@ -60,7 +61,7 @@ class RawTime:
         kw["dep"] = np.pad(self.dep, ((0, 0), (0, 0), (0, extra)))
         kw["valid"] = np.pad(self.valid, ((0, 0), (0, extra)))
         kw["host"] = np.pad(self.host, ((0, 0), (0, extra)))
-        return RawTime(**kw, tokens_per_step=self.tokens_per_step, world=self.world)
+        return RawTime(**kw, tokens_per_step=self.tokens_per_step, world=self.world, lora=self.lora)
 
 
 def host_time(model: ModelSpec, t: LayoutTable, c, S: int, frac) -> np.ndarray:
@@ -101,12 +102,14 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     # gathered but shards the gradients: each micro-batch's are reduce-scattered as they come (cost/_state.py)
     zero2 = workload.framework == "llama3"
     per_param = np.where(t.fsdp, np.where(t.pp > 1, ag + g * (M if zero2 else 1.0), (2 * ag + g) * M), per_param)
+    if workload.lora:  # frozen base weights: no gradients to reduce, no optimizer; FSDP still gathers them
+        per_param = np.where(t.fsdp, np.where(t.pp > 1, ag, 2 * ag * M), 0.0)
     comm = dense * ((dp - 1) / dp / bw_dense)  # (n, 1) factors first: one pass over each (n, S) array
     comm += expert * ((edp - 1) / edp / bw_exp)
     comm = np.where(valid, comm, 0.0).max(axis=1)
     comm = comm * per_param
     held = np.where(valid, owned_params(t, dense, expert), 0.0).max(axis=1)
-    on_host = t.offload * held
+    on_host = t.offload * held * (0.0 if workload.lora else 1.0)  # LoRA: no base optimizer state to offload
     host_bw = cluster.gpu.host_mem_gbps * 1e9 * c.host_mem_eff / cluster.node_size  # one rank's share
     link_bw = cluster.gpu.host_link_gbps * 1e9 * c.host_link_eff
     # --overlap-cpu-optimizer-d2h-h2d (emitted with offload): the copies of one parameter group overlap the
@@ -119,7 +122,7 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     contention = np.broadcast_to(np.array([c.ep_overlap_sm, c.tp_overlap_sm, 0.0]), overlap.shape)
     return dict(microbatches=M, bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
                 dp_overlap=np.where(t.fsdp & ((t.pp == 1) | zero2), M, np.where(t.overlap_grad | t.fsdp, c.dp_overlap, 0.0)),
-                optimizer=(held - on_host) * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9),
+                optimizer=(0.0 if workload.lora else 1.0) * (held - on_host) * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9),
                 step_overhead=np.full(len(t), c.step_overhead_s), offload=offload, overlap=overlap,
                 contention=contention)
 
@@ -137,4 +140,4 @@ def raw_time(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: Layo
             dep[:, i, :] = np.where(valid, deps[d][k], 0.0)
     host = np.where(valid, host_time(model, t, coef, S, frac), 0.0)
     return RawTime(mb=arr, dep=dep, valid=valid, host=host, **step_pieces(model, workload, cluster, t, coef, S),
-                   tokens_per_step=float(workload.tokens_per_step), world=t.world)
+                   tokens_per_step=float(workload.tokens_per_step), world=t.world, lora=workload.lora)

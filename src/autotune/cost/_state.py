@@ -52,7 +52,15 @@ def state_terms(model: ModelSpec, workload: Workload, t: LayoutTable, S: int, p_
                 owned: np.ndarray, keep: np.ndarray, emb: np.ndarray, coef) -> tuple:
     """(weights, grads, optimizer) bytes per GPU per stage (n, S) for the workload's framework (module docstring).
     `emb`: the stage's embedding and output-layer parameters (no low-precision copy); `keep`: (n, 1) share of the
-    optimizer state left on the GPU (the rest offloaded to the host)."""
+    optimizer state left on the GPU (the rest offloaded to the host). LoRA (Workload.lora): the frozen base has
+    weights only; the adapters' gradients and optimizer state are left out (under 1% of the parameters)."""
+    w_bytes, g_bytes, o_bytes = _framework_state(model, workload, t, S, p_dense, p_exp, owned, keep, emb, coef)
+    if workload.lora:
+        return w_bytes, np.zeros_like(w_bytes), np.zeros_like(w_bytes)
+    return w_bytes, g_bytes, o_bytes
+
+
+def _framework_state(model, workload, t, S, p_dense, p_exp, owned, keep, emb, coef) -> tuple:
     params = p_dense + p_exp
     fw = workload.framework
     if fw == "megatron":

@@ -104,6 +104,12 @@ def eager_tables(model: ModelSpec) -> np.ndarray:
     return out
 
 
+def gemm_passes(workload: Workload) -> float:
+    """GEMMs per linear per micro-batch, in forward's units: forward, data gradient and weight gradient (3); LoRA's
+    frozen base weights need no weight gradient (2)."""
+    return 2.0 if workload.lora else 3.0
+
+
 def gemm_efficiency(c, width, rows):
     """Fraction of peak of a GEMM whose narrowest side is `width` and that has `rows` rows."""
     return c.gemm * width / (width + c.gemm_width) * rows / (rows + c.gemm_rows)
@@ -121,14 +127,16 @@ def attention_efficiency(c, model: ModelSpec) -> float:
 
 
 def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, peak, S, moe_stage):
-    """Forward x 3 (forward + 2x backward) of each kind of work, per micro-batch per stage."""
+    """Forward x 3 (forward + 2x backward) of each kind of work, per micro-batch per stage; the frozen linears of
+    LoRA x 2 (forward + data gradient: no weight gradient, `gemm_passes`)."""
     h = model.hidden_size
+    passes = gemm_passes(workload)
     n = len(t)
     tp, cp, ep, etp = (a[:, None].astype(float) for a in (t.tp, t.cp, t.ep, t.etp))
     rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
     # (the (n, 1) and scalar factors are multiplied first: one pass over each (n, S) array)
     mix = linear_time_scale(model, workload, t, S, cluster.gpu, c, lin_peak)  # linears the recipe keeps in BF16 / MXFP8
-    mb = {"compute_dense": fl.dense * (3 / (lin_peak * gemm_efficiency(c, h / tp, rows))) * mix[0],
+    mb = {"compute_dense": fl.dense * (passes / (lin_peak * gemm_efficiency(c, h / tp, rows))) * mix[0],
           "compute_attention": fl.attention * (3.5 / (peak * attention_efficiency(c, model))),
           "compute_linear_attention": fl.linear_attention * (3 / (peak * c.linear_attention))
           if layer_tables(model).flops_linear_attn.any() else 0.0}
@@ -139,9 +147,9 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         grouped = c.grouped + (1.0 - c.grouped) / local  # one local expert is one plain GEMM
         exp_eff = grouped * gemm_efficiency(c, np.minimum(e.width(h), e.ffn_hidden_size / etp), copies / local)
         # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
-        # layer per micro-batch), each paying a fixed `expert_gemm_s` whatever the GPU's speed
-        mb["compute_experts"] = (fl.experts * (3 / (lin_peak * exp_eff)) * mix[1]
-                                 + moe_stage * (6 * c.expert_gemm_s * local))
+        # layer per micro-batch; 4 without wgrad), each paying a fixed `expert_gemm_s` whatever the GPU's speed
+        mb["compute_experts"] = (fl.experts * (passes / (lin_peak * exp_eff)) * mix[1]
+                                 + moe_stage * (2 * passes * c.expert_gemm_s * local))
     else:
         mb["compute_experts"] = 0.0
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
@@ -150,7 +158,7 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     vocab = vocab_per_row(model, t.tp).astype(float)[:, None]
     logit_bytes = np.where(t.ce_fusion, 8.0, 40.0)[:, None] * vocab / tp * rows
     loss = np.where(last, logit_bytes / (cluster.gpu.hbm_gbps * 1e9), 0.0)
-    mb["compute_output"] = fl.output * (3 / (peak * gemm_efficiency(c, h, rows))) + loss
+    mb["compute_output"] = fl.output * (passes / (peak * gemm_efficiency(c, h, rows))) + loss
     return mb
 
 
@@ -217,7 +225,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         regions = np.where(full, np.where(block, 1.0, np.ceil(chunk_layers / N)) * t.vpp[:, None], 0.0)
     sel = (t.rc_gran == 1)[:, None]
     third = frac / 3
-    deps = {"recompute": {k: third for k in ("compute_dense", "compute_linear_attention", "compute_experts")},
+    gemm_share = frac / gemm_passes(workload)  # the re-run forward's share of a GEMM term
+    deps = {"recompute": {"compute_dense": gemm_share, "compute_linear_attention": third, "compute_experts": gemm_share},
             "imbalance": {}}
     # torchtitan's "selective" is per-op SAC (_sac.py): a share of the matmuls and most elementwise work re-run, the
     # attention kernel's output kept; its forward all-gathers (not saved) and launches are re-run too
@@ -226,7 +235,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     if sac.any():
         r, m = op_sac_recompute(model, t, S)
         sac_mm, sac_mem, relaunch = np.where(sac, r, 0.0), np.where(sac, m, 0.0), sac.astype(float)
-    deps["recompute"]["compute_dense"] = third + sac_mm / 3
+    deps["recompute"]["compute_dense"] = gemm_share + sac_mm / gemm_passes(workload)
     deps["recompute"]["compute_attention"] = np.where(sel & ~sac, 1.0, frac) / 3.5  # selective: core attention
     deps["recompute"]["memory_bound"] = np.where(sel, np.where(sac, sac_mem / 3, 0.1 / 3), third)
     deps["recompute"]["quantize"] = (frac + sac_mm) / 2  # the re-run forward quantises its inputs again

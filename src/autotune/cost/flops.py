@@ -69,14 +69,15 @@ def model_flops_per_token(model: ModelSpec) -> float:
     return 6.0 * param_counts(model).active
 
 
-def mfu(model: ModelSpec, tokens_per_s_per_gpu, peak_tflops: float):
-    """tokens/s/GPU x 6 x N_active / peak (the seed's convention)."""
-    return mfu_of(tokens_per_s_per_gpu, param_counts(model).active, peak_tflops)
+def mfu(model: ModelSpec, tokens_per_s_per_gpu, peak_tflops: float, lora: bool = False):
+    """tokens/s/GPU x 6 x N_active / peak (the seed's convention; 4 x N_active for LoRA, see mfu_of)."""
+    return mfu_of(tokens_per_s_per_gpu, param_counts(model).active, peak_tflops, lora)
 
 
-def mfu_of(tokens_per_s_per_gpu, active_params: int, peak_tflops: float):
-    """The one place MFU is computed: tokens/s/GPU x 6 x active parameters / dense BF16 peak."""
-    return np.asarray(tokens_per_s_per_gpu) * 6.0 * active_params / (peak_tflops * 1e12)
+def mfu_of(tokens_per_s_per_gpu, active_params: int, peak_tflops: float, lora: bool = False):
+    """The one place MFU is computed: tokens/s/GPU x 6 x active parameters / dense BF16 peak. LoRA's frozen base
+    runs forward and data gradient only: 4 x active parameters (Megatron-Bridge's LoRA TFLOP/s count it so)."""
+    return np.asarray(tokens_per_s_per_gpu) * (4.0 if lora else 6.0) * active_params / (peak_tflops * 1e12)
 
 
 def usd_per_million_tokens(usd_per_gpu_hour: float, tokens_per_s_per_gpu):

@@ -70,6 +70,7 @@ class Measurement:
     # kind's calibration
     gpu_variant: str = ""
     eager: bool = False  # see Workload.eager: torchtitan run without torch.compile
+    lora: bool = False  # see Workload.lora: LoRA fine-tuning of a frozen base
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -100,7 +101,8 @@ class Measurement:
                         train_mtp=self.train_mtp, mtp_passes=self.mtp_passes,
                         force_balance=self.force_balance, framework=self.framework,
                         optimizer_state_bytes=self.optimizer_state_bytes, bf16_layers_end=self.bf16_layers_end,
-                        quant_overrides=tuple(tuple(o) for o in self.quant_overrides), eager=self.eager)
+                        quant_overrides=tuple(tuple(o) for o in self.quant_overrides), eager=self.eager,
+                        lora=self.lora)
 
     @property
     def cluster(self) -> ClusterSpec:

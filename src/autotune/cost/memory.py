@@ -293,6 +293,6 @@ def estimate_memory(
     mask = np.arange(S)[None, :] < t.pp[:, None]
     terms = {k: np.broadcast_to(v, (n, S)) for k, v in terms.items()}  # views: every term (n, S), not masked
     held = np.where(mask, owned, 0.0).max(axis=1)  # the optimizer's share on the fullest stage
-    host = coef.host_offload_bytes * t.offload * held * cluster.node_size
+    host = coef.host_offload_bytes * t.offload * held * cluster.node_size * (0.0 if workload.lora else 1.0)
     return MemoryResult(terms=terms, n_stages=t.pp.copy(), capacity_bytes=float(cluster.gpu.memory_bytes),
                         host_bytes=host, host_capacity_bytes=cluster.gpu.host_mem_gib * GiB, params=(p_dense, p_exp))

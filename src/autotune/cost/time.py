@@ -160,7 +160,7 @@ def compose(raw: RawTime, scale: dict, model: ModelSpec, gpu) -> TimeResult:
     return TimeResult(
         mb_terms={k: mbs[:, j, :] for j, k in enumerate(MB_TERMS)}, step_terms=step, step_time=total,
         tokens_per_step=raw.tokens_per_step, world=raw.world, tokens_per_s_per_gpu=tps,
-        mfu=mfu(model, tps, gpu.bf16_tflops),
+        mfu=mfu(model, tps, gpu.bf16_tflops, raw.lora),
         usd_per_million_tokens=usd_per_million_tokens(gpu.usd_per_hour, tps),
     )
 
@@ -243,6 +243,6 @@ def estimate_time(
     return TimeResult(
         mb_terms=_Masked(mbs, valid), step_terms=step, step_time=total,
         tokens_per_step=float(workload.tokens_per_step), world=t.world, tokens_per_s_per_gpu=tps,
-        mfu=mfu(model, tps, cluster.gpu.bf16_tflops),
+        mfu=mfu(model, tps, cluster.gpu.bf16_tflops, workload.lora),
         usd_per_million_tokens=usd_per_million_tokens(cluster.gpu.usd_per_hour, tps),
     )
