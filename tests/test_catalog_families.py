@@ -169,3 +169,116 @@ def test_megatron_arguments_of_the_new_stacks():
     assert gpt[gpt.index("--position-embedding-type") + 1] == "learned_absolute" and "--swiglu" not in gpt
     assert "--disable-bias-linear" not in gpt and gpt[gpt.index("--normalization") + 1] == "LayerNorm"
     assert "--swiglu" in slime_model_args(load_model("Llama-3.1-8B"))
+
+
+# Llama 4 (HF Llama4ForConditionalGeneration): the catalog holds the text model; the checkpoints' published
+# totals also hold the vision tower and projector, restated below from the Scout file's vision_config.
+SCOUT, MAVERICK = "Llama-4-Scout-17B-16E", "Llama-4-Maverick-17B-128E"
+SCOUT_TOTAL = 108_641_793_536  # HF meta-llama/Llama-4-Scout-17B-16E-Instruct safetensors.parameters.BF16
+MAVERICK_TOTAL = 401_583_781_376  # Llama 4 Maverick parameter_count (Fireworks; = the HF repository's metadata)
+
+
+def _llama4_vision(v: dict, text_hidden: int) -> int:
+    """HF Llama4VisionModel + Llama4MultiModalProjector tensors (transformers modeling_llama4.py): the unfold
+    patch linear (no bias), class embedding, (patches + 1) positions, LayerNorms (weight and bias) before and
+    after, per layer q/k/v/o and fc1/fc2 with biases and two LayerNorms, the pixel-shuffle adapter's fc1
+    (intermediate -> projector_input_dim) and fc2 (projector_output_dim square), the projector to the text width."""
+    h, f, p = v["hidden_size"], v["intermediate_size"], v["patch_size"]
+    layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h
+    return (v["num_channels"] * p * p * h + h + ((v["image_size"] // p) ** 2 + 1) * h + 2 * 2 * h
+            + v["num_hidden_layers"] * layer
+            + f * v["projector_input_dim"] + v["projector_output_dim"] ** 2
+            + v["vision_output_dim"] * text_hidden)
+
+
+def _catalog_json(name: str) -> dict:
+    from importlib import resources
+    return json.loads((resources.files("autotune.catalog") / "data" / "models" / f"{name}.json").read_text())
+
+
+def test_llama4_text_models_plus_the_vision_tower_are_the_published_checkpoints():
+    scout, maverick = load_model(SCOUT), load_model(MAVERICK)
+    vision = _llama4_vision(_catalog_json(SCOUT)["vision_config"], scout.hidden_size)
+    assert param_counts(scout).total + vision == SCOUT_TOTAL
+    # Maverick's file has no vision_config (its source zeroed the tower's depth); the same tower closes its total
+    assert param_counts(maverick).total + vision == MAVERICK_TOTAL
+    assert _buffers(scout) == _buffers(maverick) == 0  # the routers have no bias or correction buffer
+
+
+@pytest.mark.parametrize("name", [SCOUT, MAVERICK])
+def test_llama4_active_parameters_round_to_the_model_cards_17b(name):
+    """Model card: 17B active. One token's weight matrices with both vocabulary matrices (the seed's active
+    rule counts one: 16.1B; the card's figure reads as counting the input embedding too)."""
+    c = param_counts(load_model(name))
+    assert round((c.active + c.vocab_matrix) / 1e9) == 17
+
+
+def test_llama4_moe_layer_pattern_and_ffn_sizes():
+    scout, maverick = load_model(SCOUT), load_model(MAVERICK)
+    assert all(scout.is_moe_layer(i) for i in range(scout.num_layers)) and scout.num_layers == 48
+    # interleave_moe_layer_step 2: HF moe_layers = range(1, 48, 2); Megatron-Bridge moe_layer_freq [0, 1] * 24
+    assert [int(maverick.is_moe_layer(i)) for i in range(48)] == [0, 1] * 24
+    h = maverick.hidden_size
+    dense, moe = layer_items(maverick, 0), layer_items(maverick, 1)
+    assert {it.name: it.count for it in dense}["mlp.dense"] == 3 * h * 16384  # intermediate_size_mlp, SwiGLU
+    assert not any(it.name.startswith("moe.") for it in dense)
+    counts = {it.name: it.count for it in moe}
+    assert counts["moe.experts"] == 128 * 3 * h * 8192 and counts["moe.router"] == h * 128
+    assert "mlp.dense" not in counts and "moe.router_bias" not in counts
+
+
+@pytest.mark.parametrize("name", [SCOUT, MAVERICK])
+def test_llama4_moe_layers_carry_one_ungated_shared_expert(name):
+    m = load_model(name)
+    e, h = m.moe, m.hidden_size
+    assert (e.top_k, e.ffn_hidden_size, e.shared_ffn_hidden_size) == (1, 8192, 8192)
+    assert not e.shared_expert_gate and not e.router_bias and m.gated_mlp and not m.tie_embeddings
+    i = next(i for i in range(m.num_layers) if m.is_moe_layer(i))
+    counts = {it.name: it.count for it in layer_items(m, i)}
+    assert counts["moe.shared"] == 3 * h * 8192 and "moe.shared_gate" not in counts
+    lt = layer_tables(m)
+    # the shared expert runs on every token beside the one routed expert: 2 FLOPs per weight each
+    assert lt.flops_expert[i] == pytest.approx(2 * 3 * h * 8192)
+    attention = 2 * h * m.num_heads * m.head_dim + 2 * h * m.num_kv_heads * m.head_dim  # q, o; k, v
+    assert lt.flops_dense[i] == pytest.approx(2 * (attention + h * e.num_experts + 3 * h * 8192))  # + router, shared
+
+
+def test_llama4_qk_norm_is_weightless_and_attention_is_full():
+    m = load_model(SCOUT)
+    assert _catalog_json(SCOUT)["text_config"]["use_qk_norm"] and not m.qk_norm  # Llama4TextL2Norm: no weights
+    assert set(m.layer_types) == {FULL} and (m.num_heads, m.num_kv_heads, m.head_dim) == (40, 8, 128)
+
+
+def _llama4(tmp_path, **change):
+    text = {"model_type": "llama4_text", "hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 128,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32,
+            "intermediate_size_mlp": 96, "num_local_experts": 4, "num_experts_per_tok": 1}
+    text.update(change)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama4", "text_config": {k: v for k, v in text.items() if v is not None}}))
+    return str(p)
+
+
+def test_a_small_llama4_reads_moe_layers_steps_and_chunked_layer_types(tmp_path):
+    assert load_model(_llama4(tmp_path)).moe.dense_layers == ()  # HF's default step 1: every layer MoE
+    m = load_model(_llama4(tmp_path, interleave_moe_layer_step=2))
+    assert m.moe.dense_layers == (0, 2) and m.ffn_hidden_size == 96
+    # moe_layers overrides the step (HF Llama4TextConfig)
+    assert load_model(_llama4(tmp_path, interleave_moe_layer_step=2, moe_layers=[0])).moe.dense_layers == (1, 2, 3)
+    chunked = load_model(_llama4(tmp_path, layer_types=["chunked_attention"] * 3 + ["full_attention"]))
+    assert chunked.layer_types == (FULL,) * 4
+    assert load_model(_llama4(tmp_path, intermediate_size_mlp=None, moe_layers=[1])).ffn_hidden_size == 16384
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"num_local_experts": None}, ["num_local_experts"]),
+    ({"intermediate_size": None}, ["intermediate_size"]),
+    ({"moe_layers": [1, 4]}, ["moe_layers", "[4]", "num_hidden_layers is 4"]),
+    ({"interleave_moe_layer_step": 0}, ["interleave_moe_layer_step"]),
+    ({"intermediate_size_mlp": "big"}, ["intermediate_size_mlp"]),
+])
+def test_bad_llama4_configs_are_one_line_config_errors(tmp_path, change, words):
+    with pytest.raises(ConfigError) as err:
+        load_model(_llama4(tmp_path, **change))
+    msg = str(err.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg

@@ -32,6 +32,8 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("Nemotron-8B", "Nemotron-3-8B"), ("Nemotron-22B", "Nemotron-3-22B"), ("Nemotron-340B", "Nemotron-4-340B"),
     ("GPT-OSS 20B", "gpt-oss-20b"), ("DeepSeekV3 (w/ MTP)", "DeepSeek-V3"),
     ("LLAMA3_70B [LoRA (fine-tuning)]", "Llama-3.1-70B"),  # the model; LoRA is a training setting (test_lora.py)
+    ("LLAMA4-Scout-LLM", "Llama-4-Scout-17B-16E"), ("Llama4 Scout", "Llama-4-Scout-17B-16E"),
+    ("Llama 4 Maverick", "Llama-4-Maverick-17B-128E"),
 ])
 def test_new_source_names_map_onto_the_catalog(source, want):
     assert catalog_name(source) == (want, None)
@@ -41,6 +43,16 @@ def test_new_source_names_map_onto_the_catalog(source, want):
 def test_models_left_out_say_why(source):
     name, why = catalog_name(source)
     assert name is None and "not in the catalog" in why
+
+
+def test_llama4_scout_rows_are_moe_rows_with_their_expert_parallelism():
+    row = dict(source="NeMo Framework 25.07 performance summary (DGX-GB200)", model="LLAMA4-Scout-LLM", gpu="GB200",
+               num_gpus="64", seq_len="8192", global_batch="1024", micro_batch="1", tp="1", pp="1", cp="1", vp="1",
+               ep="16", etp="", precision="FP8 (per-tensor current scaling)", recompute="",
+               tokens_per_s_per_gpu="13783", tflops_per_gpu="1501", notes="FSDP=0; GA=16")
+    got = map_row(row)
+    assert got["model"] == "Llama-4-Scout-17B-16E" and got["layout"]["ep"] == 16
+    assert "missing field(s): ep" in map_row({**row, "ep": ""})  # an MoE model: EP is not assumed 1
 
 
 ROW = dict(source="Megatron-Bridge perf summary:26.08", model="Nemotron_3_Super", gpu="GB300", num_gpus="64",

@@ -12,6 +12,14 @@ intermediate_size, ...) and the ModelSpec fields the family fixes by constructio
     dense MLP use squared ReLU without a gate; MoE routing keeps an e_score_correction_bias (HF registers it as
     a buffer, Megatron as the router's expert_bias buffer); `moe_latent_size` runs the experts at a narrower
     width between two projections (LatentMoE); `mtp_hybrid_override_pattern` is the MTP block's stack.
+  - llama4 / llama4_text (Llama 4 Scout, Maverick; HF Llama4TextConfig): `intermediate_size` is the routed
+    experts' and the shared expert's FFN (every Llama4TextMoe has one ungated shared expert of that size), the
+    dense layers' FFN is `intermediate_size_mlp` (HF default 16384); MoE layers are `moe_layers` or, without
+    it, every `interleave_moe_layer_step`-th layer (HF default 1: range(step - 1, n, step)). The RoPE layers'
+    chunked attention (`attention_chunk_size`, "chunked_attention" in a `layer_types` list) is read as full
+    causal attention: the same cost while the sequence is no longer than the chunk (8192 in both models);
+    the NoPE layers are full attention anyway. `use_qk_norm` is a weightless L2 norm (Llama4TextL2Norm): no
+    parameters, so not the qk_norm (RMSNorm with weights) ModelSpec counts.
 Everything else passes through unchanged. Errors are one-line ConfigErrors naming the field and the fix.
 """
 
@@ -114,6 +122,35 @@ def _gpt2(cfg: dict) -> tuple[dict, dict]:
                  "learned_positions": int(cfg.get("n_positions") or 1024)}
 
 
+def _llama4(cfg: dict, where: str) -> tuple[dict, dict]:
+    n = cfg.get("num_hidden_layers")
+    if not cfg.get("num_local_experts"):
+        raise ConfigError(f"{where}: a llama4 config needs 'num_local_experts' (16 Scout, 128 Maverick); add it "
+                          "from the model's config.json")
+    expert = cfg.get("intermediate_size")
+    if expert is None:
+        raise ConfigError(f"{where}: a llama4 config needs 'intermediate_size' (the experts' FFN, 8192 in Scout and "
+                          "Maverick); add it from the model's config.json")
+    moe_layers, step = cfg.get("moe_layers"), cfg.get("interleave_moe_layer_step")
+    if isinstance(n, int) and n > 0:
+        if moe_layers is not None:
+            bad = sorted(i for i in moe_layers if i >= n)
+            if bad:
+                raise ConfigError(f"{where}: field 'moe_layers' names layer(s) {bad[:3]} but num_hidden_layers is {n}; "
+                                  "make them agree")
+            moe = set(moe_layers)
+        else:  # hf_schema has checked the step is a positive integer
+            moe = set(range((step or 1) - 1, n, step or 1))
+        dense = tuple(i for i in range(n) if i not in moe)
+    else:
+        dense = ()  # from_hf_config reports the missing num_hidden_layers
+    cfg = {**cfg, "moe_intermediate_size": expert, "shared_expert_intermediate_size": expert,
+           "intermediate_size": cfg.get("intermediate_size_mlp") or 16384}
+    if isinstance(cfg.get("layer_types"), list):  # newer transformers: chunked_attention / full_attention
+        cfg["layer_types"] = [FULL if t == "chunked_attention" else t for t in cfg["layer_types"]]
+    return cfg, {"dense_layers": dense}
+
+
 def normalise(cfg: dict, model_type: str, where: str) -> tuple[dict, dict]:
     """(config with common keys, ModelSpec/MoeSpec fields this family fixes; "mamba" as MambaSpec kwargs)."""
     if model_type == "nemotron_h":
@@ -122,4 +159,6 @@ def normalise(cfg: dict, model_type: str, where: str) -> tuple[dict, dict]:
         return _gpt2(cfg)
     if model_type == "nemotron":
         return cfg, {"gated_mlp": False, "norm_bias": True}
+    if model_type in ("llama4", "llama4_text"):
+        return _llama4(cfg, where)
     return cfg, {}

@@ -88,6 +88,14 @@ class HFConfig(BaseModel):
     moe_latent_size: _Dim | None = None
     moe_shared_expert_intermediate_size: Annotated[int, Field(strict=True, ge=0, le=2**20)] | None = None
     attention_head_dim: _Dim | None = None
+    # Llama 4 (see _families.py): the dense layers' FFN, which layers are MoE, per-layer RoPE, chunked attention
+    intermediate_size_mlp: _Dim | None = None
+    interleave_moe_layer_step: _Dim | None = None
+    moe_layers: list[Annotated[int, Field(strict=True, ge=0, le=100_000)]] | None = None
+    no_rope_layers: list[Annotated[int, Field(strict=True, ge=0, le=1)]] | None = None
+    no_rope_layer_interval: _Dim | None = None
+    attention_chunk_size: _Dim | None = None
+    use_qk_norm: _Flag | None = None
     # GPT-2-style keys (GPT-3 stacks)
     n_embd: _Dim | None = None
     n_layer: Annotated[int, Field(strict=True, gt=0, le=100_000)] | None = None

@@ -2,9 +2,9 @@
 
 What lives here: the spec dataclasses and the translation from HF config keys (Qwen3.5/Qwen3-Next hybrid
 stacks, Qwen3 MoE, DeepSeek MLA, Mixtral, Llama, gpt-oss sliding windows) into one vocabulary. Families
-whose keys differ (Nemotron-H's hybrid_override_pattern, GPT-2-style n_embd, Nemotron-4) are normalised
-first in `_families.py`; the sub-specs (GDN, Mamba2, MLA, MoE) live in `_specs.py`. Parameter counting is in
-`params.py`; the catalog and name lookup in `registry.py`.
+whose keys differ (Nemotron-H's hybrid_override_pattern, GPT-2-style n_embd, Nemotron-4, Llama 4's
+expert / dense FFN split) are normalised first in `_families.py`; the sub-specs (GDN, Mamba2, MLA, MoE)
+live in `_specs.py`. Parameter counting is in `params.py`; the catalog and name lookup in `registry.py`.
 
 A layer is a token mixer (`layer_types`: full / sliding / linear (GDN) attention, a Mamba2 mixer, or none)
 plus an FFN (dense or MoE) unless the layer is in `ffn_free`. Uniform stacks have both in every layer;

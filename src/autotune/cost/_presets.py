@@ -9,6 +9,11 @@ implies and the readings it made (for the row's provenance), or the reason the r
     at capacity factor 1.0 with padding (Megatron-Bridge's apply_moe_token_drop defaults); "CG" / "CUDA graphs"
     (partial unless "full") turn on CUDA graphs; DeepEP / HybridEP the flex dispatcher; torchtitan's "Interleaved
     1F1B" with no VP runs 2 stages per rank (its default for multi-stage schedules).
+  - NeMo Framework 25.x Llama 4 rows: the perf scripts build `llama4_e16` / `llama4_e128` pretrain_recipe(
+    performance_mode=True), whose pretrain_performance_optimizations adds MegatronTokenDropCallback (capacity factor
+    1.0, inputs padded to capacity; NeMo v2.3.0 and v2.4.0, since the recipe's first commit 305d1a8e). NeMo
+    Framework 25.x Mixtral rows likewise: mixtral_8x7b.py's performance recipe appends the expert-parallel token-drop
+    callback (MegatronExpertParallelTokenDrop, later MegatronTokenDropCallback: capacity factor 1.0, padded).
   - Megatron-Bridge performance rows: the recipe of the row's release (container 26.04 ships Megatron-Bridge
     v0.4.0, see RELEASES) whose model, GPU, precision, TP/PP/CP/VP/EP and micro-batch equal the row's, from
     data/megatron_bridge_presets.csv (bench/bridge_presets.py rebuilds it from a Megatron-Bridge checkout). Its
@@ -48,6 +53,10 @@ _AUTOMODEL = {"DeepSeek-V3": "examples/llm_benchmark/deepseek/deepseek_v3_te_dee
               "Llama-3.1-70B": "examples/llm_benchmark/llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",
               "NVIDIA-Nemotron-3-Nano-30B-A3B": "examples/llm_benchmark/nemotron/nemotron_nano_v3_te_deepep.yaml",
               "NVIDIA-Nemotron-3-Super-120B-A12B": "examples/llm_benchmark/nemotron/nemotron_super_v3_te_deepep.yaml"}
+
+# catalog model -> the NeMo 2 recipe whose performance mode drops tokens (nemo/collections/llm/recipes/, v2.4.0)
+_NEMO_TOKEN_DROP = {"Llama-4-Scout-17B-16E": "llama4_e16.py", "Llama-4-Maverick-17B-128E": "llama4_e128.py",
+                    "Mixtral-8x7B-v0.1": "mixtral_8x7b.py"}
 
 
 @lru_cache(maxsize=1)
@@ -132,6 +141,10 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     if moe and re.search(r"tokendrop|token drop", text, re.I):
         out["layout"]["moe_capacity_factor"] = 1.0
         out["read"].append("token drop at capacity factor 1.0, padded (Megatron-Bridge apply_moe_token_drop)")
+    if moe and source.startswith("NeMo Framework 25.") and model in _NEMO_TOKEN_DROP:
+        out["layout"]["moe_capacity_factor"] = 1.0
+        out["read"].append(f"token drop at capacity factor 1.0, padded (NeMo {_NEMO_TOKEN_DROP[model]} "
+                           "performance recipe: the token-drop callback)")
     if re.search(r"\bfull CG\b|full.iteration", text, re.I):
         out["layout"]["cuda_graphs"] = "full"
     elif re.search(r"\bCG\b|CUDA graph", text, re.I):

@@ -66,6 +66,9 @@ _NAMES = [
     (r"^qwen3 ?235b", "Qwen3-235B-A22B"),
     (r"^gpt ?oss ?120b", "gpt-oss-120b"),
     (r"^gpt ?oss ?20b", "gpt-oss-20b"),
+    # NeMo's "LLAMA4-Scout-LLM" (the text model of Llama 4 Scout), torchtitan's "Llama4 Scout"
+    (r"^llama ?4 ?scout", "Llama-4-Scout-17B-16E"),
+    (r"^llama ?4 ?maverick", "Llama-4-Maverick-17B-128E"),
     (r"^mixtral ?8x7b", "Mixtral-8x7B-v0.1"),
     (r"^mixtral ?8x22b", "Mixtral-8x22B-v0.1"),
     (r"^qwen3 ?next", "Qwen3-Next-80B-A3B-Instruct"),
@@ -100,7 +103,7 @@ _TRAINING_PRESETS = [
 ]
 _MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "gpt-oss-20b", "Mixtral-8x7B-v0.1",
         "Mixtral-8x22B-v0.1", "Qwen3-Next-80B-A3B-Instruct", "Qwen3.5-122B-A10B", "NVIDIA-Nemotron-3-Nano-30B-A3B",
-        "NVIDIA-Nemotron-3-Super-120B-A12B"}
+        "NVIDIA-Nemotron-3-Super-120B-A12B", "Llama-4-Scout-17B-16E", "Llama-4-Maverick-17B-128E"}
 _GPUS = ("H100", "H200", "H800", "B200", "B300", "GB200", "GB300")
 # (pattern on the lower-cased precision text, pattern on the source or None, precision, how it was read)
 _PRECISIONS = [
