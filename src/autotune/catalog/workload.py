@@ -93,6 +93,9 @@ class Workload:
     # no DP gradient traffic for them); only the adapters train. The adapters themselves (rank 8-64 on a few
     # linears: well under 1% of the GEMM work and of the parameters) are not counted
     lora: bool = False
+    # fine-tuning on packed sequences (THD with cu_seqlens, Megatron's packed_sequence_specs): each row holds several
+    # documents of about this many tokens and attention runs within each; 0: every row is one document
+    packed_doc_len: int = 0
 
     def __post_init__(self):
         if self.seq_len <= 0 or self.seq_len % 128:
@@ -120,6 +123,9 @@ class Workload:
             raise BadInput(f"framework {self.framework!r}: choose one of {', '.join(FRAMEWORKS)}")
         if self.optimizer != "adam":
             raise BadInput(f"optimizer {self.optimizer!r}: only adam is modelled; use adam")
+        if isinstance(self.packed_doc_len, bool) or not isinstance(self.packed_doc_len, int) or self.packed_doc_len < 0:
+            raise BadInput(f"--packed-doc-len {self.packed_doc_len!r}: the mean document length of packed rows in tokens, "
+                           "a non-negative integer (0: each row is one document)")
         lo, hi = self.window
         if not 0 <= lo <= hi < self.steps:
             raise BadInput(f"window {self.window}: must satisfy 0 <= first <= last < steps ({self.steps})")
@@ -134,6 +140,11 @@ class Workload:
         if self.fp4 and not gpu.fp4_tflops:
             raise BadInput(f"--precision {self.precision}: {gpu.name} has no FP4 tensor cores (Blackwell only); "
                            + ("use fp8-tensorwise" if gpu.fp8_tflops else "use bf16"))
+
+    @property
+    def attention_span(self) -> int:
+        """Tokens one attention call spans: the row, or a packed row's document."""
+        return min(self.seq_len, self.packed_doc_len) if self.packed_doc_len else self.seq_len
 
     @property
     def fp8(self) -> bool:
@@ -164,5 +175,8 @@ class Workload:
 
     @property
     def window_tokens(self) -> int:
+        if isinstance(self.packed_doc_len, bool) or not isinstance(self.packed_doc_len, int) or self.packed_doc_len < 0:
+            raise BadInput(f"--packed-doc-len {self.packed_doc_len!r}: the mean document length of packed rows in tokens, "
+                           "a non-negative integer (0: each row is one document)")
         lo, hi = self.window
         return (hi - lo + 1) * self.tokens_per_step

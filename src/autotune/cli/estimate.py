@@ -59,6 +59,9 @@ def estimate(
                               "GEMMs, gradients, optimizer state or DP gradient traffic for them), as Megatron-Bridge's "
                               "PEFT runs it; the adapters themselves are not counted. Estimate only: the search's trials "
                               "run Megatron-core, which has no LoRA."),
+    packed_doc_len: int = typer.Option(0, "--packed-doc-len", help="Fine-tuning on packed sequences: the mean "
+                                       "document length in tokens; attention runs within each document (THD, "
+                                       "cu_seqlens), not across the row (0: each row is one document)."),
     recipe: str = typer.Option(None, "--recipe", help="Take model, GPUs, workload and layout from a recipe file."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -85,7 +88,7 @@ def estimate(
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload,
                              ep_overlap=ep_overlap, tp_comm_overlap=tp_overlap, cuda_graphs=cuda_graphs,
                              moe_capacity_factor=capacity, activation_offload_layers=act_offload)
-        workload = replace(workload, force_balance=force_balance and m.is_moe, lora=lora)
+        workload = replace(workload, force_balance=force_balance and m.is_moe, lora=lora, packed_doc_len=packed_doc_len)
     if layer_split:
         lay = lay.with_(layer_split=_split(layer_split, m.num_layers, lay))
     if fsdp:
@@ -131,6 +134,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         "summary": lay.summary(workload.seq_len),
         "precision": workload.precision,
         "lora": workload.lora,
+        "packed_doc_len": workload.packed_doc_len,
         "args": format_args(layout_args(lay, "slime", workload.seq_len, moe=m.is_moe)
                             + precision_args(workload.precision, workload.fp8_param_gather)),
         "memory": {
@@ -163,6 +167,8 @@ def render(out: dict) -> None:
     console.print(f"[bold]{escape(out['model'])}[/] on {out['count']} x {out['gpu']}: [bold]{out['layout']}[/]  ({out['summary']})")
     if out.get("lora"):
         console.print("LoRA fine-tuning: base weights frozen (no weight gradients, gradients or optimizer state for them)")
+    if out.get("packed_doc_len"):
+        console.print(f"packed rows: attention within documents of ~{out['packed_doc_len']:,} tokens")
     t = Table(title="memory per GPU by pipeline stage (GiB)")
     t.add_column("term")
     for s in mem["stages"]:

@@ -94,6 +94,15 @@ _TRAINING = [
     (r"w/ mtp|with mtp|incl\. mtp", {"train_mtp": True}, "MTP layers trained (the row's model says so)"),
     (r"\bmtp 1\b", {"train_mtp": True}, "MTP layers trained (the row's notes say MTP 1)"),
 ]
+# Megatron-Bridge's fine-tuning perf rows ("[SFT (fine-tuning)]", "[LoRA (fine-tuning)]") pack SQuAD examples into each
+# row (its llama3 finetune perf configs: dataset.packed_sequence_specs.packed_sequence_size = seq_length; the finetune
+# recipes' default dataset is SQuAD), and attention runs per example (THD, cu_seqlens). A SQuAD v1.1 example as the
+# recipe prompts it (a context paragraph of ~120-140 words, the question, the answer) is ~200-250 Llama 3 tokens:
+# read as 256 (at 4,096-token rows the attention left is then 1/16 of a whole row's; 128 or 512 move a Llama 3 70B
+# prediction by under 1%, tests/cost/test_packed.py)
+SQUAD_DOC_TOKENS = 256
+_PACKED = [("Megatron-Bridge perf", r"fine tuning", SQUAD_DOC_TOKENS,
+            "packed SQuAD fine-tuning rows: attention within each ~256-token example (Workload.packed_doc_len)")]
 # (source prefix, catalog model) -> training settings the source's recipe sets that the row does not print.
 # Megatron-Bridge's Nemotron 3 Super recipes (recipes/nemotronh/h100/nemotron_3_super.py, which the perf
 # recipes build on; 067f987d) train the MTP block: mtp_num_layers=2 with mtp_use_repeated_layer (one block, run twice)
@@ -179,13 +188,17 @@ def precision_of(text: str, source: str) -> tuple[str | None, str]:
 
 
 def training_of(name: str, row: dict) -> tuple[dict, list[str]]:
-    """Workload training settings of a row (MTP), and how each was read."""
+    """Workload training settings of a row (MTP, LoRA, packed fine-tuning data), and how each was read."""
     out: dict = {}
     how: list[str] = []
     text = _norm(row.get("model", "")) + " " + (row.get("notes") or "").lower()
     for pattern, settings, why in _TRAINING:
         if re.search(pattern, text) and not settings.keys() & out.keys():  # the first reading of a setting
             out.update(settings)
+            how.append(why)
+    for src, pattern, tokens, why in _PACKED:
+        if (row.get("source") or "").startswith(src) and re.search(pattern, text):
+            out["packed_doc_len"] = tokens
             how.append(why)
     for src, model, settings, why in _TRAINING_PRESETS:
         if (row.get("source") or "").startswith(src) and name == model:

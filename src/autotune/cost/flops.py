@@ -42,7 +42,8 @@ def stage_flops(model: ModelSpec, workload: Workload, t: LayoutTable) -> StageFl
     # each GPU of a TP x CP group computes 1 / (TP x CP) of the replica's work; experts spread evenly
     share = (1.0 / (t.tp * t.cp))[:, None]
     tok = tokens[:, None]
-    ctx = np.where(lt.kind == 1, np.minimum(model.sliding_window or s, s / 2), s / 2)  # mean causal context
+    span = workload.attention_span  # packed rows attend within each document
+    ctx = np.where(lt.kind == 1, np.minimum(model.sliding_window or span, span / 2), span / 2)  # mean causal context
     attn = stage_sums(lt.flops_attn_quadratic * ctx, t.pp, t.vpp, S, t.split)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
     vocab = vocab_per_row(model, t.tp).astype(float)[:, None]
@@ -53,7 +54,7 @@ def stage_flops(model: ModelSpec, workload: Workload, t: LayoutTable) -> StageFl
     if passes:  # the MTP block's layers on the last stage, each pass attending over the whole (causal) row
         d, q, e, li = mtp_block(model).flops
         dense, lin, experts = (a + np.where(last, passes * v, 0.0) for a, v in ((dense, d), (lin, li), (experts, e)))
-        attn = attn + np.where(last, passes * q * s / 2, 0.0)
+        attn = attn + np.where(last, passes * q * span / 2, 0.0)
     return StageFlops(
         dense=dense * tok * share,
         attention=attn * tok * share,

@@ -71,6 +71,7 @@ class Measurement:
     gpu_variant: str = ""
     eager: bool = False  # see Workload.eager: torchtitan run without torch.compile
     lora: bool = False  # see Workload.lora: LoRA fine-tuning of a frozen base
+    packed_doc_len: int = 0  # see Workload.packed_doc_len: packed fine-tuning rows attend within each document
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -102,7 +103,7 @@ class Measurement:
                         force_balance=self.force_balance, framework=self.framework,
                         optimizer_state_bytes=self.optimizer_state_bytes, bf16_layers_end=self.bf16_layers_end,
                         quant_overrides=tuple(tuple(o) for o in self.quant_overrides), eager=self.eager,
-                        lora=self.lora)
+                        lora=self.lora, packed_doc_len=self.packed_doc_len)
 
     @property
     def cluster(self) -> ClusterSpec:

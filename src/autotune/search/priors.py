@@ -45,11 +45,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.1809, "feature": 0.0866, "interaction": 0.0639, "noise": 0.0726, "tp": 0.0613, "pp": 0.0759,
-    "vpp": 0.0654, "cp": 0.1703, "ep": 0.0754, "recompute": 0.0957, "recompute_1": 0.1037, "dispatcher": 0.0727,
-    "max_tokens_per_gpu": 0.0809, "precision_aware_optimizer": 0.0809, "moe_shared_expert_overlap": 0.0754,
-    "ep_overlap": 0.0995, "tp_comm_overlap": 0.0859, "cuda_graphs": 0.0744, "moe_capacity_factor": 0.077,
-    "ep_x_nodes": 0.0587, "pp_x_recompute": 0.0789, "tp_x_hidden": 0.0477, "scale_sd": 1.3231,
+    "intercept": 0.1796, "feature": 0.0885, "interaction": 0.0589, "noise": 0.0726, "tp": 0.0596, "pp": 0.0788,
+    "vpp": 0.0633, "cp": 0.1716, "ep": 0.0777, "recompute": 0.0995, "recompute_1": 0.1042, "dispatcher": 0.0745,
+    "max_tokens_per_gpu": 0.0823, "precision_aware_optimizer": 0.0823, "moe_shared_expert_overlap": 0.077,
+    "ep_overlap": 0.0997, "tp_comm_overlap": 0.0906, "cuda_graphs": 0.0759, "moe_capacity_factor": 0.0787,
+    "ep_x_nodes": 0.0552, "pp_x_recompute": 0.0732, "tp_x_hidden": 0.0435, "scale_sd": 1.1156,
 }
 
 
