@@ -25,6 +25,11 @@ from .time import STEP_TERMS, RawTime, TimeCoefficients, factor_vector, raw_time
 __all__ = ["FitResult", "stack_raw", "solve", "predict_step_times", "term_shares"]
 
 TIES = (("compute_output", "compute_dense"),)
+# terms whose physics is known only as a bound, with a wider prior (a multiple of prior_sigma): the routed experts'
+# FFN-width traffic (_terms.py) counts the bytes at full HBM bandwidth, but moves them in many small per-expert
+# kernels whose speed nothing published states
+WIDE_PRIOR = {"expert_memory": 4.0}
+LOWER_BOUND = {"expert_memory"}  # terms whose physics is a lower bound on their time: factor >= 1
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 4096
 
@@ -105,6 +110,8 @@ def solve(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients, terms
     shares = term_shares(raw, f0)
     idx = [STEP_TERMS.index(k) for k in terms if k in STEP_TERMS and shares[:, STEP_TERMS.index(k)].max() >= min_share]
     theta0 = np.log(f0[idx])
+    sigma = prior_sigma * np.array([WIDE_PRIOR.get(STEP_TERMS[i], 1.0) for i in idx])
+    floor = np.array([0.0 if STEP_TERMS[i] in LOWER_BOUND else np.log(0.05) for i in idx])
 
     def resid(theta: np.ndarray) -> np.ndarray:  # (rows,) or, for a batch of thetas, (B, rows)
         f = np.tile(f0, (1, 1) if theta.ndim == 1 else (len(theta), 1))
@@ -120,7 +127,7 @@ def solve(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients, terms
     def objective(theta):
         T = np.atleast_2d(theta)
         tie = [(T[:, a] - T[:, b]) / tie_sigma for a, b in ties]
-        R = np.concatenate([_pseudo_huber(resid(T) * weight, robust), (T - theta0) / prior_sigma,
+        R = np.concatenate([_pseudo_huber(resid(T) * weight, robust), (T - theta0) / sigma,
                             np.array(tie).T.reshape(len(T), -1)],
                            axis=1)
         return (R[0], float(R[0] @ R[0])) if theta.ndim == 1 else R
@@ -135,7 +142,7 @@ def solve(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients, terms
         gain = 0.0
         while lam <= 1e8:  # Levenberg-Marquardt: damp until the step lowers the cost
             step = -np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-12), grad)
-            new = np.clip(theta + step, np.log(0.05), np.log(20.0))  # factors beyond 20x mean broken physics
+            new = np.clip(theta + step, floor, np.log(20.0))  # factors beyond 20x mean broken physics
             r_new, cost_new = objective(new)
             if cost_new < cost:
                 gain = (cost - cost_new) / max(cost, 1e-12)

@@ -40,18 +40,18 @@ __all__ = ["microbatch_terms", "gemm_efficiency", "attention_efficiency", "MB_TE
            "link_bandwidths", "OVERLAPS", "WINDOW"]
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
-            "recompute", "memory_bound", "quantize", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead",
+            "recompute", "memory_bound", "expert_memory", "quantize", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead",
             "imbalance", "act_offload")
 STEP_TERMS = MB_TERMS + ("host_bound", "bubble", "dp_comm", "optimizer", "step_overhead", "offload")
 DERIVED = ("recompute", "imbalance")  # linear in other MB terms: they follow those terms' factors
 DEPS = tuple(("recompute", k) for k in ("compute_dense", "compute_attention", "compute_linear_attention",
-                                        "compute_experts", "memory_bound", "quantize")) \
+                                        "compute_experts", "memory_bound", "expert_memory", "quantize")) \
     + (("imbalance", "compute_experts"), ("imbalance", "ep_comm"))  # (derived, primary) pairs with a coefficient
 # terms another micro-batch's (or the same layer's) compute can hide: the EP all-to-all (1F1B A2A overlap), the TP
 # collectives (userbuffers under their GEMMs), the activation offload copies (copy engines beside compute)
 OVERLAPS = ("ep_comm", "tp_comm", "act_offload")
 WINDOW = {"ep_comm": ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts",
-                      "memory_bound", "quantize"),
+                      "memory_bound", "expert_memory", "quantize"),
           "tp_comm": ("compute_dense",),
           "act_offload": ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts")}
 
@@ -190,8 +190,16 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # (a term no row of the table has is the scalar 0: 10^5 x 16 zeros cost as much as a real term)
     div = {"seq": tok_share, "tp": 1.0 / (cp * tp), "rep": tok_share, "exph": tok_share * etp, "expf": tok_share}
     per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S, t.split)  # per pair: no (n, S, P) table
-    act_bytes = fold_activations(per_pair, pair_of, div) * tokens
-    mb["memory_bound"] = act_bytes * (3 * c.mem_touch / (g.hbm_gbps * 1e9))
+    touch = 3 * c.mem_touch / (g.hbm_gbps * 1e9)
+    act_bytes = fold_activations(per_pair, pair_of, {**div, "expf": 0.0}) * tokens
+    mb["memory_bound"] = act_bytes * touch
+    # the routed experts' FFN-width activations (fc1 output, activation output, per routed copy) apart: the work
+    # around them (the weighted activation and its backward, the probs, FP8 padding per expert, the recomputed
+    # moe_act) runs in many small per-expert kernels, and the calibration gives this term its own factor
+    # (measured: one factor shared with the norms' and attention's traffic left small-hidden MoE models -- gpt-oss,
+    # Qwen3-30B-A3B, Nemotron 3 -- over-predicted and large-hidden ones under-predicted)
+    mb["expert_memory"] = (fold_activations(per_pair, pair_of, {k: (v if k == "expf" else 0.0) for k, v in div.items()})
+                           * tokens * touch) if model.is_moe else 0.0
     if model.is_moe and model.moe.expert_bias:
         # biased routed experts (gpt-oss): Megatron's TEGroupedMLP builds fc2 with skip_bias_add=True and adds the
         # returned bias, weighted by each copy's routing prob, outside the GEMM in eager PyTorch, one local expert
@@ -238,6 +246,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     deps["recompute"]["compute_dense"] = gemm_share + sac_mm / gemm_passes(workload)
     deps["recompute"]["compute_attention"] = np.where(sel & ~sac, 1.0, frac) / 3.5  # selective: core attention
     deps["recompute"]["memory_bound"] = np.where(sel, np.where(sac, sac_mem / 3, 0.1 / 3), third)
+    deps["recompute"]["expert_memory"] = deps["recompute"]["memory_bound"]
     deps["recompute"]["quantize"] = (frac + sac_mm) / 2  # the re-run forward quantises its inputs again
 
     # --- communication -----------------------------------------------------------------------------------

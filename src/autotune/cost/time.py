@@ -4,6 +4,7 @@ Per micro-batch and pipeline stage (seconds, forward + backward + recompute), bu
   compute_dense, compute_attention, compute_linear_attention, compute_experts, compute_output
   recompute      forward work re-run in backward (full: every recomputed layer; selective: the dropped parts)
   memory_bound   elementwise/norm/permute traffic, from the bytes the layer touches and the HBM bandwidth
+  expert_memory  the same for the routed experts' FFN-width activations (per routed copy), fitted apart
   tp_comm        SP all-gather/reduce-scatter (or all-reduce without SP) at the TP group's bandwidth
   cp_comm        ring exchange of K/V for context parallelism (partly hidden behind attention)
   ep_comm        token dispatch and combine (alltoall / allgather / flex) over NVLink or the network

@@ -14,7 +14,7 @@ __all__ = ["step_breakdown", "layout_map", "funnel", "funnel_stages", "TERM_ORDE
 # and a colour per term by family: compute blues and teals, recompute orange, communication reds and purples
 TERM_COLOURS = {"compute_dense": "#1f4e9c", "compute_attention": "#3b82c4", "compute_linear_attention": "#8fbde6",
                 "compute_experts": "#0f8b8d", "compute_output": "#7cc7b9", "recompute": "#e69f00",
-                "memory_bound": "#f0d264", "tp_comm": "#8e44ad", "cp_comm": "#c39bd3", "ep_comm": "#c0392b",
+                "memory_bound": "#f0d264", "expert_memory": "#d4ac0d", "tp_comm": "#8e44ad", "cp_comm": "#c39bd3", "ep_comm": "#c0392b",
                 "pp_p2p": "#ec8b7f", "dp_comm": "#d35d9b", "bubble": "#a0a0a0", "imbalance": "#5a5a5a",
                 "layer_overhead": "#c8b68e", "optimizer": "#2e7d32", "offload": "#8d6e63", "step_overhead": "#d6d6d6"}
 TERM_ORDER = list(TERM_COLOURS)
