@@ -14,9 +14,9 @@ weights, gradients and "selective" recompute apply: catalog.FRAMEWORKS) and the 
     Megatron-LM scripts that follow NeMo's; Nemotron-4 340B's optimizer state in BF16 with no master copy (the
     release's nemotron/nemotron_340b.yaml: distributed_fused_adam dtype: bf16; NeMo's MegatronBaseModel stores no
     master parameters when the optimizer dtype is the model's): 4 B per owned parameter (m, v).
-  - NeMo Framework 25.x Llama 4 rows: bf16 gradient reduction (NeMo v2.4.0 scripts/performance/helpers.py
-    set_precision_configs sets `grad_reduce_in_fp32 = False` for every perf run; the llama4_e16 / e128 recipes'
-    performance mode too). Read for Llama 4 only so far; the other NeMo Framework rows keep fp32 until recalibration.
+  - NeMo Framework 25.07 rows: bf16 gradient reduction (NeMo v2.4.0, the 25.07 container's, scripts/performance/
+    helpers.py set_precision_configs sets `grad_reduce_in_fp32 = False` for every perf run). The 25.04 rows (NeMo
+    v2.3.0, whose helpers were not read) keep fp32.
   - Megatron-Bridge's Nemotron 3 Super NVFP4 recipe keeps linears out of NVFP4 (Workload.bf16_layers_end,
     quant_overrides; cost/_quant.py).
   - torchtitan, NeMo AutoModel, the Llama 3 paper: their frameworks (cost/_state.py, cost/_sac.py); torchtitan rows
@@ -58,9 +58,9 @@ _RULES = (
      "the Super NVFP4 recipe's last 14 layers, attention and latent projections in BF16 and Mamba out_proj in MXFP8 "
      "(nemotron_3_super_bf16_with_nvfp4_mixed; scripts/performance/configs/nemotronh/te_quant.cfg); its MTP block "
      "in BF16 is not modelled"),
-    *(("NeMo Framework 25.", None, name, {"grads_fp32": False},
-       "bf16 gradient reduction (NeMo v2.4.0 scripts/performance/helpers.py set_precision_configs: "
-       "grad_reduce_in_fp32 = False)") for name in ("Llama-4-Scout-17B-16E", "Llama-4-Maverick-17B-128E")),
+    ("NeMo Framework 25.07", None, None, {"grads_fp32": False},
+     "bf16 gradient reduction (NeMo v2.4.0, the 25.07 container's: scripts/performance/helpers.py "
+     "set_precision_configs sets grad_reduce_in_fp32 = False for every perf run)"),
     ("torchtitan", None, None, {"framework": "torchtitan"}, "torchtitan's FSDP2 state and per-op selective AC"),
     ("NeMo AutoModel", None, None, {"framework": "automodel"}, "NeMo AutoModel's FSDP2 state on a BF16 model"),
     ("Llama 3 Herd", None, None, {"framework": "llama3"},
