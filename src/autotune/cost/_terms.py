@@ -10,8 +10,12 @@ over numpy columns: no per-layout Python loops. Shapes and why:
     loses `grouped` of one dense GEMM's speed when G is large (per-group tails), nothing when G = 1: it is one GEMM;
     and every local expert's GEMM is a kernel of its own that pays a fixed `expert_gemm_s` (launch gap, last-wave
     tail) that does not shrink on a faster GPU: small experts with few tokens each run far below peak.
-  - backward is 2x forward for GEMMs, ~2.5x for flash attention; full recompute re-runs the forward of every layer
-    of a recompute region, with its TP and EP collectives; torchtitan's per-op "selective" re-runs what _sac.py says.
+  - backward is 2x forward for GEMMs (1x, the data gradient only, for LoRA's frozen base), ~2.5x for flash
+    attention (over each packed document, not the row, when rows are packed); full recompute re-runs the forward of
+    every layer of a recompute region, with its TP and EP collectives; torchtitan's per-op "selective" re-runs what
+    _sac.py says.
+  - elementwise traffic: the saved activations' bytes, `mem_touch` times per pass at the HBM bandwidth; the routed
+    experts' FFN-width share apart (`expert_memory`: its own calibrated factor, never below 1, _fit.WIDE_PRIOR).
   - collectives and the MoE all-to-all: _comm.py (NVLink inside a domain, the node's network share across, flex's
     one copy per remote domain, the hottest rank's routed load).
   - the host: PyTorch launches every kernel from Python; a layer's launches take `host_layer_s` (+ `host_moe_s`
