@@ -175,8 +175,5 @@ class Workload:
 
     @property
     def window_tokens(self) -> int:
-        if isinstance(self.packed_doc_len, bool) or not isinstance(self.packed_doc_len, int) or self.packed_doc_len < 0:
-            raise BadInput(f"--packed-doc-len {self.packed_doc_len!r}: the mean document length of packed rows in tokens, "
-                           "a non-negative integer (0: each row is one document)")
         lo, hi = self.window
         return (hi - lo + 1) * self.tokens_per_step

@@ -202,8 +202,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # moe_act) runs in many small per-expert kernels, and the calibration gives this term its own factor
     # (measured: one factor shared with the norms' and attention's traffic left small-hidden MoE models -- gpt-oss,
     # Qwen3-30B-A3B, Nemotron 3 -- over-predicted and large-hidden ones under-predicted)
-    mb["expert_memory"] = (fold_activations(per_pair, pair_of, {k: (v if k == "expf" else 0.0) for k, v in div.items()})
-                           * tokens * touch) if model.is_moe else 0.0
+    only_experts = dict.fromkeys(div, 0.0) | {"expf": div["expf"]}
+    mb["expert_memory"] = fold_activations(per_pair, pair_of, only_experts) * tokens * touch if model.is_moe else 0.0
     if model.is_moe and model.moe.expert_bias:
         # biased routed experts (gpt-oss): Megatron's TEGroupedMLP builds fc2 with skip_bias_add=True and adds the
         # returned bias, weighted by each copy's routing prob, outside the GEMM in eager PyTorch, one local expert
