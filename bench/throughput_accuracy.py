@@ -6,8 +6,8 @@ out (LOSO) prediction (refit without the model's / the source's rows, predict th
 where it has seen nothing alike), and the predicted peak memory against the GPU's (a published row ran,
 so it fit). Then per GPU family and precision: rows expressed and skipped, MAPE in-sample / LOMO / LOSO,
 the mean Spearman rank correlation within each (model, GPU, sequence length) group of 3+ rows (and within
-one page and release), and the
-rows predicted not to fit; the groups one by one; the seed rows and their order; skipped rows by reason.
+one page and release, and over the group's distinct configurations with the repeats of one configuration in
+other releases collapsed to their median), and the rows predicted not to fit; the groups one by one; the seed rows and their order; skipped rows by reason.
 Rows their publisher filed as a regression of their release (cost/_sources.known_regression) are predicted but left
 out of every fit; they are listed apart, beside the same source's other releases, and the table is shown again
 without them.
@@ -19,6 +19,7 @@ Every precision's rows are fitted (calibrate.FIT_PRECISIONS); LOMO and LOSO are 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import replace
@@ -106,6 +107,33 @@ def rank_groups(rows, mask, by_publication: bool = False) -> list[list[int]]:
     return [idx for _, idx in sorted(g.items()) if len(idx) >= 3]
 
 
+def configuration(m) -> str:
+    """Everything the model reads of a row (all but the measured number, its source, weight and regression
+    note): rows equal in it are one configuration measured again, in another release or on another page."""
+    d = m.to_dict()
+    for k in ("tokens_per_s_per_gpu", "source", "weight", "regression"):
+        d.pop(k, None)
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def layout_ranks(rows, mask, meas, pred) -> list[tuple[int, int, float]]:
+    """Spearman over the distinct configurations of each (model, GPU, seq len) group with 3+ of them: the
+    repeats of one configuration (other releases of the same recipe) collapse to their median measured
+    number, so the rank asks only what a search asks, which layout and settings are faster. Returns
+    (first row of the group, configurations, rho) per group."""
+    out = []
+    for idx in rank_groups(rows, mask):
+        configs = defaultdict(list)
+        for i in idx:
+            configs[configuration(rows[i])].append(i)
+        if len(configs) < 3:
+            continue
+        m = [float(np.median(meas[c])) for c in configs.values()]
+        p = [float(np.mean(pred[c])) for c in configs.values()]
+        out.append((idx[0], len(configs), spearman(m, p)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=None, help="published table (default: the shipped copy)")
@@ -140,7 +168,8 @@ def main() -> None:
 
     def table(keep: np.ndarray) -> None:
         print(f"{'family':<10}{'precision':<16}{'rows':>5}{'skip':>5}{'uncal':>7}{'in-sample':>10}{'LOMO':>7}"
-              f"{'LOSO':>7}{'rank':>7}{'groups':>7}{'pub rank':>9}{'groups':>7}{'no fit':>7}")
+              f"{'LOSO':>7}{'rank':>7}{'groups':>7}{'pub rank':>9}{'groups':>7}{'lay rank':>9}{'groups':>7}"
+              f"{'no fit':>7}")
         for f, p in [(f, p) for f in ("hopper", "blackwell") for p in PRECISIONS] + [("all", "all")]:
             mask = keep & (np.ones(len(rows), bool) if f == "all" else (fam == f) & (prec == p))
             nsk = len(skipped) if f == "all" else sum(1 for sf, sp in skip_fp if sf == f and sp == p)
@@ -148,15 +177,20 @@ def main() -> None:
                 continue
             rc, rp = ([r for r in (spearman(meas[idx], cal[idx]) for idx in rank_groups(rows, mask, pub)) if r == r]
                       for pub in (False, True))
+            rl = [r for _, _, r in layout_ranks(rows, mask & ~flagged, meas, cal) if r == r]
             print(f"{f:<10}{p:<16}{mask.sum():>5}{nsk:>5}{mape(raw, mask):>6.1f}%{mape(cal, mask):>9.1f}%"
                   f"{mape(lomo, mask):>6.1f}%{mape(loso, mask):>6.1f}%{np.mean(rc) if rc else np.nan:>+7.2f}"
-                  f"{len(rc):>7}{np.mean(rp) if rp else np.nan:>+9.2f}{len(rp):>7}{int((peak[mask] > cap[mask]).sum()):>7}")
+                  f"{len(rc):>7}{np.mean(rp) if rp else np.nan:>+9.2f}{len(rp):>7}{np.mean(rl) if rl else np.nan:>+9.2f}"
+                  f"{len(rl):>7}{int((peak[mask] > cap[mask]).sum()):>7}")
 
     print()
     table(np.ones(len(rows), bool))
     print("  MAPE of tokens/s/GPU; rank: mean Spearman within the (model, GPU, seq len) groups of 3+ rows (rows of\n"
           "  several releases and pages: software changes between them that no layout explains); pub rank: the same\n"
-          "  within one page and release, where only the layout and precision differ;\n"
+          "  within one page and release, where only the layout and precision differ; lay rank: within the\n"
+          "  (model, GPU, seq len) groups of 3+ distinct configurations, each configuration's repeats in other\n"
+          "  releases collapsed to their median, known regressions left out (what a search ranks: layouts and\n"
+          "  settings, not releases);\n"
           "  no fit: published rows (they ran) predicted not to fit. Skipped rows of unknown GPUs count under 'all'.")
     known_regressions(rows, meas, cal, lomo, flagged)
     if flagged.any():
@@ -177,6 +211,12 @@ def main() -> None:
         m = rows[idx[0]]
         print(f"  {m.model:<22} {m.gpu:<6} {m.seq_len:>6}  n={len(idx):<3} {spearman(meas[idx], cal[idx]):+.2f}"
               f"  {spearman(meas[idx], lomo[idx]):+.2f}  {publication(m)[:60]}")
+    print("\nthe same over distinct configurations (repeats in other releases collapsed to their median, known"
+          " regressions left out; groups of 3+ configurations): calibrated, LOMO")
+    lomo_of = {i: r for i, _, r in layout_ranks(rows, ~flagged, meas, lomo)}
+    for i, n, r in layout_ranks(rows, ~flagged, meas, cal):
+        m = rows[i]
+        print(f"  {m.model:<22} {m.gpu:<6} {m.seq_len:>6}  configurations={n:<3} {r:+.2f}  {lomo_of[i]:+.2f}")
     seeds = [i for i, m in enumerate(rows) if m.source.startswith("seed page")]
     if len(seeds) != 3:
         raise SystemExit(f"expected the 3 seed rows, found {len(seeds)}: the seed measurements lost their source")
