@@ -100,6 +100,8 @@ class LiveView:
             self._line(f"trial {n} screened: {self.rows[n].layout}: {self.rows[n].reason}")
         elif kind == "finished":
             self._finished(n, d)
+        elif kind == "note":  # something a trial taught the search (e.g. a memory wall after an OOM)
+            self._line(f"note: {d.get('text', '')}")
         elif kind == "done":
             self.stop_reason = str(d.get("stop_reason") or "")
             self._line(f"search stopped: {self.stop_reason}; {self._progress_text()}")

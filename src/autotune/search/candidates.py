@@ -9,6 +9,10 @@ No Optuna, no backends.
 How trials change the ranking is two functions the search and bench/search_efficiency.py both call, so the
 benchmark measures the product's learning: `prior_belief` (the calibrated cost model's predictions and the
 residual model around them) and `believe` (fit the residual model on the measured candidates, predict).
+A trial that runs out of memory teaches the memory side: the memory model under-predicts this cluster by at least
+the GPU's capacity over that layout's predicted peak. With the model's error taken as one factor across layouts
+(the simplest reading of one OOM), every candidate predicted to need as much memory or more would run out too;
+those are set aside (`walled`: planners do not see them as open, the driver screens them with the reason).
 The calibration is still refitted on the trials (time-term factors), but for the breakdowns that say why a
 layout is slow, not for the ranking: each trial's information enters the ranking once, through one
 posterior with its uncertainty. (Measured, 40 seeds per cell: ranking by the refitted calibration and then
@@ -22,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
+from ..catalog.hardware import GiB
 from ..cost import Calibration, evaluate, load_calibration
 from ..errors import BadInput
 from ..layout import Layout, LayoutTable, violations
@@ -87,6 +92,10 @@ class Candidates:
                            "Widen the space (--space), change --count, or shorten --seq-len")
         self.table: LayoutTable = res.table.take(res.kept)
         self.keys = table_keys(self.table)
+        # predicted peak GPU memory per candidate, and the lowest one a trial ran out of memory at (with its trial)
+        self.peak = np.asarray(res.evaluation.memory.peak, dtype=float)[res.kept]
+        self.capacity = float(res.evaluation.memory.capacity_bytes)
+        self.wall: tuple[float, int] | None = None
         self.index = {k: i for i, k in enumerate(self.keys)}
         # prior widths per feature from the calibration's leave-one-model-out residuals (search/priors.py)
         self.base_pred, self.residual = prior_belief(model, cluster, workload, self.table, self.base_calibration,
@@ -132,6 +141,27 @@ class Candidates:
             self._measured.append((i, float(measured)))
             self.repredict()
 
+    def learn_oom(self, lay: Layout, number: int) -> str | None:
+        """Trial `number` ran `lay` out of memory: lower the memory wall to its predicted peak when that is below
+        the wall so far, and say what that sets aside (None when the wall did not move)."""
+        i = self.index.get(layout_key(lay))
+        peak = float(self.peak[i]) if i is not None else float(
+            evaluate(self.model, self.workload, self.cluster, LayoutTable.from_layouts([lay]),
+                     self.calibration).memory.peak[0])
+        if self.wall is not None and peak >= self.wall[0]:
+            return None
+        self.wall = (peak, number)
+        n = int((self.peak >= peak).sum())
+        return (f"trial {number} ran out of memory at a predicted peak of {peak / GiB:.1f} GiB "
+                f"({peak / self.capacity:.0%} of {self.capacity / GiB:.1f}): the memory model under-predicts this "
+                f"cluster, so the {n} candidate(s) predicted to need as much or more are set aside")
+
+    def walled(self) -> set[str]:
+        """Keys of the candidates predicted to need at least the memory of a trial that ran out."""
+        if self.wall is None:
+            return set()
+        return {self.keys[j] for j in np.flatnonzero(self.peak >= self.wall[0])}
+
     def prediction(self, i: int) -> Prediction:
         """Candidate i's prediction, with breakdowns, at the search's current belief."""
         return prediction_of(self.ev, i, self.model, self.cluster, tokens_per_s_per_gpu=float(self.pred[i]),
@@ -147,7 +177,11 @@ class Candidates:
         """(candidate index, None) for a candidate, else (None, why it is not one)."""
         key = layout_key(lay)
         if key in self.index:
-            return self.index[key], None
+            i = self.index[key]
+            if self.wall is not None and self.peak[i] >= self.wall[0]:
+                return None, (f"needs as much memory as trial {self.wall[1]}, which ran out: predicted peak "
+                              f"{self.peak[i] / GiB:.1f} GiB >= {self.wall[0] / GiB:.1f}")
+            return i, None
         bad = violations(self.model, self.workload, lay)
         if bad:
             return None, "illegal: " + "; ".join(v.message for v in bad)
@@ -163,4 +197,4 @@ class Candidates:
         return PlanContext(self.model, self.cluster, self.workload, self.table, self.pred, self.keys, tried,
                            records, sigma=self.pred_std, rng=np.random.default_rng(seed + len(records)),
                            breakdown=self.prediction, funnel=list(self.funnel), residual=self.residual,
-                           noise=self.noise, trial_steps=trial_steps)
+                           noise=self.noise, trial_steps=trial_steps, walled=self.walled())

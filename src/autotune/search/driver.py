@@ -195,7 +195,7 @@ class SearchDriver:
             while stop is None and len(running) < self.cfg.parallel:
                 prop = self._next(requeue, running)
                 if prop is None:
-                    stop = None if running else "exhausted: every candidate was tried"
+                    stop = None if running else self._exhausted()
                     break
                 if prop is not _REPEAT:
                     self._dispatch(prop, running)
@@ -204,7 +204,7 @@ class SearchDriver:
                     stop = (f"planner stalled: its last {MAX_SCREENED_IN_A_ROW} proposals were all screened out "
                             "or already tried; try --planner model")
             if not running:
-                return stop or "exhausted: every candidate was tried"
+                return stop or self._exhausted()
             finished = False
             for number, (h, lay, pred) in list(running.items()):
                 res = self.backend.poll(h)
@@ -216,6 +216,11 @@ class SearchDriver:
                     finished = True
             if not finished:
                 time.sleep(self.cfg.poll_s)
+
+    def _exhausted(self) -> str:
+        wall = self.candidates.wall
+        return "exhausted: every candidate was tried" + (
+            f" or needs as much memory as trial {wall[1]}, which ran out" if wall else "")
 
     def _stop_reason(self, n_running: int) -> str | None:
         done = self.n_dispatched() + n_running
@@ -329,9 +334,15 @@ class SearchDriver:
                                "gpu_hours": gpu_h, "wall_s": res.wall_s})
 
     def _learn(self, rec: TrialRecord) -> None:
-        """Measured trials refit the calibration; the candidates are then re-predicted and re-ranked."""
+        """Measured trials refit the calibration; the candidates are then re-predicted and re-ranked. A trial
+        that ran out of memory sets aside every candidate predicted to need as much (Candidates.learn_oom)."""
         if rec.source == "measured" and rec.status == "ok" and rec.value:
             self.candidates.learn(rec.layout, rec.value, self.sd.name)
+        elif rec.status == "oom":
+            note = self.candidates.learn_oom(rec.layout, rec.number)
+            if note:
+                self.notes.append(note)
+                self.emit("note", {"text": note})
 
     def best(self) -> TrialRecord | None:
         ok = [r for r in self.records if r.status == "ok" and r.value]

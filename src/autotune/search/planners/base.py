@@ -71,6 +71,8 @@ class PlanContext:
     residual: Any = None
     noise: float = 0.02  # trial-to-trial noise: a gain below it is not a win
     trial_steps: int | None = None  # timed steps per trial (default: the workload's), for GPU-hour costs
+    # candidates set aside: predicted to need as much memory as a trial that ran out (search/candidates.py)
+    walled: set[str] = field(default_factory=set)
 
     def prediction(self, i: int) -> Prediction:
         """Candidate i's prediction with its memory and step-time terms."""
@@ -79,7 +81,8 @@ class PlanContext:
         return self.breakdown(i)
 
     def untried(self) -> np.ndarray:
-        return np.array([k not in self.tried for k in self.keys], dtype=bool)
+        """Candidates neither tried nor set aside by the memory wall."""
+        return np.array([k not in self.tried and k not in self.walled for k in self.keys], dtype=bool)
 
     def uncertainty(self) -> np.ndarray:
         """Per-candidate relative uncertainty: the prior far from measured layouts, smaller near them."""
