@@ -1,10 +1,13 @@
 """A trial that runs out of memory teaches the search where the memory wall is (search/candidates.py learn_oom):
 every candidate predicted to need as much memory is set aside, screened with the reason, and said in the notes.
 
-The cluster is a test double (no GPU here): the simulator with a memory model that under-predicts by a factor, so
-the layouts the cost model puts near the HBM limit run out of memory when "run"."""
+The cluster is a test double (no GPU here): bench/memory_wall.py's simulator with a memory model that under-predicts
+by a factor, so the layouts the cost model puts near the HBM limit run out of memory when "run"."""
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 
@@ -13,32 +16,21 @@ from autotune.layout import Layout
 from autotune.search.driver import SearchConfig, SearchDriver
 from autotune.search.study import StudyDir
 from autotune.space import load_space
-from autotune.trials.backends.simulate import SimulateBackend
-from autotune.trials.spec import TrialResult
 
 MODEL, GPU, COUNT = "Qwen3.5-122B-A10B", "H200", 32
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "memory_wall.py"
 
 
-class TightMemory(SimulateBackend):
-    """The simulator, but every layout needs `factor` x its predicted peak: those above the HBM run out."""
+def _bench():
+    spec = importlib.util.spec_from_file_location("memory_wall", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
-    name = "tight-memory"
 
-    def __init__(self, factor: float):
-        super().__init__()
-        self.factor = factor
-        self.capacity = ClusterSpec.of(GPU, COUNT).gpu.memory_bytes
-        self.ran: list[tuple[int, str, int]] = []  # (trial, status, predicted peak)
-
-    def _simulate(self, spec) -> TrialResult:
-        res = super()._simulate(spec)
-        self.ran.append((spec.number, "oom" if res.peak_memory_bytes * self.factor > self.capacity else res.status,
-                         res.peak_memory_bytes))
-        if self.ran[-1][1] == "oom":
-            return TrialResult(study=res.study, number=res.number, status="oom", source="measured", backend=self.name,
-                               peak_memory_bytes=int(res.peak_memory_bytes * self.factor),
-                               reason="CUDA out of memory (test double)")
-        return res
+def TightMemory(factor: float):
+    """bench/memory_wall.py's simulator whose memory runs `factor` above the model's."""
+    return _bench().TightMemory(factor, ClusterSpec.of(GPU, COUNT).gpu.memory_bytes)
 
 
 def _driver(tmp_path, backend, trials=12, planner="model") -> SearchDriver:
@@ -53,11 +45,11 @@ def test_an_oom_sets_aside_every_candidate_that_needs_as_much_memory(tmp_path):
     d = _driver(tmp_path, backend)
     d.emit = lambda kind, data: events.append((kind, data))
     out = d.run()
-    ooms = [(n, p) for n, s, p in backend.ran if s == "oom"]
+    ooms = [(n, p) for n, s, p, _ in backend.ran if s == "oom"]
     assert ooms, "the top predicted layouts sit near the HBM limit: 12% more memory must run one out"
     first_n, first_peak = ooms[0]
     # after the first OOM nothing predicted to need as much memory was dispatched again
-    later = [p for n, s, p in backend.ran if n > first_n]
+    later = [p for n, s, p, _ in backend.ran if n > first_n]
     assert later and all(p < first_peak for p in later)
     # the wall is the lowest OOM'd peak, and the planners' context leaves those candidates out
     c = d.candidates
