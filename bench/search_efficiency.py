@@ -10,6 +10,9 @@ A "reality" is the shipped cost model with errors of a stated family, plus 2% no
   lomo         terms, and lognormal factors per feature value and interaction whose spreads (drawn per
                feature, then scaled) make the total log error match the calibration's leave-one-model-out
                RMS (search/priors.lomo_residuals: measured, not chosen here)
+  lomo+own     lomo, with part of that error each layout's own (shared with no other layout): the
+               calibration rows' residual that no feature group explains (priors.PRIOR_WIDTHS["noise"],
+               0.073, less the trial noise: 0.070), the features' spreads scaled to the rest of the RMS
 
 The loop is the product's: planners are driven through PlanContext/Planner; measured trials refit the
 search's posterior (search/candidates.believe, the driver's own function: the residual model with the
@@ -50,15 +53,16 @@ from autotune.layout.dimensions import layout_key
 from autotune.search.acquisition import TRIAL_STARTUP_S
 from autotune.search.planners import PLANNERS, PlanContext, PlannerOptions, TrialRecord, get_planner
 from autotune.search.candidates import believe, prior_belief
-from autotune.search.priors import lomo_residuals
+from autotune.search.priors import PRIOR_WIDTHS, lomo_residuals
 from autotune.search.residual import ResidualModel
 from autotune.space import explore, load_space
 
 PAIRS = [("Qwen3.5-122B-A10B", "H200", 32), ("Qwen3-235B-A22B", "H100", 64), ("Llama-3.1-70B", "H100", 32)]
-REALITIES = ("terms", "terms+f10", "f10+int", "f20+int", "lomo")
+REALITIES = ("terms", "terms+f10", "f10+int", "f20+int", "lomo", "lomo+own")
 FEATURES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dispatcher", "rc_gran", "rc_layers", "rc_modules", "max_tokens",
             "offload", "dist_opt", "precision_aware", "shared_overlap")
 GOAL = 0.98
+NOISE = 0.02  # the trials' noise the default run assumes (--noise), part of the rows' unexplained residual
 MAX_SCREENED_IN_A_ROW = 30  # proposals outside the candidates in a row before a planner counts as stalled
 # (the driver allows 300; a GP ask takes about a second, so the bench stops sooner: wall time, not trials)
 
@@ -74,24 +78,29 @@ class Reality:
         log_f = np.zeros(len(table))
         cols = [getattr(table, f) for f in FEATURES]
         sd = np.zeros(len(cols))
+        normal = kind in ("lomo", "lomo+own")
+        own = float(np.sqrt(max(PRIOR_WIDTHS["noise"] ** 2 - NOISE**2, 0.0))) if kind == "lomo+own" else 0.0
         if kind != "terms":
             nodes = np.ceil(table.ep * table.etp / cluster.gpus_per_node)
             rc = table.rc_gran * 100 + table.rc_layers
             cols += [] if kind == "terms+f10" else [table.ep * 1000 + nodes, table.pp * 1000 + rc,
                                                     table.tp * 100_000 + model.hidden_size // 1024]
-            if kind == "lomo":  # per-feature spreads drawn, then scaled so the total matches the measured RMS
+            if normal:  # per-feature spreads drawn, then scaled so the total matches the measured RMS
                 sd = rng.lognormal(0.0, 0.5, len(cols))
-                sd *= lomo_rms / np.sqrt(np.sum(sd**2))
+                sd *= np.sqrt(lomo_rms**2 - own**2) / np.sqrt(np.sum(sd**2))
             else:
                 sd = np.full(len(cols), 0.2 if kind == "f20+int" else 0.1)
             for c, s in zip(cols, sd):
                 vals, inv = np.unique(c, return_inverse=True)
-                draw = rng.normal(0.0, s, len(vals)) if kind == "lomo" else np.log(rng.uniform(1 - s, 1 + s, len(vals)))
+                draw = rng.normal(0.0, s, len(vals)) if normal else np.log(rng.uniform(1 - s, 1 + s, len(vals)))
                 log_f += draw[inv]
+            if own:  # each layout's own error: for the oracle, a column with one value per layout
+                log_f += rng.normal(0.0, own, len(table))
+                cols, sd = cols + [np.arange(len(table))], np.append(sd, own)
         # what the oracle knows: the terms' prediction and the error's structure and spread (not its draws);
         # log U[1 - s, 1 + s] has a standard deviation of about s / sqrt(3)
         self.base, self.cols = ev.time.tokens_per_s_per_gpu, cols
-        self.sd = sd if kind == "lomo" else sd / np.sqrt(3)
+        self.sd = sd if normal else sd / np.sqrt(3)
         self.truth = self.base * np.exp(log_f)
         self.noise_rng = np.random.default_rng(rng.integers(1 << 31))
         step = workload.tokens_per_step / (self.truth * cluster.count)

@@ -58,3 +58,22 @@ def test_a_missed_run_is_explained_with_its_numbers(bench, setup):
     assert run.trials is None  # one trial rarely finds the best under +-20% per feature value
     line = bench.explain(setup, reality, run, 0.02)
     assert "first predicted rank" in line and "last belief" in line and "width scale" in line
+
+
+def test_lomo_own_splits_the_measured_error_into_features_and_each_layouts_own(bench, setup):
+    # the layout's own part is the calibration rows' unexplained residual less the trial noise; the features
+    # take the rest, so the total spread is still the leave-one-model-out RMS
+    from autotune.search.priors import PRIOR_WIDTHS
+
+    rms = 0.18
+    reality = bench.Reality("lomo+own", setup.model, setup.cluster, setup.workload, setup.table,
+                            np.random.default_rng(5), rms)
+    own = np.sqrt(PRIOR_WIDTHS["noise"] ** 2 - bench.NOISE**2)
+    assert reality.sd[-1] == pytest.approx(own) and np.array_equal(reality.cols[-1], np.arange(len(setup.table)))
+    assert np.sqrt(np.sum(reality.sd**2)) == pytest.approx(rms)
+    plain = bench.Reality("lomo", setup.model, setup.cluster, setup.workload, setup.table,
+                          np.random.default_rng(5), rms)
+    assert len(plain.cols) == len(reality.cols) - 1 and np.sqrt(np.sum(plain.sd**2)) == pytest.approx(rms)
+    # the oracle knows the own part too (one column per layout) and still runs
+    run = bench.one_run(setup, reality, "oracle", 5, 3, 0.02)
+    assert len(run.measured) >= 1
