@@ -260,11 +260,12 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         per_layer = np.where(tp > 1, 8 * seq_bytes * (tp - 1) / tp / group_bw(cluster, tp, 1, c), 0.0)
         mb["tp_comm"] = per_layer * L_stage * (1.0 + frac * 0.5 + relaunch * 0.25)
     if (t.cp > 1).any():
-        # ring attention passes K/V chunks hop by hop: a hop off the NVLink domain paces the ring (no dedupe)
+        # ring attention passes K/V chunks hop by hop: a hop off the NVLink domain paces the ring (no dedupe); the
+        # forward's pass (1 of 3 with the backward's 2) runs again when full recompute re-runs the forward
         kv_bytes = tokens / cp * 2 * model.num_kv_heads * model.head_dim * 2.0 / tp
         attn_layers = stage_sums(lt.is_attention.astype(float), t.pp, t.vpp, S, t.split)
-        mb["cp_comm"] = np.where(cp > 1, 3 * (cp - 1) * kv_bytes * (1 - c.cp_hidden) / ring_bw(cluster, tp * cp, c),
-                                 0.0) * attn_layers
+        mb["cp_comm"] = np.where(cp > 1, (3 + frac) * (cp - 1) * kv_bytes * (1 - c.cp_hidden)
+                                 / ring_bw(cluster, tp * cp, c), 0.0) * attn_layers
     mb["ep_comm"] = 0.0
     if model.is_moe:
         k = model.moe.top_k
