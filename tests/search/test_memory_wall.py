@@ -86,3 +86,14 @@ def test_no_oom_no_wall(tmp_path):
     assert d.candidates.wall is None and d._context().walled == set()
     assert not any("ran out of memory" in n for n in out.notes)
     d.close()
+
+
+def test_a_proxy_trial_that_runs_out_sets_no_wall(tmp_path):
+    # --proxy shrinks the model for the trial: its OOM says little about the full model's memory
+    model, w = load_model(MODEL), Workload()
+    d = SearchDriver(model, ClusterSpec.of(GPU, COUNT), w, load_space(None, model), TightMemory(1.12),
+                     StudyDir(tmp_path, "wall"), SearchConfig(trials=6, planner="model", proxy=True))
+    d.run()
+    assert any(r.status == "oom" for r in d.records)
+    assert d.candidates.wall is None
+    d.close()

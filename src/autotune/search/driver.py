@@ -338,7 +338,7 @@ class SearchDriver:
         that ran out of memory sets aside every candidate predicted to need as much (Candidates.learn_oom)."""
         if rec.source == "measured" and rec.status == "ok" and rec.value:
             self.candidates.learn(rec.layout, rec.value, self.sd.name)
-        elif rec.status == "oom":
+        elif rec.status == "oom" and not self.cfg.proxy:  # a shrunk proxy model's OOM says little of the full one's
             note = self.candidates.learn_oom(rec.layout, rec.number)
             if note:
                 self.notes.append(note)
