@@ -365,3 +365,17 @@ def test_a_real_small_model_served_locally_plans_legal_layouts(world, tmp_path, 
     assert u["answered"] >= 1 and u["completion_tokens"] > 0 and u["model"] == "smollm2"
     exchanges = sorted((tmp_path / "study" / "planner" / "exchanges").glob("*.json"))
     assert exchanges and all(json.loads(f.read_text())["messages"] for f in exchanges)
+
+
+def test_a_layout_behind_the_memory_wall_is_refused_with_the_reason(world):
+    # after an OOM the driver sets aside every candidate that needs as much memory (ctx.walled); an LLM naming one
+    # gets it back as invalid, with the reason, like a tried layout
+    from autotune.search.planners._llm_check import check_answer
+
+    ctx = fresh(world)
+    i = int(np.argmax(ctx.predicted))
+    text = json.dumps({"proposals": [{"params": layout_params(ctx.table.row(i)), "rationale": "the best"}]})
+    assert [v[0] for v in check_answer(ctx, text, listed=[i]).valid] == [i]
+    ctx.walled = {ctx.keys[i]}
+    checked = check_answer(ctx, text, listed=[i])
+    assert checked.valid == [] and "ran out" in checked.invalid[0][1]

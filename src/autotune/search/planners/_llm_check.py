@@ -184,6 +184,8 @@ def check_answer(ctx: PlanContext, text: str, listed: list[int], space: _Space |
             i, why = None, "names neither a candidate nor params"
         if i is not None and ctx.keys[i] in ctx.tried:
             i, why = None, "already tried"
+        if i is not None and ctx.keys[i] in ctx.walled:
+            i, why = None, "needs as much memory as a trial that ran out"
         if i is not None and i in seen:
             i, why = None, "proposed twice in this answer"
         if i is None:
