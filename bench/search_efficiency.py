@@ -30,10 +30,11 @@ but counts toward a stall (MAX_SCREENED_IN_A_ROW). CMA-ES is listed as not appli
 dimension is categorical, which optuna's CmaEsSampler hands to its independent (random) sampler.
 
     python bench/search_efficiency.py [--quick] [--seeds 30] [--cap 20] [--realities lomo,f20+int]
-        [--planners model,oracle,random,tpe,gp,...] [--explain K]   (default: model, oracle, random, tpe,
+        [--planners model,oracle,random,tpe,gp,...] [--explain K] [--hardness]   (default: model, oracle, random, tpe,
         gp and every other registered planner but llm, which runs only when AUTOTUNE_LLM_BASE_URL is set;
         --explain K prints, for each model-guided run not at the goal after K trials, where reality's best
-        stood in its first and last belief)
+        stood in its first and last belief; --hardness prints, per reality, how many layouts are at the goal
+        and where the model ranks reality's best, and runs no planner)
 """
 
 from __future__ import annotations
@@ -237,6 +238,31 @@ def explain(setup: Setup, reality: Reality, run: Run, noise: float) -> str:
     return line
 
 
+def hardness(setup: Setup, reality: Reality) -> tuple[int, int, bool, bool]:
+    """How hard one reality is, before any planner runs: how many candidates are within the goal of its best,
+    the model's predicted rank of that best (1: the model's own favourite), and whether the model's top 5 /
+    top 10 hold a layout within the goal (what 5 or 10 trials that learnt nothing would reach)."""
+    hit = reality.truth >= GOAL * reality.truth.max()
+    order = np.argsort(-setup.base_pred, kind="stable")
+    rank = int(np.flatnonzero(order == int(np.argmax(reality.truth)))[0]) + 1
+    return int(hit.sum()), rank, bool(hit[order[:5]].any()), bool(hit[order[:10]].any())
+
+
+def print_hardness(setups: list[Setup], realities: list[str], seeds: int, lomo_rms: float) -> None:
+    print(f"{'reality':10s} {'model / cluster':32s} {'candidates':>10s} {'at goal':>8s} {'rank of best med':>17s} "
+          f"{'p90':>6s} {'top 5':>6s} {'top 10':>7s}")
+    for kind in realities:
+        for s in setups:
+            rows = np.array([hardness(s, Reality(kind, s.model, s.cluster, s.workload, s.table,
+                                                 np.random.default_rng(seed), lomo_rms)) for seed in range(seeds)])
+            label = f"{s.name} / {s.cluster.count} x {s.cluster.gpu.name}"
+            print(f"{kind:10s} {label:32s} {len(s.table):10d} {np.median(rows[:, 0]):8.0f} {np.median(rows[:, 1]):17.0f} "
+                  f"{np.percentile(rows[:, 1], 90):6.0f} {rows[:, 2].mean():6.0%} {rows[:, 3].mean():7.0%}", flush=True)
+    print("  at goal: candidates within 2% of reality's best (median over seeds); rank of best: where the model's\n"
+          "  prediction puts reality's best; top 5 / top 10: runs where the model's 5 / 10 favourites hold a layout\n"
+          "  at the goal (trials that learn nothing).")
+
+
 def default_planners() -> list[str]:
     out = ["model", "oracle", "random", "tpe", "gp"]
     for name in PLANNERS:
@@ -260,6 +286,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="10 seeds, model and random only, two realities")
     ap.add_argument("--explain", type=int, default=0, metavar="K",
                     help="print why each model-guided run that needed more than K trials missed (0: off)")
+    ap.add_argument("--hardness", action="store_true",
+                    help="only say how hard each reality is (layouts at the goal, the model's rank of the best)")
     args = ap.parse_args(argv)
     import optuna
 
@@ -270,6 +298,9 @@ def main(argv=None) -> int:
     planners = args.planners.split(",") if args.planners else default_planners()
     _, r = lomo_residuals()
     lomo_rms = float(np.sqrt(np.mean(r**2)))
+    if args.hardness:
+        print_hardness([Setup(p) for p in PAIRS[: args.pairs]], args.realities.split(","), args.seeds, lomo_rms)
+        return 0
     print(f"goal: within {1 - GOAL:.0%} of reality's best; cap {args.cap} trials; {args.seeds} seeds; "
           f"{args.noise:.0%} noise; leave-one-model-out RMS log error {lomo_rms:.3f}; CMA-ES: not applicable "
           "(categorical space)")

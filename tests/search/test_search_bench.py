@@ -77,3 +77,17 @@ def test_lomo_own_splits_the_measured_error_into_features_and_each_layouts_own(b
     # the oracle knows the own part too (one column per layout) and still runs
     run = bench.one_run(setup, reality, "oracle", 5, 3, 0.02)
     assert len(run.measured) >= 1
+
+
+def test_hardness_finds_reality_best_where_the_model_ranks_it(bench, setup):
+    # with reality equal to the model (up to the terms' factors, which barely move the ranking) the model's
+    # favourite is reality's best; under +-20% per feature value it sits further down the model's list
+    easy = bench.Reality("terms", setup.model, setup.cluster, setup.workload, setup.table,
+                         np.random.default_rng(0), 0.3)
+    easy.truth = setup.base_pred.copy()
+    at_goal, rank, top5, top10 = bench.hardness(setup, easy)
+    assert rank == 1 and top5 and top10
+    assert at_goal == int(np.sum(setup.base_pred >= bench.GOAL * setup.base_pred.max()))
+    ranks = [bench.hardness(setup, bench.Reality("f20+int", setup.model, setup.cluster, setup.workload, setup.table,
+                                                 np.random.default_rng(s), 0.3))[1] for s in range(5)]
+    assert max(ranks) > 1 and all(1 <= r <= len(setup.table) for r in ranks)
