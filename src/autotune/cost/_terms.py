@@ -12,8 +12,8 @@ over numpy columns: no per-layout Python loops. Shapes and why:
     tail) that does not shrink on a faster GPU: small experts with few tokens each run far below peak.
   - backward is 2x forward for GEMMs (1x, the data gradient only, for LoRA's frozen base), ~2.5x for flash
     attention (over each packed document, not the row, when rows are packed); full recompute re-runs the forward of
-    every layer of a recompute region, with its TP and EP collectives; torchtitan's per-op "selective" re-runs what
-    _sac.py says.
+    every layer of a recompute region, with its TP and EP collectives; Megatron's selective recompute re-runs the
+    forward of the modules it names (_selective.py); torchtitan's per-op "selective" re-runs what _sac.py says.
   - elementwise traffic: the saved activations' bytes, `mem_touch` times per pass at the HBM bandwidth; the routed
     experts' FFN-width share apart (`expert_memory`: its own calibrated factor, never below 1, _fit.WIDE_PRIOR).
   - collectives and the MoE all-to-all: _comm.py (NVLink inside a domain, the node's network share across, flex's
@@ -36,6 +36,7 @@ from ..layout import LayoutTable
 from ._comm import a2a_time, contiguous_spread, group_bw, link_bandwidths, ring_bw, routing_load
 from ._quant import linear_time_scale
 from ._sac import op_sac_recompute
+from ._selective import selective_recompute
 from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
@@ -235,36 +236,39 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         N = np.maximum(1, t.rc_layers)[:, None].astype(float)
         frac = np.where(full, np.where(block, np.minimum(N, chunk_layers) / chunk_layers, 1.0), 0.0)
         regions = np.where(full, np.where(block, 1.0, np.ceil(chunk_layers / N)) * t.vpp[:, None], 0.0)
-    sel = (t.rc_gran == 1)[:, None]
     third = frac / 3
     gemm_share = frac / gemm_passes(workload)  # the re-run forward's share of a GEMM term
     deps = {"recompute": {"compute_dense": gemm_share, "compute_linear_attention": third, "compute_experts": gemm_share},
             "imbalance": {}}
     # torchtitan's "selective" is per-op SAC (_sac.py): a share of the matmuls and most elementwise work re-run, the
     # attention kernel's output kept; its forward all-gathers (not saved) and launches are re-run too
-    sac = (workload.framework == "torchtitan") & sel
+    sac = (workload.framework == "torchtitan") & (t.rc_gran == 1)[:, None]
     sac_mm = sac_mem = relaunch = 0.0
     if sac.any():
         r, m = op_sac_recompute(model, t, S)
         sac_mm, sac_mem, relaunch = np.where(sac, r, 0.0), np.where(sac, m, 0.0), sac.astype(float)
-    deps["recompute"]["compute_dense"] = gemm_share + sac_mm / gemm_passes(workload)
-    deps["recompute"]["compute_attention"] = np.where(sel & ~sac, 1.0, frac) / 3.5  # selective: core attention
-    deps["recompute"]["memory_bound"] = np.where(sel, np.where(sac, sac_mem / 3, 0.1 / 3), third)
-    deps["recompute"]["expert_memory"] = deps["recompute"]["memory_bound"]
-    deps["recompute"]["quantize"] = (frac + sac_mm) / 2  # the re-run forward quantises its inputs again
+    # Megatron's selective recompute re-runs what its modules cover, no more (_selective.py)
+    sr = selective_recompute(model, t, S, per_pair, pair_of, div, gemm_passes(workload),
+                             np.full(n, workload.framework != "torchtitan"))
+    deps["recompute"]["compute_dense"] = gemm_share + sac_mm / gemm_passes(workload) + sr.dense
+    deps["recompute"]["compute_experts"] = gemm_share + sr.experts
+    deps["recompute"]["compute_attention"] = frac / 3.5 + sr.attention
+    deps["recompute"]["memory_bound"] = np.where(sac, sac_mem / 3, third + sr.memory)
+    deps["recompute"]["expert_memory"] = np.where(sac, sac_mem / 3, third + sr.expert_memory)
+    deps["recompute"]["quantize"] = (frac + sac_mm) / 2 + sr.quantize  # the re-run forward quantises its inputs again
 
     # --- communication -----------------------------------------------------------------------------------
     seq_bytes = tokens / cp * h * 2.0
     mb["tp_comm"] = mb["cp_comm"] = 0.0
     if (t.tp > 1).any():  # AG + RS around attention and MLP, forward and backward; recompute re-runs the forward half
         per_layer = np.where(tp > 1, 8 * seq_bytes * (tp - 1) / tp / group_bw(cluster, tp, 1, c), 0.0)
-        mb["tp_comm"] = per_layer * L_stage * (1.0 + frac * 0.5 + relaunch * 0.25)
+        mb["tp_comm"] = per_layer * (L_stage * (1.0 + frac * 0.5 + relaunch * 0.25) + 0.25 * sr.tp_layers)
     if (t.cp > 1).any():
         # ring attention passes K/V chunks hop by hop: a hop off the NVLink domain paces the ring (no dedupe); the
         # forward's pass (1 of 3 with the backward's 2) runs again when full recompute re-runs the forward
         kv_bytes = tokens / cp * 2 * model.num_kv_heads * model.head_dim * 2.0 / tp
         attn_layers = stage_sums(lt.is_attention.astype(float), t.pp, t.vpp, S, t.split)
-        mb["cp_comm"] = np.where(cp > 1, (3 + frac) * (cp - 1) * kv_bytes * (1 - c.cp_hidden)
+        mb["cp_comm"] = np.where(cp > 1, (3 + frac + sr.core) * (cp - 1) * kv_bytes * (1 - c.cp_hidden)
                                  / ring_bw(cluster, tp * cp, c), 0.0) * attn_layers
     mb["ep_comm"] = 0.0
     if model.is_moe:
@@ -282,7 +286,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         ag = tokens / cp * w * (ep * tp - 1) / group_bw(cluster, ep * tp, 1, c)  # allgather over TP x EP
         one = np.where(span > 1, np.where((t.dispatcher == 1)[:, None], ag, a2a), 0.0)
         # dispatch + combine, forward and backward (+ the recompute's forward)
-        mb["ep_comm"] = one * (4 + 2 * frac) * moe_stage
+        mb["ep_comm"] = one * (4 + 2 * frac + 2 * sr.moe) * moe_stage
         if model.moe.shared_ffn_hidden_size and t.shared_overlap.any():  # shared GEMMs run while dispatching
             shared_frac = 3 * h * model.moe.shared_ffn_hidden_size * 2 / np.maximum(lt.flops_dense.mean(), 1)
             shared = mb["compute_dense"] * (min(1.0, shared_frac) * c.shared_overlap_gain)
@@ -304,7 +308,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     overhead = L_stage * (np.where(eager, c.launch_s, 0.0) * (3 + frac + relaunch))
     if lt.is_moe.any():
         synced = eager & (t.capacity == 0)[:, None]
-        overhead += moe_stage * (np.where(synced, c.moe_sync_s, 0.0) * (1 + frac))
+        overhead += moe_stage * (np.where(synced, c.moe_sync_s, 0.0) * (1 + frac + sr.moe))
     if full.any():
         overhead += regions * c.recompute_group_s
     mb["layer_overhead"] = overhead

@@ -66,6 +66,16 @@ SELECTIVE_DROPS = {
 }
 
 
+_MLA_BIT = 1 << SELECTIVE_MODULES.index("mla_up_proj")
+
+
+def selected_modules(model: ModelSpec, t: LayoutTable) -> np.ndarray:
+    """(n,) bitmask over SELECTIVE_MODULES of the selective-recompute modules that act on `model`: Megatron's default
+    (core_attn) when none is named; mla_up_proj only where attention is MLA (multi_latent_attention.py alone reads it)."""
+    mods = np.where((t.rc_gran == 1) & (t.rc_modules == 0), 1, t.rc_modules)
+    return mods if model.mla is not None else mods & ~_MLA_BIT
+
+
 # FP8: share of each activation part's BF16 bytes still saved. TE saves a linear's quantised input (1 B
 # per element, +1/32 scales for MXFP8) for the weight gradient: the linear inputs halve, the MLP parts
 # (fc1 output kept in BF16 for the activation's backward, activation output saved in FP8) drop a quarter
@@ -227,7 +237,7 @@ def estimate_memory(
     per_pair, pair_of = stage_sums_by_pair(act, t.pp, t.vpp, S, t.split)  # (pairs, S, P)
     keep_part = np.ones((n, len(PARTS)), dtype=bool)
     sel = t.rc_gran == 1
-    mods = np.where(sel & (t.rc_modules == 0), 1, t.rc_modules)  # Megatron's default: core_attn
+    mods = selected_modules(model, t)
     for b, mod in enumerate(SELECTIVE_MODULES):
         on = sel & ((mods >> b) & 1).astype(bool)
         for part in SELECTIVE_DROPS[mod]:
