@@ -127,8 +127,19 @@ def test_space_offloads_the_optimizer_only_where_nothing_else_fits(capsys):
     assert all(0 < t["memory"]["host_bytes_per_node"] <= t["memory"]["host_capacity_bytes"] for t in top)
     assert all(t["throughput"]["breakdown"]["offload"] > 0 for t in top)
     assert all("--optimizer-cpu-offload" in t["args"] and "--overlap-cpu-optimizer-d2h-h2d" in t["args"] for t in top)
+    # offload costs time, so the best layout on 32 H200 offloads only what it must: without it, it does not fit
     rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--top", "1", "--json")
-    assert json.loads(out)["top"][0]["layout_detail"]["optimizer_offload"] == 0  # offload costs time where not needed
+    d = json.loads(out)["top"][0]["layout_detail"]
+    rc_ = d["recompute"]
+    recompute = rc_["granularity"] + (":" + ",".join(rc_["modules"]) if rc_["modules"] else "") + (
+        f":{rc_['method']}:{rc_['num_layers']}" if rc_["granularity"] == "full" else "")
+    flags = ["--ep-overlap"] * d["ep_overlap"] + ["--tp-comm-overlap"] * d["tp_comm_overlap"]
+    for offload, fits in ((d["optimizer_offload"], True), (0.0, d["optimizer_offload"] == 0)):
+        rc, out, _ = run(capsys, "estimate", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32",
+                         "--layout", d["label"], "--recompute", recompute, "--dispatcher", d["dispatcher"],
+                         "--max-tokens-per-gpu", str(d["max_tokens_per_gpu"]), "--optimizer-offload", str(offload),
+                         *flags, "--json")
+        assert rc == 0 and json.loads(out)["memory"]["fits"] is fits
 
 
 def test_estimate_bf16_gradients(capsys):

@@ -30,7 +30,7 @@ def test_the_space_schema_is_the_table():
 def test_every_dimension_round_trips(tmp_path):
     model, cluster, w = load_model("Qwen3-30B-A3B"), ClusterSpec.of("H200", 16), Workload()
     space = _space(tmp_path, distributed_optimizer=[True, False], precision_aware_optimizer=[True, False],
-                   rows_per_microbatch=[1, 2], optimizer_offload=[0.0, 0.5])
+                   rows_per_microbatch=[1, 2], optimizer_offload=[0.0, 0.5], cp=[1, 2])  # (under the 5M cap)
     t = enumerate_space(space, model, w, cluster)
     rng = np.random.default_rng(0)
     idx = rng.choice(len(t), size=400, replace=False)

@@ -4,6 +4,8 @@ must do and checks it on the model's own terms (uncalibrated factors, so a fit c
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -141,3 +143,21 @@ def _mcoef():
     from autotune.cost import MemoryCoefficients
 
     return MemoryCoefficients()
+
+
+def test_selective_recompute_modules_follow_megatrons_checks():
+    # TransformerConfig.__post_init__ raises on these (megatron-core 0.16): the layout rules say so first
+    def codes(model, wl=WL, **kw):
+        return {v.code for v in violations(model, wl, Layout(world=16, ep=8 if model.is_moe else 1, **kw))}
+
+    sel = lambda mods: Recompute("selective", modules=tuple(mods))  # noqa: E731
+    llama, dsv3 = load_model("Llama-3.1-70B"), load_model("DeepSeek-V3")
+    assert "recompute_moe_act" in codes(llama, recompute=sel(["layernorm", "moe_act"]))
+    assert "recompute_moe" in codes(llama, recompute=sel(["moe"]))
+    assert "recompute_mla_up_proj" in codes(QWEN, recompute=sel(["mla_up_proj"]))
+    assert "recompute_mla_up_proj" not in codes(dsv3, recompute=sel(["mla_up_proj"]))
+    assert "recompute_shared_experts_overlap" in codes(dsv3, recompute=sel(["shared_experts"]),
+                                                       moe_shared_expert_overlap=True)
+    delayed = dataclasses.replace(WL, precision="fp8-delayed")
+    assert "recompute_fp8_delayed" in codes(QWEN, delayed, recompute=sel(["layernorm"]))
+    assert not codes(QWEN, recompute=sel(["layernorm", "moe_act"])) and not codes(llama, recompute=sel(["layernorm"]))

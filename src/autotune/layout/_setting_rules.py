@@ -5,7 +5,10 @@ Sources (megatron-core 0.16.1): transformer_config.py `__post_init__` (overlap_m
 alltoall or flex dispatcher, no full recompute, no shared-expert overlap, VPP when PP > 1, only
 Transformer-Engine partial graphs beside it; cpu_offloading: no pipeline parallelism, no recompute, fewer layers
 than the model, no CUDA graphs; moe_expert_capacity_factor with the alltoall / allgather dispatchers), and
-arguments.py (full-iteration graphs are --cuda-graph-impl local). A dropless MoE layer has data-dependent
+arguments.py (full-iteration graphs are --cuda-graph-impl local); selective recompute's modules
+(recompute_modules: moe_act needs grouped GEMM, which autotune sets for every MoE model and no dense one;
+mla_up_proj needs multi-latent attention; shared_experts not beside --moe-shared-expert-overlap; moe_act and
+layernorm not under delayed FP8 scaling). A dropless MoE layer has data-dependent
 shapes (tokens per expert), which a graph of the whole step cannot capture: full graphs of an MoE model need
 token drop with padding. Pure numpy: no torch, no ray.
 """
@@ -19,6 +22,7 @@ from .core import SELECTIVE_MODULES
 __all__ = ["SETTING_RULES"]
 
 _MOE_BIT = 1 << SELECTIVE_MODULES.index("moe")
+_BIT = {name: 1 << b for b, name in enumerate(SELECTIVE_MODULES)}
 _FULL_GRAPHS = 3  # index of "full" in core.CUDA_GRAPHS
 
 
@@ -26,7 +30,30 @@ def _no(flag, ok):
     return ~flag | ok
 
 
+def _module(t, name: str) -> np.ndarray:
+    """Rows whose selective recompute names `name`."""
+    return (t.rc_gran == 1) & ((t.rc_modules & _BIT[name]) > 0)
+
+
 SETTING_RULES = [
+    ("recompute_moe_act", lambda m, w, t: _no(_module(t, "moe_act"), np.full(len(t), m.is_moe)),
+     lambda m, w, l: f"selective recompute of moe_act needs routed experts (grouped GEMM); {m.name} has none: "
+                     "drop moe_act from the modules"),
+    ("recompute_moe", lambda m, w, t: _no(_module(t, "moe") | _module(t, "shared_experts"), np.full(len(t), m.is_moe)),
+     lambda m, w, l: f"selective recompute of moe / shared_experts needs an MoE model; {m.name} has no experts: "
+                     "drop them from the modules"),
+    ("recompute_mla_up_proj", lambda m, w, t: _no(_module(t, "mla_up_proj"), np.full(len(t), m.mla is not None)),
+     lambda m, w, l: f"selective recompute of mla_up_proj needs multi-latent attention; {m.name} has none: drop "
+                     "mla_up_proj from the modules"),
+    ("recompute_shared_experts_overlap",
+     lambda m, w, t: _no(_module(t, "shared_experts"),
+                         ~t.shared_overlap | np.full(len(t), not (m.moe and m.moe.shared_ffn_hidden_size))),
+     lambda m, w, l: "selective recompute of shared_experts cannot run with --moe-shared-expert-overlap; drop one "
+                     "of them"),
+    ("recompute_fp8_delayed",
+     lambda m, w, t: _no(_module(t, "moe_act") | _module(t, "layernorm"), np.full(len(t), w.precision != "fp8-delayed")),
+     lambda m, w, l: "selective recompute of moe_act or layernorm does not run under delayed FP8 scaling; use "
+                     "--precision fp8-tensorwise or drop them from the modules"),
     ("ep_overlap_needs_ep", lambda m, w, t: _no(t.ep_overlap, (t.ep > 1) & m.is_moe),
      lambda m, w, l: f"EP communication overlap needs expert parallelism (EP > 1), got EP {l.ep}"),
     ("ep_overlap_dispatcher", lambda m, w, t: _no(t.ep_overlap, t.dispatcher != 1),
