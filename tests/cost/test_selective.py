@@ -86,3 +86,12 @@ def test_torchtitan_selective_is_still_per_op_sac():
     at, rc, _ = _terms("Llama-3.1-8B", "H100", 8, "TP1 PP1 DP8", Workload(framework="torchtitan"))
     assert rc["compute_attention"][at["selective"], 0] == 0.0  # SAC keeps the attention output
     assert rc["compute_dense"][at["selective"], 0] > 0.0  # and re-runs every other matmul
+
+
+def test_the_moe_checkpoint_keeps_nothing_of_the_shared_experts():
+    # MoELayer.forward runs under one checkpoint with moe_layer_recompute: the shared experts' activations go
+    # with the routed ones, so naming shared_experts beside moe frees nothing more
+    model, cluster = load_model("Qwen3.5-122B-A10B"), ClusterSpec.of("H200", 32)
+    t = _table("TP1 PP4 EP8 DP8", ["none", "selective:moe", "selective:moe,shared_experts", "selective:shared_experts"])
+    peak = evaluate(model, Workload(), cluster, t, load_calibration("H200")).memory.peak
+    assert peak[1] == pytest.approx(peak[2], rel=1e-9) and peak[3] < peak[0] and peak[1] < peak[3]

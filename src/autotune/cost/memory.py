@@ -56,7 +56,9 @@ SELECTIVE_DROPS = {
     "layernorm": ("ln",),
     "moe_act": ("moe_act",),
     "mlp": ("mlp",),
-    "moe": ("router", "moe_perm", "moe_fc1", "moe_act"),
+    # the whole MoELayer forward runs under one checkpoint (moe/moe_layer.py, moe_layer_recompute): routing, the
+    # routed experts and the shared experts keep nothing but the layer's input
+    "moe": ("router", "moe_perm", "moe_fc1", "moe_act", "shared"),
     "shared_experts": ("shared",),
     # MLA's up projections and RoPE run under a CheckpointWithoutOutput whose outputs, the core attention's q, k, v,
     # are discarded once attention has run and recomputed before its backward (megatron/core/transformer/
