@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import combinations
 
 import numpy as np
 
@@ -85,6 +86,9 @@ def selective_recompute(model: ModelSpec, t: LayoutTable, S: int, per_pair: np.n
         return ((mods & _BIT[mod]) > 0)[:, None].astype(float)
 
     zero = np.zeros((n, S))
+    if not on_row.any():  # no row to add anything to: skip the folds (the space's many none / full rows)
+        col = np.zeros((n, 1))
+        return SelectiveRecompute(zero, zero, zero, zero, zero, zero, col, col, zero)
     gem = module_gemm_flops(model)
     dense_all = np.maximum(stage_sums(lt.flops_dense, t.pp, t.vpp, S, t.split), 1.0)
     dense = zero.copy()
@@ -104,7 +108,7 @@ def selective_recompute(model: ModelSpec, t: LayoutTable, S: int, per_pair: np.n
     exp_div = dict.fromkeys(div, 0.0) | {"expf": div["expf"]}
     all_mem = np.maximum(fold_activations(per_pair, pair_of, mem_div), 1e-30)
     all_exp = np.maximum(fold_activations(per_pair, pair_of, exp_div), 1e-30)
-    dropped_by: dict[tuple, np.ndarray] = {}
+    dropped_by: dict[str, np.ndarray] = {}
     for mod in SELECTIVE_MODULES:
         on = has(mod)
         if not SELECTIVE_DROPS[mod] or not on.any():
@@ -115,14 +119,12 @@ def selective_recompute(model: ModelSpec, t: LayoutTable, S: int, per_pair: np.n
         expert_memory += on * fold_activations(part, pair_of, exp_div)
         dropped_by[mod] = mask
     # a part two selected modules free (moe and moe_act both free moe_act) is written again once, not twice
-    if len(dropped_by) > 1:
-        for a, ma in dropped_by.items():
-            for b, mb in dropped_by.items():
-                if a < b and (ma * mb).any():
-                    both = has(a) * has(b)
-                    part = per_pair * (ma * mb)[None, None, :]
-                    memory -= both * fold_activations(part, pair_of, mem_div)
-                    expert_memory -= both * fold_activations(part, pair_of, exp_div)
+    for (a, ma), (b, mb) in combinations(dropped_by.items(), 2):
+        if (ma * mb).any():
+            both = has(a) * has(b)
+            part = per_pair * (ma * mb)[None, None, :]
+            memory -= both * fold_activations(part, pair_of, mem_div)
+            expert_memory -= both * fold_activations(part, pair_of, exp_div)
     linear_all = dense_all + stage_sums(lt.flops_expert, t.pp, t.vpp, S, t.split)
     quantize = (dense + experts * stage_sums(lt.flops_expert, t.pp, t.vpp, S, t.split)) / linear_all / 2
     ffn_dense = stage_sums((gem[:, SELECTIVE_MODULES.index("mlp")] > 0).astype(float), t.pp, t.vpp, S, t.split)
