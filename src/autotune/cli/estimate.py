@@ -24,7 +24,10 @@ def estimate(
     gpu: str = typer.Option(None, "--gpu", "-g", help="GPU kind (see `autotune gpus`) or a GPU file path.yaml."),
     count: int = typer.Option(None, "--count", "-n", help="Number of GPUs."),
     layout: str = typer.Option(None, "--layout", "-l", help='Degrees, e.g. "TP1 PP4 EP8 DP8" (add VPP2, CP2, ETP2).'),
-    recompute: str = typer.Option("none", "--recompute", help="none | selective[:modules] | full:uniform|block:N"),
+    recompute: str = typer.Option("none", "--recompute", help=(
+        "none | selective[:modules] | full:uniform|block:N. Selective modules (Megatron's --recompute-modules; "
+        "each re-runs only its own forward): core_attn (the default), layernorm, moe_act, moe (the whole MoE "
+        "layer, its all-to-alls too), shared_experts, mlp (dense layers), mla_up_proj (MLA models), comma-separated.")),
     dispatcher: str = typer.Option("alltoall", "--dispatcher", help="alltoall | allgather | flex"),
     max_tokens_per_gpu: int = typer.Option(None, "--max-tokens-per-gpu", help="Dynamic batching cap (default: one row)."),
     micro_batch_size: int = typer.Option(None, "--micro-batch-size", help="Fixed rows per micro-batch instead."),
