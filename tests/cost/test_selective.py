@@ -95,3 +95,33 @@ def test_the_moe_checkpoint_keeps_nothing_of_the_shared_experts():
     t = _table("TP1 PP4 EP8 DP8", ["none", "selective:moe", "selective:moe,shared_experts", "selective:shared_experts"])
     peak = evaluate(model, Workload(), cluster, t, load_calibration("H200")).memory.peak
     assert peak[1] == pytest.approx(peak[2], rel=1e-9) and peak[3] < peak[0] and peak[1] < peak[3]
+
+
+@pytest.mark.parametrize("name,gpu,count,label", [
+    ("Qwen3.5-122B-A10B", "H200", 32, "TP2 PP4 EP8 DP4"),
+    ("DeepSeek-V3", "H100", 256, "TP2 PP1 EP32 DP128"),
+    ("Llama-3.1-70B", "H100", 32, "TP4 PP2 DP4"),
+])
+def test_naming_more_modules_never_runs_faster_nor_needs_more_memory(name, gpu, count, label):
+    from itertools import combinations
+
+    from autotune.layout import violations
+
+    model = load_model(name)
+    sets = [()]
+    for k in range(1, len(SELECTIVE_MODULES) + 1):
+        sets += list(combinations(SELECTIVE_MODULES, k))
+    legal = []
+    for mods in sets:
+        lay = Layout.parse(label, recompute=Recompute("selective", modules=mods) if mods else Recompute())
+        if not violations(model, Workload(), lay):
+            legal.append((frozenset(mods), lay))  # the empty set: no recompute
+    assert len(legal) >= 8  # Llama: none plus every set of core_attn, layernorm, mlp
+    ev = evaluate(model, Workload(), ClusterSpec.of(gpu, count), LayoutTable.from_layouts([l for _, l in legal]),
+                  load_calibration(gpu))
+    tps, peak = ev.time.tokens_per_s_per_gpu, ev.memory.peak
+    for i, (a, _) in enumerate(legal):
+        for j, (b, _) in enumerate(legal):
+            if a < b:
+                assert tps[j] <= tps[i] * (1 + 1e-9), (a, b)
+                assert peak[j] <= peak[i] * (1 + 1e-9), (a, b)
