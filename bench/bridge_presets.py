@@ -16,7 +16,8 @@ default module core_attn when the base config names none) and overlaps the share
 dispatcher; Qwen3 MoE resets recompute to none and enables TP overlap; Llama and gpt-oss enable TP overlap when
 TP > 1 (not with NVFP4); Nemotron 3 Super's model recipe (src/megatron/bridge/recipes/nemotronh/nemotron_3_super.py)
 sets no comm_overlap (no TP overlap), Nemotron 3 Nano's sets TP overlap (its perf recipes all run TP 1). A recipe that
-names `moe_flex_dispatcher_backend` runs the flex dispatcher. NVFP4 recipes are read as the others (v0.3.0 on).
+names `moe_flex_dispatcher_backend` runs the flex dispatcher on that backend ("deepep": autotune's `flex`,
+"hybridep": `hybridep`). NVFP4 recipes are read as the others (v0.3.0 on).
 Releases with another layout (v0.1.0rc4's YAML perf matrix, v0.6.0's perf_recipes functions) are read by hand:
 MANUAL below, each line with its file.
 """
@@ -116,6 +117,10 @@ def _recompute(family: str, b: _Base) -> str:
     return "selective" if family == "deepseek" else "none"
 
 
+# the flex dispatcher's backend -> autotune's dispatcher name (flex runs DeepEP, hybridep HybridEP)
+_DISPATCHER = {"deepep": "flex", "hybridep": "hybridep"}
+
+
 def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
     m = NAME.match(name)
     if not m or m.group("m") not in MODELS:
@@ -126,7 +131,7 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
     task = (m.group("task") or m.group("task2") or "PRETRAIN").lower()
     if task == "lora":  # not modelled: no row can use the preset
         return None
-    flex = bool(b.moe_flex_dispatcher_backend)
+    backend = b.moe_flex_dispatcher_backend
     tp = b.tensor_model_parallel_size
     tp_overlap = tp > 1 and (family == "qwen3" or prec != "nvfp4") and family not in ("deepseek", "nemotron_super")
     unmodelled = [k for k in ("cutedsl_fused_grouped_mlp", "fp8_dot_product_attention") if b.extra.get(k)]
@@ -139,7 +144,7 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
         "vp": b.virtual_pipeline_model_parallel_size or 1, "ep": b.expert_model_parallel_size,
         "mbs": b.micro_batch_size, "gbs": b.global_batch_size, "fsdp": int(bool(b.use_megatron_fsdp)),
         "recompute": _recompute(family, b), "act_offload_layers": b.cpu_offloading_num_layers or 0,
-        "cuda_graphs": _graphs(b), "dispatcher": "flex" if flex else "alltoall",
+        "cuda_graphs": _graphs(b), "dispatcher": _DISPATCHER.get(backend or "", "alltoall"),
         "ep_overlap": int(bool(b.moe_a2a_overlap)), "tp_comm_overlap": int(tp_overlap), "capacity_factor": 0,
         "unmodelled": " ".join(unmodelled), "recipe": name, "file": path,
     }
@@ -184,30 +189,30 @@ for _m, _gpu, _prec, _tp, _pp, _cp, _vp, _mbs, _gbs, _fsdp, _rc, _off, _f in (
                        recipe=f"perf_matrix.{_gpu.lower()} ({_prec})", file=_R1.format(_f)))
 for _gpu, _ep in (("GB300", 16), ("GB200", 64)):
     MANUAL.append(dict(release="v0.6.0", model="gpt-oss-120b", gpu=_gpu, precision="mxfp8", tp=1, pp=1, cp=1, vp=1,
-                       ep=_ep, mbs=4, gbs=1280, cuda_graphs="full", dispatcher="flex", ep_overlap=0,
+                       ep=_ep, mbs=4, gbs=1280, cuda_graphs="full", dispatcher="hybridep", ep_overlap=0,
                        unmodelled="paged_stash fp8_dot_product_attention",
                        recipe=f"gpt_oss_120b_pretrain_64gpu_{_gpu.lower()}_fp8mx_config",
                        file=_P6.format(f"gpt_oss/{_gpu.lower()}/gpt_oss.py")))
 for _gpu, _mbs in (("GB300", 8), ("GB200", 4)):
     MANUAL.append(dict(release="v0.6.0", model="Qwen3-30B-A3B", gpu=_gpu, precision="mxfp8", tp=1, pp=1, cp=1, vp=1,
-                       ep=8, mbs=_mbs, gbs=512, cuda_graphs="full", dispatcher="flex",
+                       ep=8, mbs=_mbs, gbs=512, cuda_graphs="full", dispatcher="hybridep",
                        unmodelled="paged_stash", recipe=f"qwen3_30b_a3b_pretrain_8gpu_{_gpu.lower()}_fp8mx_config",
                        file=_P6.format(f"qwen/{_gpu.lower()}/qwen3_moe.py")))
 for _gpu, _tp in (("GB300", 1), ("GB200", 2)):  # Nemotron 3 Super: HybridEP flex, partial TE graphs
     for _prec, _p in (("bf16", "bf16"), ("mxfp8", "fp8mx"), ("nvfp4", "nvfp4")):
         MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Super-120B-A12B", gpu=_gpu, precision=_prec, tp=_tp,
-                           pp=1, cp=1, vp=1, ep=64, mbs=1, gbs=512, cuda_graphs="attn", dispatcher="flex",
+                           pp=1, cp=1, vp=1, ep=64, mbs=1, gbs=512, cuda_graphs="attn", dispatcher="hybridep",
                            recipe=f"nemotron_3_super_pretrain_64gpu_{_gpu.lower()}_{_p}_config",
                            file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
 for _gpu, _mbs in (("GB300", 4), ("GB200", 2)):  # Nemotron 3 Nano: EP8, HybridEP flex, TE graphs
     for _prec, _p in (("bf16", "bf16"), ("mxfp8", "fp8mx"), ("nvfp4", "nvfp4")):
         MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Nano-30B-A3B", gpu=_gpu, precision=_prec, tp=1,
-                           pp=1, cp=1, vp=1, ep=8, mbs=_mbs, gbs=512, cuda_graphs="attn", dispatcher="flex",
+                           pp=1, cp=1, vp=1, ep=8, mbs=_mbs, gbs=512, cuda_graphs="attn", dispatcher="hybridep",
                            recipe=f"nemotron_3_nano_pretrain_8gpu_{_gpu.lower()}_{_p}_config",
                            file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
 for _gpu, _pp, _vp, _ep in (("GB300", 2, 8, 32), ("GB200", 4, 4, 64)):
     MANUAL.append(dict(release="v0.6.0", model="DeepSeek-V3", gpu=_gpu, precision="mxfp8", tp=1, pp=_pp, cp=1, vp=_vp,
-                       ep=_ep, mbs=1, gbs=4096, cuda_graphs="full", dispatcher="flex", recompute="selective",
+                       ep=_ep, mbs=1, gbs=4096, cuda_graphs="full", dispatcher="hybridep", recompute="selective",
                        unmodelled="paged_stash fp8_output_proj", recipe=f"deepseek_v3_pretrain_256gpu_{_gpu.lower()}_fp8mx_config",
                        file=_P6.format(f"deepseek/{_gpu.lower()}/deepseek_v3.py")))
 

@@ -258,7 +258,8 @@ def settings(rows, mape, cal, lomo) -> None:
               ("CUDA graphs (full)", lambda m: m.layout.cuda_graphs == "full"),
               ("token drop (capacity factor)", lambda m: m.layout.moe_capacity_factor > 0),
               ("activation offload", lambda m: m.layout.activation_offload_layers > 0),
-              ("flex dispatcher (DeepEP/HybridEP)", lambda m: m.layout.dispatcher == "flex"),
+              ("flex dispatcher on DeepEP", lambda m: m.layout.dispatcher == "flex"),
+              ("flex dispatcher on HybridEP", lambda m: m.layout.dispatcher == "hybridep"),
               ("forced balanced routing", lambda m: m.force_balance),
               ("natural routing (MoE)", lambda m: m.spec.is_moe and not m.force_balance),
               ("FSDP", lambda m: m.layout.fsdp)]

@@ -30,7 +30,8 @@ def test_the_space_schema_is_the_table():
 def test_every_dimension_round_trips(tmp_path):
     model, cluster, w = load_model("Qwen3-30B-A3B"), ClusterSpec.of("H200", 16), Workload()
     space = _space(tmp_path, distributed_optimizer=[True, False], precision_aware_optimizer=[True, False],
-                   rows_per_microbatch=[1, 2], optimizer_offload=[0.0, 0.5], cp=[1, 2])  # (under the 5M cap)
+                   rows_per_microbatch=[1, 2], optimizer_offload=[0.0, 0.5], cp=[1, 2],
+                   dispatcher=["alltoall", "flex", "hybridep"])  # (under the 5M cap)
     t = enumerate_space(space, model, w, cluster)
     rng = np.random.default_rng(0)
     idx = rng.choice(len(t), size=400, replace=False)
@@ -52,7 +53,8 @@ def test_distinct_layouts_get_distinct_keys(tmp_path):
     """Qwen3-30B-A3B on 16 x H200 with distributed_optimizer [true, false]: every candidate its own key
     (before the table, 103,348 candidates shared 54,823 keys)."""
     model, cluster, w = load_model("Qwen3-30B-A3B"), ClusterSpec.of("H200", 16), Workload()
-    res = explore(_space(tmp_path, distributed_optimizer=[True, False], precision_aware_optimizer=[False]), model, w,
+    res = explore(_space(tmp_path, distributed_optimizer=[True, False], precision_aware_optimizer=[False],
+                         dispatcher=["alltoall", "flex", "hybridep"]), model, w,
                   cluster)
     t = res.table
     keys = table_keys(t)
@@ -61,7 +63,7 @@ def test_distinct_layouts_get_distinct_keys(tmp_path):
 
 
 def test_study_params_name_every_dimension(tmp_path, capsys):
-    sp = _space(tmp_path, distributed_optimizer=[True, False])
+    sp = _space(tmp_path, distributed_optimizer=[True, False], dispatcher=["alltoall", "flex", "hybridep"])
     path = tmp_path / "s.yaml"
     path.write_text(json.dumps(sp.model_dump(exclude={"source"})))
     assert main(["search", "--model", "Qwen3-30B-A3B", "--gpu", "H200", "--count", "16", "--space", str(path),

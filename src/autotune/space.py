@@ -252,6 +252,8 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     funnel = [("enumerated", n), ("legal", int(alive.sum()))]
     notes = []
     soft = [("needs DeepEP (flex dispatcher) which the cluster lacks", ~((t.dispatcher == 2) & (not cluster.has_deepep))),
+            ("needs HybridEP (the flex dispatcher's hybridep backend) which the cluster lacks",
+             ~((t.dispatcher == 3) & (not cluster.has_hybridep))),
             ("needs Transformer Engine (context parallelism) which the cluster lacks",
              ~((t.cp > 1) & (not cluster.has_te)))]
     p = space.prune
@@ -267,6 +269,9 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     reasons.update(later)
     if not cluster.has_deepep and "flex" in space.dimensions.dispatcher:
         notes.append("flex dispatcher dropped: DeepEP is not available on this cluster")
+    if not cluster.has_hybridep and "hybridep" in space.dimensions.dispatcher:
+        notes.append("hybridep dispatcher dropped: HybridEP (DeepEP's hybrid-ep branch) is not available on this "
+                     "cluster")
     if not cluster.has_te and True in space.dimensions.precision_aware_optimizer:
         notes.append("precision-aware optimizer replaced by the plain distributed optimizer: Transformer Engine "
                      "is not available on this cluster")

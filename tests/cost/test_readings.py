@@ -22,7 +22,9 @@ def test_nvfp4_and_nemotron_3_recipes_are_read():
     assert any(r["precision"] == "nvfp4" and r["model"] == "Llama-3.1-70B" for r in recipes)
     supers = [r for r in recipes if r["model"] == "NVIDIA-Nemotron-3-Super-120B-A12B" and r["gpu"] == "B200"
               and r["precision"] == "mxfp8"]
-    assert supers and all(r["recompute"] == "selective:moe_act,layernorm" and r["dispatcher"] == "flex" for r in supers)
+    # its recipe names moe_flex_dispatcher_backend="hybridep": the flex dispatcher on HybridEP
+    assert supers and all(r["recompute"] == "selective:moe_act,layernorm" and r["dispatcher"] == "hybridep"
+                          for r in supers)
     # the Super model recipe sets no comm_overlap: its TP2 recipes run without TP overlap
     assert all(r["tp_comm_overlap"] == "0" for r in recipes if r["model"].startswith("NVIDIA-Nemotron-3-Super"))
     kept, _ = published_measurements()

@@ -142,6 +142,7 @@ class ClusterSpec:
     gpus_per_node: int
     network_gbps: float  # per node, GB/s
     has_deepep: bool = True  # flex dispatcher available (DeepEP installed on the cluster)
+    has_hybridep: bool = True  # the flex dispatcher's HybridEP backend available (DeepEP's hybrid-ep branch)
     has_te: bool = True  # Transformer Engine available
 
     def __post_init__(self):
@@ -174,6 +175,7 @@ class ClusterSpec:
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
         if not g.is_accelerator:
             kw.setdefault("has_deepep", False)
+            kw.setdefault("has_hybridep", False)
             kw.setdefault("has_te", False)
         return cls(g, count, gpus_per_node or g.gpus_per_node, kw.pop("network_gbps", g.network_gbps), **kw)
 

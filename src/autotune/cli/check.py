@@ -81,7 +81,7 @@ def config(
 
 @check_app.command("component")
 def component(
-    dispatcher: str = typer.Option(..., "--dispatcher", help="Candidate dispatcher: alltoall, allgather or flex."),
+    dispatcher: str = typer.Option(..., "--dispatcher", help="Candidate dispatcher: alltoall, allgather, flex (DeepEP) or hybridep (HybridEP)."),
     reference_dispatcher: str = typer.Option("alltoall", "--reference-dispatcher", help="The default to compare with."),
     ep: int = typer.Option(2, "--ep", help="Expert-parallel ranks (processes) to start."),
     tokens: int = typer.Option(256, "--tokens", help="Tokens per rank."),

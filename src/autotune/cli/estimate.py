@@ -28,7 +28,7 @@ def estimate(
         "none | selective[:modules] | full:uniform|block:N. Selective modules (Megatron's --recompute-modules; "
         "each re-runs only its own forward): core_attn (the default), layernorm, moe_act, moe (the whole MoE "
         "layer, its all-to-alls too), shared_experts, mlp (dense layers), mla_up_proj (MLA models), comma-separated.")),
-    dispatcher: str = typer.Option("alltoall", "--dispatcher", help="alltoall | allgather | flex"),
+    dispatcher: str = typer.Option("alltoall", "--dispatcher", help="alltoall | allgather | flex (the flex dispatcher on DeepEP) | hybridep (on HybridEP)"),
     max_tokens_per_gpu: int = typer.Option(None, "--max-tokens-per-gpu", help="Dynamic batching cap (default: one row)."),
     micro_batch_size: int = typer.Option(None, "--micro-batch-size", help="Fixed rows per micro-batch instead."),
     precision_aware: bool = typer.Option(False, "--precision-aware-optimizer", help="TE precision-aware optimizer."),

@@ -69,6 +69,8 @@ def search(
     noise: float = typer.Option(0.02, "--noise", help="Run-to-run noise: a gain below this is not worth a trial."),
     seed: int = typer.Option(0, "--seed", help="Seed for planners and synthetic data."),
     no_deepep: bool = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: no flex dispatcher."),
+    no_hybridep: bool = typer.Option(False, "--no-hybridep", help="The cluster's DeepEP lacks HybridEP (its hybrid-ep "
+                                     "branch): no hybridep dispatcher."),
     no_te: bool = typer.Option(False, "--no-te", help="The cluster lacks Transformer Engine: no precision-aware "
                                "optimizer, no context parallelism."),
     reference: str = typer.Option(None, "--reference", help="A recipe whose layout is the gates' reference arm "
@@ -104,7 +106,8 @@ def search(
         raise BadInput(f"--backend {backend!r}: choose one of {', '.join(BACKEND_CHOICES)}")
     planner_name, planner_note = resolve_planner(planner, PlannerOptions(
         llm_base_url=llm_base_url, llm_model=llm_model, llm_timeout_s=llm_timeout_s))
-    caps = {k: False for k, off in (("has_deepep", no_deepep), ("has_te", no_te)) if off}
+    caps = {k: False for k, off in (("has_deepep", no_deepep), ("has_hybridep", no_hybridep), ("has_te", no_te))
+            if off}
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision, **caps)
     notes = [planner_note] if planner_note else []
     address = ray_address or os.environ.get("RAY_ADDRESS")

@@ -27,6 +27,8 @@ def space(
                                                          "merged with the model's override)."),
     top: int = typer.Option(20, "--top", help="How many of the best layouts to show."),
     no_deepep: bool = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: drop the flex dispatcher."),
+    no_hybridep: bool = typer.Option(False, "--no-hybridep", help="The cluster's DeepEP lacks HybridEP: drop the "
+                                     "hybridep dispatcher."),
     no_te: bool = typer.Option(False, "--no-te", help="The cluster lacks Transformer Engine."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -41,6 +43,8 @@ def space(
     kw = {}
     if no_deepep:
         kw["has_deepep"] = False
+    if no_hybridep:
+        kw["has_hybridep"] = False
     if no_te:
         kw["has_te"] = False
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, **kw)

@@ -32,6 +32,14 @@ class TimeCoefficients:
     # RDMA bottleneck bandwidth on ~50 GB/s CX7 (deepseek-ai/DeepEP docs/legacy.md, EP 16-64), where NCCL's
     # all-to-all gets `net_eff`
     flex_net: float = 0.9
+    # HybridEP's NVLink dispatch + combine throughput relative to DeepEP's, each at megatron-core 0.16's default SM
+    # count (moe_hybridep_num_sms 16, moe_deepep_num_sms 20): DeepEP's hybrid-ep branch, docs/README_Hybrid-EP.md,
+    # 8 ranks, BF16, 4,096 tokens of hidden 7,168, top-8, Torch API. B200: HybridEP 535.9 / 530.9 GB/s (dispatch /
+    # combine) against DeepEP 421 / 361 (interpolated between its 16- and 24-SM rows, 348 / 302 and 494 / 420):
+    # (1/421 + 1/361) / (1/535.9 + 1/530.9) = 1.37. GB200: 550.1 / 538.4 against 437 / 368 (from 362 / 310 and
+    # 513 / 426): 1.36. The network leg is the same RDMA path as DeepEP's (HybridEP's H100 IB table: 41-58 GB/s at
+    # 16-64 ranks, DeepEP's 43-58), so `flex_net` serves both
+    hybridep_nvl_gain: float = 1.36
     cp_hidden: float = 0.5  # share of the CP ring exchange hidden behind attention
     p2p_hidden_vpp: float = 0.8  # share of PP sends hidden when interleaved (Megatron overlaps p2p with VPP)
     launch_s: float = 1.0e-4  # per layer per pass: launches the GPU work does not hide

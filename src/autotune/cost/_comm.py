@@ -85,12 +85,13 @@ def contiguous_spread(num_experts: int, k: int, ep: int, nvlink_size: int) -> tu
     return ranks / len(starts), doms / len(starts)
 
 
-def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex, spread=None):
+def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex, spread=None, nvl_gain=1.0):
     """Seconds of one dispatch (or combine) of `tokens` tokens per GPU, each routed to k experts, over an EP group
     of `span` consecutive ranks. NVLink carries the in-domain copies (and, for flex, the forwarded ones); the
     network carries k x the off-domain share (alltoall) or one copy per distinct remote domain (flex). `spread`:
     (distinct ranks, distinct domains) per token where the routing fixes them (contiguous_spread), in place of k
-    random picks for the flex dispatcher, which sends a token once per rank and domain."""
+    random picks for the flex dispatcher, which sends a token once per rank and domain. `nvl_gain`: the flex
+    backend's NVLink throughput over DeepEP's (HybridEP: `hybridep_nvl_gain`)."""
     nvl, net = link_bandwidths(cluster, c)
     span = np.maximum(span, 1)
     dom = np.maximum(span / cluster.nvlink_size, 1.0)  # NVLink domains the group spans
@@ -103,7 +104,7 @@ def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex
         distinct_remote, flex_nvl_copies = doms * off, ranks
     net_copies = np.where(flex, distinct_remote, k * off)
     nvl_copies = peers * np.where(flex, flex_nvl_copies, k * (1.0 - off))
-    nvl_bw = np.where(flex, nvl * c.flex_nvl, nvl)
+    nvl_bw = np.where(flex, nvl * c.flex_nvl * nvl_gain, nvl)
     net_bw = np.where(flex, net * (c.flex_net / c.net_eff), net)  # DeepEP's RDMA kernels near line rate
     return tokens * h_bytes * (nvl_copies / nvl_bw + net_copies / net_bw)
 

@@ -281,7 +281,7 @@ def map_row(row: dict) -> dict | str:
         spec = load_model(name)
         tflops *= train_flops_per_token(spec, seq) / train_flops_per_token(spec, seq, causal=False)
         assumed.append("TFLOP/s restated from Megatron-LM r0.8's count (attention over the whole row) to the causal one")
-    dispatcher = "flex" if re.search(r"DeepEP|HybridEP", notes) else "alltoall"
+    dispatcher = "hybridep" if re.search(r"HybridEP", notes) else "flex" if re.search(r"DeepEP", notes) else "alltoall"
     cp = _int(row, "cp", 1)
     micro = _int(row, "micro_batch", 1) or 1
     if source.startswith(_TORCHTITAN_PP_BY_DEGREE) and pp > 1 and micro % pp == 0:

@@ -274,7 +274,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     if model.is_moe:
         k = model.moe.top_k
         span = ep * etp  # Megatron's expert ranks run etp-ep-edp-pp: an EP group is ep x etp consecutive ranks
-        flex = (t.dispatcher == 2)[:, None]
+        flex = (t.dispatcher >= 2)[:, None]  # the flex dispatcher on DeepEP (2) or HybridEP (3)
+        gain = np.where((t.dispatcher == 3)[:, None], c.hybridep_nvl_gain, 1.0)
         w = model.moe.width(h) * 2.0  # bytes a token carries to the experts (LatentMoE: its latent width)
         spread = None
         if workload.force_balance and workload.framework == "automodel":  # FakeBalancedGate: consecutive experts
@@ -282,7 +283,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
             sizes, at = np.unique(span, return_inverse=True)  # a handful of EP group sizes, not one call a layout
             per = np.array([contiguous_spread(E, k, int(s), nvl) for s in sizes])
             spread = (per[:, 0][at].reshape(span.shape), per[:, 1][at].reshape(span.shape))
-        a2a = a2a_time(tokens * tok_share, k, w, span, cluster, c, flex, spread)
+        a2a = a2a_time(tokens * tok_share, k, w, span, cluster, c, flex, spread, gain)
         ag = tokens / cp * w * (ep * tp - 1) / group_bw(cluster, ep * tp, 1, c)  # allgather over TP x EP
         one = np.where(span > 1, np.where((t.dispatcher == 1)[:, None], ag, a2a), 0.0)
         # dispatch + combine, forward and backward (+ the recompute's forward)

@@ -14,7 +14,8 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
   recompute    the transient working set while one recompute group is re-run in backward
   logits       output layer and loss on the last stage (fp32 softmax unless the loss is fused)
   dispatcher   token-dispatch buffers: all-to-all receive copies, all-gather of the EP x TP group, or DeepEP's
-               preallocated NVLink/RDMA buffers for flex; EP overlap keeps two micro-batches' buffers at once
+               preallocated NVLink/RDMA buffers for flex (DeepEP: a fixed size; HybridEP: sized by the group's worst
+               case, see hybridep_buffer); EP overlap keeps two micro-batches' buffers at once (not HybridEP's one)
   overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation; CUDA graphs' private
                memory pool (an assumption: `cuda_graph_pool`, more for a whole-step graph)
 Routed experts' activations and buffers scale with the hottest rank's load (_comm.routing_load). Activation offload
@@ -186,6 +187,24 @@ def embedding_params(model: ModelSpec, t: LayoutTable, S: int) -> np.ndarray:
     return out + np.where(last & ~first, vocab, 0.0) if S > 1 else out
 
 
+def hybridep_buffer(model: ModelSpec, cluster: ClusterSpec, t: LayoutTable, tokens: np.ndarray) -> np.ndarray:
+    """Bytes of HybridEP's buffers per GPU (n, 1) for `tokens` tokens per rank per micro-batch. megatron-core builds
+    one HybridEPBuffer (fused_a2a.init_hybrid_ep_buffer: max_num_of_tokens_per_rank = the micro-batch's tokens, BF16
+    tokens) shared by every layer and micro-batch; DeepEP's hybrid-ep branch (csrc/hybrid_ep/buffer/intranode.cu,
+    internode_doca.cu, shared dispatch/combine buffer by default) sizes its NVLink buffers for the worst case of every
+    token of the R-rank group landing on one rank: R x tokens x (2 H bytes + 4 bytes per expert of the NVLink domain +
+    4 H / 128 scale bytes), and, with D > 1 NVLink domains, RDMA staging of 2 H bytes per token for the input and
+    (D - 1) x 3 copies (dispatch group, combine group and reduction)."""
+    R = (t.ep * t.etp).astype(float)[:, None]
+    D = np.maximum(np.ceil(R / cluster.nvlink_size), 1.0)
+    N = R / D  # ranks per NVLink domain
+    h = model.hidden_size
+    experts_local = model.moe.num_experts / np.maximum(t.ep, 1)[:, None]
+    nvl = R * tokens * (2.0 * h + 4.0 * experts_local * N + 4.0 * h / 128)
+    rdma = np.where(D > 1, tokens * 2.0 * h * (1 + 3 * (D - 1)), 0.0)
+    return nvl + rdma
+
+
 def owned_params(t: LayoutTable, dense: np.ndarray, expert: np.ndarray) -> np.ndarray:
     """Parameters whose optimizer state a rank holds (n, S): the distributed optimizer shards dense
     parameters over DP x CP (megatron-core's intra_dp_cp group: CP ranks hold the same parameters) and expert
@@ -295,6 +314,8 @@ def estimate_memory(
         deepep = np.broadcast_to(coef.deepep_buffer * np.where(inter_node, 1.5, 1.0), a2a.shape)
         buf = np.select([t.dispatcher[:, None] == 0, t.dispatcher[:, None] == 1], [a2a, ag], deepep)
         buf = buf * np.where(t.ep_overlap, 2.0, 1.0)[:, None]  # the overlapped micro-batch's buffers too
+        if (t.dispatcher == 3).any():
+            buf = np.where(t.dispatcher[:, None] == 3, hybridep_buffer(model, cluster, t, tokens * tok), buf)
         terms["dispatcher"] = np.where((ep * etp * tp) > 1, buf, 0.0) * bool(lt.is_moe.any())
     else:
         terms["dispatcher"] = 0.0

@@ -24,11 +24,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import BadInput
+from ..layout.core import DISPATCHERS, FLEX_DISPATCHERS
+from ..trials.plan import flex_backend_missing
 from .result import GateResult
 
 __all__ = ["ComponentSpec", "run_component", "judge", "component_gate", "flex_blocker", "component_test_entry"]
 
-DISPATCHERS = ("alltoall", "allgather", "flex")
 CONTROLS = ("perturbed_weight", "dropped_token")
 TENSORS = (("output", "output_error"), ("input gradient", "input_grad_error"))
 
@@ -71,12 +72,13 @@ class ComponentSpec:
                 "--seed", str(self.seed), "--timeout", str(self.timeout_s), "--out", str(out)]
 
 
-def flex_blocker(cuda: bool | None = None) -> str | None:
-    """Why the flex dispatcher cannot run here, or None."""
-    if importlib.util.find_spec("deep_ep") is None:
-        return "DeepEP is not installed (the flex dispatcher needs deep_ep); run bench/component_gpu.py on a GPU node with it"
+def flex_blocker(cuda: bool | None = None, dispatcher: str = "flex") -> str | None:
+    """Why the flex dispatcher on `dispatcher`'s backend (flex: DeepEP, hybridep: HybridEP) cannot run here, or None."""
+    why = flex_backend_missing(dispatcher)
+    if why:
+        return f"{why}; run bench/component_gpu.py on a GPU node with it"
     if cuda is False:
-        return "the flex dispatcher needs CUDA GPUs"
+        return f"the {dispatcher} dispatcher needs CUDA GPUs"
     return None
 
 
@@ -161,8 +163,8 @@ def component_gate(spec: ComponentSpec, *, cuda: bool | None = None, run=run_com
     """Run (or explain why it cannot run) and judge one component test."""
     name = f"{spec.dispatcher} dispatcher against an FP32 reference"
     base = {"spec": asdict(spec), "test": name, "shape": spec.shape_text()}
-    if "flex" in (spec.dispatcher, spec.reference_dispatcher):
-        why = flex_blocker(cuda)
+    for d in {spec.dispatcher, spec.reference_dispatcher} & set(FLEX_DISPATCHERS):
+        why = flex_blocker(cuda, d)
         if why:
             return GateResult(gate="component", status="not_run", summary=f"not run: {why}", details=base)
     if spec.ep < 2:

@@ -4,12 +4,13 @@ Pure Python and numpy: no torch, no ray.
 """
 
 from .args import format_args, layout_args, layout_from_args
-from .core import DISPATCHERS, SELECTIVE_MODULES, Layout, Recompute
+from .core import DISPATCHERS, FLEX_DISPATCHERS, SELECTIVE_MODULES, Layout, Recompute
 from .rules import RULES, Violation, check, legal_mask, nearest_legal, validate, violations
 from .table import LayoutTable
 
 __all__ = [
     "DISPATCHERS",
+    "FLEX_DISPATCHERS",
     "SELECTIVE_MODULES",
     "Layout",
     "Recompute",

@@ -4,7 +4,7 @@ Each entry is (code, mask function over a LayoutTable, message over a Layout), a
 Sources (megatron-core 0.16.1): transformer_config.py `__post_init__` (overlap_moe_expert_parallel_comm: EP > 1,
 alltoall or flex dispatcher, no full recompute, no shared-expert overlap, VPP when PP > 1, only
 Transformer-Engine partial graphs beside it; cpu_offloading: no pipeline parallelism, no recompute, fewer layers
-than the model, no CUDA graphs; moe_expert_capacity_factor with the alltoall / allgather dispatchers), and
+than the model, no CUDA graphs; moe_pad_expert_input_to_capacity not on the flex dispatcher's deepep backend), and
 arguments.py (full-iteration graphs are --cuda-graph-impl local); selective recompute's modules
 (recompute_modules: moe_act needs grouped GEMM, which autotune sets for every MoE model and no dense one;
 mla_up_proj needs multi-latent attention; shared_experts not beside --moe-shared-expert-overlap; moe_act and
@@ -57,7 +57,8 @@ SETTING_RULES = [
     ("ep_overlap_needs_ep", lambda m, w, t: _no(t.ep_overlap, (t.ep > 1) & m.is_moe),
      lambda m, w, l: f"EP communication overlap needs expert parallelism (EP > 1), got EP {l.ep}"),
     ("ep_overlap_dispatcher", lambda m, w, t: _no(t.ep_overlap, t.dispatcher != 1),
-     lambda m, w, l: "EP communication overlap works with the alltoall and flex dispatchers, not allgather"),
+     lambda m, w, l: "EP communication overlap works with the alltoall and flex (DeepEP, HybridEP) dispatchers, "
+                     "not allgather"),
     ("ep_overlap_recompute",
      lambda m, w, t: _no(t.ep_overlap, (t.rc_gran != 2) & ~((t.rc_gran == 1) & (t.rc_modules & _MOE_BIT > 0))),
      lambda m, w, l: f"EP communication overlap cannot run with {l.recompute.describe()}; use selective recompute "
@@ -77,7 +78,9 @@ SETTING_RULES = [
     ("capacity_needs_moe", lambda m, w, t: (t.capacity == 0) | m.is_moe,
      lambda m, w, l: f"{m.name} has no experts: a capacity factor means nothing; use 0"),
     ("capacity_dispatcher", lambda m, w, t: (t.capacity == 0) | (t.dispatcher != 2),
-     lambda m, w, l: "token drop (capacity factor) runs in the alltoall and allgather dispatchers, not flex"),
+     lambda m, w, l: "token drop (capacity factor) does not run on the flex dispatcher's DeepEP backend "
+                     "(megatron-core: no moe_pad_expert_input_to_capacity with deepep); use hybridep, alltoall or "
+                     "allgather"),
     ("offload_no_pp", lambda m, w, t: (t.act_offload == 0) | (t.pp == 1),
      lambda m, w, l: f"activation offloading does not run with pipeline parallelism (PP {l.pp}); use PP 1"),
     ("offload_no_recompute", lambda m, w, t: (t.act_offload == 0) | (t.rc_gran == 0),

@@ -13,7 +13,7 @@ from typing import Iterable, Literal
 
 from ..catalog.workload import FP4_RECIPES, FP8_RECIPES
 from ..errors import BadInput
-from .core import Layout, Recompute
+from .core import FLEX_DISPATCHERS, Layout, Recompute
 from .setting_args import graphs_of, setting_args
 from .splits import megatron_split, split_flags
 
@@ -74,7 +74,10 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192,
             a.append(("--overlap-param-gather", None))
     a += setting_args(layout, moe)
     if style == "megatron" or layout.dispatcher != "alltoall":
-        a.append(("--moe-token-dispatcher-type", layout.dispatcher))
+        flex = layout.dispatcher in FLEX_DISPATCHERS
+        a.append(("--moe-token-dispatcher-type", "flex" if flex else layout.dispatcher))
+        if layout.dispatcher == "hybridep":  # deepep is megatron-core's default backend (the seed's flex recipe)
+            a.append(("--moe-flex-dispatcher-backend", "hybridep"))
     return a
 
 
@@ -199,6 +202,7 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
     split: dict = {}
     graphs: dict = {}
     dynamic = False
+    backend = None
     nodes = per_node = None
     i = 0
     while i < len(argv):
@@ -222,6 +226,9 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
                 dynamic = True
             elif tok == "--moe-token-dispatcher-type" and nxt is not None:
                 kw["dispatcher"] = nxt
+                i += 1
+            elif tok == "--moe-flex-dispatcher-backend" and nxt is not None:
+                backend = nxt
                 i += 1
             elif tok == "--recompute-granularity" and nxt is not None:
                 rc["granularity"] = nxt
@@ -272,6 +279,10 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
     else:
         kw.pop("max_tokens_per_gpu", None)
     kw["cuda_graphs"] = graphs_of(graphs)
+    if backend not in (None, "deepep", "hybridep"):
+        raise BadInput(f"--moe-flex-dispatcher-backend {backend!r}: choose deepep or hybridep")
+    if kw.get("dispatcher") == "flex" and backend == "hybridep":
+        kw["dispatcher"] = "hybridep"
     if "layout" in split:
         kw["layer_split"] = split.pop("layout")
         kw.setdefault("vpp", max(1, len(kw["layer_split"]) // kw.get("pp", 1)))

@@ -14,12 +14,26 @@ from typing import Literal
 
 from ..errors import BadInput
 
-__all__ = ["Layout", "Recompute", "DISPATCHERS", "SELECTIVE_MODULES", "CUDA_GRAPHS"]
+__all__ = ["Layout", "Recompute", "DISPATCHERS", "FLEX_DISPATCHERS", "dispatcher_config", "SELECTIVE_MODULES", "CUDA_GRAPHS"]
 
-DISPATCHERS = ("alltoall", "allgather", "flex")
+# flex is Megatron's flex dispatcher on its DeepEP backend; hybridep the same dispatcher on its HybridEP backend
+# (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep | hybridep)
+DISPATCHERS = ("alltoall", "allgather", "flex", "hybridep")
+FLEX_DISPATCHERS = ("flex", "hybridep")
 # CUDA graph capture: none; router (--cuda-graph-scope moe_router moe_preprocess); attn (attention too, or the
 # whole dense layer); full (--cuda-graph-impl local --cuda-graph-scope full_iteration: the whole step)
 CUDA_GRAPHS = ("none", "router", "attn", "full")
+
+
+def dispatcher_config(dispatcher: str) -> dict:
+    """megatron-core TransformerConfig fields of a dispatcher name (flex runs on a backend: DeepEP or HybridEP)."""
+    if dispatcher == "flex":
+        return {"moe_token_dispatcher_type": "flex", "moe_enable_deepep": True, "moe_flex_dispatcher_backend": "deepep"}
+    if dispatcher == "hybridep":
+        return {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"}
+    return {"moe_token_dispatcher_type": dispatcher}
+
+
 GRANULARITIES = ("none", "selective", "full")
 METHODS = ("uniform", "block")
 SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
@@ -99,7 +113,7 @@ class Layout:
     etp: int = 1
     sequence_parallel: bool = True  # requested; effective only when TP > 1 (see `sp`)
     recompute: Recompute = field(default_factory=Recompute)
-    dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
+    dispatcher: Literal["alltoall", "allgather", "flex", "hybridep"] = "alltoall"
     max_tokens_per_gpu: int | None = None  # dynamic batching (slime --max-tokens-per-gpu)
     micro_batch_size: int | None = None  # rows per micro-batch when not dynamic
     distributed_optimizer: bool = True
@@ -272,7 +286,8 @@ class Layout:
         bits.append(self.recompute.describe())
         if self.distributed_optimizer:
             bits.append(("precision-aware " if self.precision_aware_optimizer else "") + "distributed optimizer")
-        bits.append(f"{self.dispatcher} dispatcher" + (" with shared-expert overlap" if self.moe_shared_expert_overlap else ""))
+        name = {"hybridep": "flex (HybridEP)"}.get(self.dispatcher, self.dispatcher)
+        bits.append(f"{name} dispatcher" + (" with shared-expert overlap" if self.moe_shared_expert_overlap else ""))
         if self.optimizer_offload:
             bits.append(f"optimizer offload {self.optimizer_offload:.0%}")
         extras = [("EP communication overlap", self.ep_overlap), ("TP communication overlap", self.tp_overlap),

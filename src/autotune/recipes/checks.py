@@ -65,7 +65,7 @@ _RUN_FIELDS = {
     "vpp": "--num-virtual-stages-per-pipeline-rank", "cp": "--context-parallel-size",
     "ep": "--expert-model-parallel-size", "etp": "--expert-tensor-parallel-size",
     "sp": "--sequence-parallel (effective at TP > 1)", "recompute": "--recompute-*",
-    "dispatcher": "--moe-token-dispatcher-type", "max_tokens_per_gpu": "--max-tokens-per-gpu",
+    "dispatcher": "--moe-token-dispatcher-type (and --moe-flex-dispatcher-backend)", "max_tokens_per_gpu": "--max-tokens-per-gpu",
     "micro_batch_size": "--micro-batch-size", "distributed_optimizer": "--use-distributed-optimizer",
     "precision_aware_optimizer": "--use-precision-aware-optimizer", "optimizer_offload": "--optimizer-offload-fraction",
     "moe_shared_expert_overlap": "--moe-shared-expert-overlap", "cross_entropy_fusion": "--cross-entropy-loss-fusion",

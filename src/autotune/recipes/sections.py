@@ -74,7 +74,7 @@ class Stack(Section):
     pytorch: str = Field(description="PyTorch version and build.")
     cuda: str | None = Field(None, description="CUDA version (a string: '12.9'); omitted on CPU.")
     nccl: str | None = Field(None, description="NCCL version and where it was read from.")
-    deepep: str | None = Field(None, description="DeepEP version (needed by the flex dispatcher); omitted when absent.")
+    deepep: str | None = Field(None, description="DeepEP version (needed by the flex and hybridep dispatchers); omitted when absent.")
     python: str = Field(description="Python version (a string: '3.12').")
     network: str | None = Field(None, description="Interconnect: GPUs per node, fabric, bandwidth per node.")
     source: str | None = Field(None, description="How the versions above were collected.")
@@ -173,7 +173,8 @@ class LayoutSection(Section):
     rows_per_microbatch: int = Field(ge=1, description="Rows per micro-batch (derived from the token cap; checked).")
     recompute: RecomputeSection = Field(description="Activation recomputation.")
     offload: Offload | None = Field(description="Host offload; null for none.")
-    dispatcher: Literal["alltoall", "allgather", "flex"] = Field(description="MoE token dispatcher (flex needs DeepEP).")
+    dispatcher: Literal["alltoall", "allgather", "flex", "hybridep"] = Field(
+        description="MoE token dispatcher (flex: the flex dispatcher on DeepEP; hybridep: on HybridEP).")
 
 
 class ActiveParams(Section):

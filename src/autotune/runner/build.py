@@ -13,6 +13,7 @@ import torch
 
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import padded_vocab
+from ..layout.core import dispatcher_config
 from ..trials.plan import TrialPlan, gdn_blocker, has_module
 
 __all__ = ["Built", "build", "gdn_blocker"]  # gdn_blocker lives in plan.py (no torch)
@@ -90,7 +91,7 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
         kw.update(
             num_moe_experts=m.moe.num_experts, moe_router_topk=m.moe.top_k, moe_ffn_hidden_size=m.moe.ffn_hidden_size,
             moe_layer_freq=[int(i not in m.moe.dense_layers) for i in range(m.num_layers)],
-            moe_token_dispatcher_type=lay.dispatcher, moe_router_dtype="fp32", moe_grouped_gemm=grouped,
+            **dispatcher_config(lay.dispatcher), moe_router_dtype="fp32", moe_grouped_gemm=grouped,
             moe_permute_fusion=use_te, moe_aux_loss_coeff=1e-3 if w.load_balancing_loss else 0.0,
             moe_router_load_balancing_type="aux_loss" if w.load_balancing_loss else "none",
             moe_shared_expert_overlap=lay.moe_shared_expert_overlap and cuda,
@@ -100,8 +101,6 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
         if m.moe.shared_ffn_hidden_size:
             kw.update(moe_shared_expert_intermediate_size=m.moe.shared_ffn_hidden_size,
                       moe_shared_expert_gate=m.moe.shared_expert_gate)
-        if lay.dispatcher == "flex":
-            kw.update(moe_enable_deepep=True, moe_flex_dispatcher_backend="deepep")
         kw.update(_recompute(plan, grouped, notes))
     else:
         kw.update(_recompute(plan, False, notes))

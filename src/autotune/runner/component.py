@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from ..layout.core import DISPATCHERS, dispatcher_config
+
 __all__ = ["global_expert_weights", "load_global_experts", "layout_invariant_init", "reference_moe", "main"]
 
 
@@ -157,12 +159,10 @@ def _config(a, dispatcher: str, dtype: torch.dtype, cuda: bool):
               moe_ffn_hidden_size=a.ffn, num_moe_experts=a.experts, moe_router_topk=a.topk,
               gated_linear_unit=True, activation_func=torch.nn.functional.silu, add_bias_linear=False,
               moe_router_dtype="fp32", moe_aux_loss_coeff=0.0, moe_router_load_balancing_type="none",
-              moe_token_dispatcher_type=dispatcher, expert_model_parallel_size=a.ep, moe_grouped_gemm=False,
+              **dispatcher_config(dispatcher), expert_model_parallel_size=a.ep, moe_grouped_gemm=False,
               moe_permute_fusion=False, params_dtype=dtype, bf16=dtype == torch.bfloat16,
               use_cpu_initialization=not cuda, hidden_dropout=0.0, attention_dropout=0.0,
               bias_activation_fusion=False, bias_dropout_fusion=False)
-    if dispatcher == "flex":
-        kw.update(moe_enable_deepep=True, moe_flex_dispatcher_backend="deepep")
     return TransformerConfig(**kw)
 
 
@@ -277,7 +277,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m autotune.runner.component", description=__doc__.splitlines()[0])
     for name in ("--dispatcher", "--reference-dispatcher"):
         p.add_argument(name, default="allgather" if name == "--dispatcher" else "alltoall",
-                       choices=["alltoall", "allgather", "flex"])
+                       choices=list(DISPATCHERS))
     for name, default in (("--hidden", 128), ("--experts", 8), ("--topk", 2), ("--ffn", 64), ("--tokens", 256),
                           ("--ep", 2), ("--seed", 1234)):
         p.add_argument(name, type=int, default=default)  # --tokens: per rank

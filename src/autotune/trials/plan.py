@@ -20,7 +20,7 @@ from ..layout import Layout, validate
 from .proxy import proxy_model
 from .spec import TrialSpec
 
-__all__ = ["TrialPlan", "plan_trial", "has_module", "model_blocker"]
+__all__ = ["TrialPlan", "plan_trial", "has_module", "model_blocker", "flex_backend_missing"]
 
 
 def has_module(name: str) -> bool:
@@ -29,6 +29,28 @@ def has_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+def flex_backend_missing(dispatcher: str) -> str | None:
+    """Why the flex dispatcher's backend for `dispatcher` ("flex": DeepEP, "hybridep": HybridEP) cannot be loaded
+    here, or None; found without importing it (deep_ep initialises CUDA). megatron-core imports DeepEP's Buffer for
+    the deepep backend and `from deep_ep import HybridEPBuffer` for hybridep: HybridEP ships in DeepEP's hybrid-ep
+    branch as deep_ep/hybrid_ep_buffer.py, which a main-branch DeepEP lacks."""
+    if dispatcher not in ("flex", "hybridep"):
+        return None
+    try:
+        spec = importlib.util.find_spec("deep_ep")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return (f"the {dispatcher} dispatcher needs DeepEP (deep_ep), which is not installed here; use alltoall or "
+                "allgather")
+    if dispatcher == "hybridep":
+        where = [Path(p) for p in (spec.submodule_search_locations or [])]
+        if not any((d / "hybrid_ep_buffer.py").exists() for d in where):
+            return ("the hybridep dispatcher needs HybridEP (DeepEP's hybrid-ep branch: deep_ep.HybridEPBuffer), "
+                    "which this DeepEP lacks; use flex (DeepEP), alltoall or allgather")
+    return None
 
 
 @dataclass(frozen=True)
@@ -116,8 +138,9 @@ def plan_trial(spec: TrialSpec, world_size: int | None = None) -> TrialPlan:
     layout = _layout(spec)
     workload = _workload(spec)
     validate(model, workload, layout)  # IllegalLayout names every broken rule and the nearest legal layout
-    if layout.dispatcher == "flex" and not has_module("deep_ep"):
-        raise BadInput("the flex dispatcher needs DeepEP, which is not installed here; use alltoall or allgather")
+    missing = flex_backend_missing(layout.dispatcher)
+    if missing:
+        raise BadInput(missing)
     rows = layout.rows_per_microbatch(workload.seq_len)
     return TrialPlan(spec=spec, model=model, layout=layout, workload=workload, rows_per_microbatch=rows,
                      num_microbatches=layout.num_microbatches(workload.global_batch, workload.seq_len),

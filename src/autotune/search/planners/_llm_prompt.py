@@ -76,7 +76,7 @@ def messages(ctx: PlanContext, k: int, listed: list[int], hints: list[str],
     user = template("user").safe_substitute(
         model=f"{m.name}: {m.describe()}",
         cluster=f"{c.count} x {c.gpu.name}, {c.gpus_per_node} per node ({c.nodes} nodes), "
-                f"DeepEP {'yes' if c.has_deepep else 'no'}, Transformer Engine {'yes' if c.has_te else 'no'}",
+                f"DeepEP {'yes' if c.has_deepep else 'no'}, HybridEP {'yes' if c.has_hybridep else 'no'}, Transformer Engine {'yes' if c.has_te else 'no'}",
         workload=f"{w.seq_len}-token rows, global batch {w.global_batch}, {w.precision}, {w.task}",
         funnel=", ".join(f"{s} {n:,}" for s, n in ctx.funnel) or "not given",
         candidates="\n".join(_candidate_line(ctx, j, i, predict) for j, i in enumerate(listed)) or "none left",
