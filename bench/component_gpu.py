@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from autotune.gates.component import ComponentSpec, flex_blocker, judge, run_component  # noqa: E402
+from autotune.layout import DISPATCHERS  # noqa: E402
 
 SEED_SHAPE = dict(hidden=3072, experts=256, topk=8, ffn=1024)
 
@@ -53,7 +54,7 @@ def memory_gb(spec: ComponentSpec) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dispatcher", default="flex", choices=["flex", "hybridep", "allgather", "alltoall"])
+    p.add_argument("--dispatcher", default="flex", choices=list(DISPATCHERS))
     p.add_argument("--reference-dispatcher", default="alltoall")
     p.add_argument("--ep", type=int, default=None)
     p.add_argument("--tokens", default="4096,8192,16384")
@@ -66,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(t) for t in a.tokens.split(",") if t]
     specs = [ComponentSpec(dispatcher=a.dispatcher, reference_dispatcher=a.reference_dispatcher, tokens=t, ep=ep,
                            dtype="bf16", timeout_s=a.timeout, **SEED_SHAPE) for t in sizes]
-    blocker = next((why for d in (a.dispatcher, a.reference_dispatcher) if d in ("flex", "hybridep")
-                    and (why := flex_blocker(cuda=gpus > 0, dispatcher=d))), None)
+    blocker = flex_blocker(gpus > 0, a.dispatcher) or flex_blocker(gpus > 0, a.reference_dispatcher)
     print(f"# component test: {a.dispatcher} vs {a.reference_dispatcher}, {specs[0].shape_text().split(';')[0]}; " +
           ("" if a.dry_run and a.ep else f"{gpus} GPU(s) here"))
     if a.dry_run or blocker:

@@ -128,6 +128,28 @@ def test_resume_with_another_workload_is_refused(tmp_path, capsys):
     assert main([*ARGS, "--runs-dir", str(tmp_path), "--study", "w", "--trials", "2", "--json"]) == 0
 
 
+def test_resume_keeps_the_studys_choices_and_refuses_new_values(tmp_path, capsys):
+    """Optuna fixes a parameter's choices at the study's first trial: a study from before the default space gained
+    hybridep resumes with its own values, a space that adds values is one line and exit 2, not a traceback."""
+    default = (Path(__file__).parents[2] / "search_spaces" / "default.yaml").read_text()
+    assert "[alltoall, allgather, flex, hybridep]" in default
+    old, narrow = tmp_path / "old.yaml", tmp_path / "narrow.yaml"
+    old.write_text(default.replace("[alltoall, allgather, flex, hybridep]", "[alltoall, allgather, flex]"))
+    narrow.write_text(default.replace("[alltoall, allgather, flex, hybridep]", "[alltoall, flex]"))
+    common = ["search", "--model", "Qwen3-30B-A3B", "--gpu", "H200", "--count", "16", "--runs-dir", str(tmp_path),
+              "--study", "c"]  # a model with no space override of its own: default.yaml is its whole space
+    assert main([*common, "--space", str(old), "--trials", "2", "--json"]) == 0
+    capsys.readouterr()
+    assert main([*common, "--trials", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "['hybridep']" in err and "--space" in err and len(err.strip().splitlines()) == 1
+    assert main([*common, "--space", str(narrow), "--trials", "3", "--json"]) == 0
+    assert main([*common, "--space", str(old), "--trials", "4", "--json"]) == 0
+    trials = optuna.load_study(study_name="c", storage=StudyDir(tmp_path, "c").storage_url).trials
+    assert len(trials) >= 4 and {t.distributions["dispatcher"].choices for t in trials} == {
+        ("allgather", "alltoall", "flex")}
+
+
 def test_corrupt_study_db_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "study.db").write_bytes(b"this is not sqlite" * 10)

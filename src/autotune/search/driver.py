@@ -107,6 +107,14 @@ class SearchDriver:
         for k, v in mine.items():
             if k not in have:
                 self.study.set_attr(k, v)
+        # Optuna keeps a parameter's choices as its first trial set them: a resumed study searches within those
+        for k, stored in self.study.stored_choices().items():
+            new = [v for v in self.choices.get(k, []) if v not in stored]
+            if new:
+                raise BadInput(f"study {self.sd.name!r} searched {k} over {list(stored)}; this space adds {new}: "
+                               f"resume with a --space that keeps {k} to those values, or use another --study")
+            if k in self.choices:
+                self.choices[k] = list(stored)
 
     def prepare(self) -> None:
         """Everything that can fail on bad input, before any output: screen the space, lock, open the

@@ -219,6 +219,15 @@ class Study:
     def set_attr(self, key: str, value) -> None:
         self._s.set_user_attr(key, value)
 
+    def stored_choices(self) -> dict[str, tuple]:
+        """The values each parameter's distribution already holds in this study: Optuna fixes a categorical
+        parameter's choices at its first trial and refuses any other set later."""
+        out: dict[str, tuple] = {}
+        for t in self._s.get_trials(deepcopy=False):
+            for k, d in t.distributions.items():
+                out.setdefault(k, tuple(d.choices))
+        return out
+
     def _trial(self, number: int):
         t = self._live.get(number)
         if t is None:

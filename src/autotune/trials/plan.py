@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..catalog import ModelSpec, Workload, load_model
 from ..errors import BadInput, ConfigError
-from ..layout import Layout, validate
+from ..layout import FLEX_DISPATCHERS, Layout, validate
 from .proxy import proxy_model
 from .spec import TrialSpec
 
@@ -36,17 +36,13 @@ def flex_backend_missing(dispatcher: str) -> str | None:
     here, or None; found without importing it (deep_ep initialises CUDA). megatron-core imports DeepEP's Buffer for
     the deepep backend and `from deep_ep import HybridEPBuffer` for hybridep: HybridEP ships in DeepEP's hybrid-ep
     branch as deep_ep/hybrid_ep_buffer.py, which a main-branch DeepEP lacks."""
-    if dispatcher not in ("flex", "hybridep"):
+    if dispatcher not in FLEX_DISPATCHERS:
         return None
-    try:
-        spec = importlib.util.find_spec("deep_ep")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
+    if not has_module("deep_ep"):
         return (f"the {dispatcher} dispatcher needs DeepEP (deep_ep), which is not installed here; use alltoall or "
                 "allgather")
     if dispatcher == "hybridep":
-        where = [Path(p) for p in (spec.submodule_search_locations or [])]
+        where = [Path(p) for p in (importlib.util.find_spec("deep_ep").submodule_search_locations or [])]
         if not any((d / "hybrid_ep_buffer.py").exists() for d in where):
             return ("the hybridep dispatcher needs HybridEP (DeepEP's hybrid-ep branch: deep_ep.HybridEPBuffer), "
                     "which this DeepEP lacks; use flex (DeepEP), alltoall or allgather")
