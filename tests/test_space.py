@@ -1,11 +1,17 @@
-"""The space funnel's memory stage: GPU memory (with the margin) and, for offloaded optimizers, host memory."""
+"""The space funnel: enumerated and screened in chunks (same answer whatever the chunk size, spaces beyond one
+table's cap), and its memory stage: GPU memory (with the margin) and, for offloaded optimizers, host memory."""
 
 from dataclasses import replace
 
 import numpy as np
 
 from autotune.catalog import ClusterSpec, Workload, get_gpu, load_model
-from autotune.space import explore, load_space
+import pytest
+
+from autotune import space as space_mod
+from autotune.errors import ConfigError
+from autotune.layout.dimensions import table_keys
+from autotune.space import MAX_ENUMERATED, enumerate_space, explore, load_space
 
 HOST_OOM = "predicted host OOM (offloaded optimizer)"
 
@@ -22,3 +28,45 @@ def test_host_memory_limits_how_much_optimizer_can_be_offloaded():
     mem = res.evaluation.memory
     assert len(res.kept) and np.all(mem.host_bytes[res.kept] <= mem.host_capacity_bytes)
     assert len(res.kept) < len(roomy.kept)
+
+
+def test_chunked_screening_gives_the_funnel_of_one_table(monkeypatch):
+    """Qwen3-30B-A3B on 16 H200: screened in chunks of 4,096 rows, the funnel, the reasons and the surviving
+    layouts (in order) are those of the whole space checked as one table."""
+    m, w, c = load_model("Qwen3-30B-A3B"), Workload(), ClusterSpec.of("H200", 16)
+    space = load_space(None, m)
+    space.dimensions.recompute = ["none", "full:uniform:1"]
+    space.dimensions.optimizer_offload = [0.0]
+    whole = explore(space, m, w, c)
+    assert whole.funnel[0][1] <= space_mod.MAX_CHUNK  # one chunk
+    monkeypatch.setattr(space_mod, "MAX_CHUNK", 4096)
+    parts = list(space_mod._chunks(space_mod.grid_axes(space.dimensions.model_dump(), m, c), 4096))
+    assert len(parts) > 10
+    chunked = explore(space, m, w, c)
+    assert chunked.funnel == whole.funnel and chunked.reasons == whole.reasons
+    assert list(table_keys(chunked.table)) == list(table_keys(whole.table))
+    assert list(chunked.kept) == list(whole.kept)
+    t = enumerate_space(space, m, w, c)  # the table the chunks cut up, in the same order
+    assert whole.funnel[0][1] == len(t)
+
+
+def test_a_space_larger_than_one_table_is_explored():
+    """tiny-moe on 2 CPUs: the default space is 6.2M combinations (more than one table's cap of 5M, most
+    illegal at this world size); explore screens them in chunks and keeps the legal few."""
+    m, w, c = load_model("tiny-moe"), Workload(seq_len=256, global_batch=8), ClusterSpec.of("cpu", 2)
+    space = load_space(None, m)
+    with pytest.raises(ConfigError, match="exceed the cap"):
+        enumerate_space(space, m, w, c)
+    res = explore(space, m, w, c)
+    assert res.funnel[0][1] > MAX_ENUMERATED
+    assert 0 < res.funnel[1][1] < 10_000 and len(res.kept)
+    assert set(res.table.tp) <= {1, 2} and set(res.table.ep) <= {1, 2}
+
+
+def test_a_space_beyond_the_exploration_cap_is_a_one_line_error(tmp_path):
+    p = tmp_path / "huge.yaml"
+    p.write_text("extends: default\ndimensions:\n  vpp: [" + ", ".join(str(i) for i in range(1, 65)) + "]\n"
+                 "  optimizer_offload: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]\n")
+    m = load_model("Qwen3-30B-A3B")
+    with pytest.raises(ConfigError, match=r"combinations .* exceed the cap of 50,000,000; list fewer"):
+        explore(load_space(str(p)), m, Workload(), ClusterSpec.of("H200", 16))

@@ -8,6 +8,7 @@ funnel with counts per reason. Everything after enumeration is vectorised. No to
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -92,7 +93,9 @@ def _packaged(name: str):
 MAX_YAML_BYTES = 1 << 20  # a search space is a page of YAML
 MAX_ALIASES = 50  # anchors are for sharing a list or two, not for building structures
 MAX_NODES = 100_000  # YAML nodes after aliases are expanded
-MAX_ENUMERATED = 5_000_000  # combinations (product of the dimensions' value counts) enumerated at once
+MAX_ENUMERATED = 5_000_000  # combinations materialised as one table (enumerate_space)
+MAX_EXPLORED = 50_000_000  # combinations `explore` screens, MAX_CHUNK at a time (~3M a second on one core)
+MAX_CHUNK = 1 << 20  # rows enumerated and checked at once: bounds explore's memory whatever the space's size
 
 
 class _SafeLoader(yaml.SafeLoader):
@@ -152,17 +155,26 @@ def _read_yaml(text: str, label: str) -> dict:
     return data
 
 
-def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec) -> list[list]:
-    """The enumeration axes, refused when their product exceeds MAX_ENUMERATED (before numpy allocates)."""
+def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec, cap: int) -> list[list]:
+    """The enumeration axes, refused when their product exceeds `cap` (before numpy allocates)."""
     axes = grid_axes(space.dimensions.model_dump(), model, cluster)
-    size = 1
-    for a in axes:
-        size *= max(len(a), 1)
-    if size > MAX_ENUMERATED:
+    size = int(np.prod([max(len(a), 1) for a in axes], dtype=object))
+    if size > cap:
         counts = " x ".join(str(len(a)) for a in axes)
         raise ConfigError(f"search space {space.source}: {size:,} combinations ({counts}) exceed the cap of "
-                          f"{MAX_ENUMERATED:,}; list fewer values per dimension")
+                          f"{cap:,}; list fewer values per dimension")
     return axes
+
+
+def _chunks(axes: list[list], rows: int = MAX_CHUNK):
+    """`axes` split into sub-grids of at most `rows` rows, in enumeration order: the leading axes are fixed
+    to one value each (every combination of them in turn), the trailing ones stay whole."""
+    sizes = [max(len(a), 1) for a in axes]
+    k = 0
+    while k < len(axes) and int(np.prod(sizes[k:])) > rows:
+        k += 1
+    for prefix in itertools.product(*axes[:k]):
+        yield [[v] for v in prefix] + axes[k:]
 
 
 def _parse(data: dict, label: str) -> SearchSpace:
@@ -214,7 +226,7 @@ def load_space(path: str | None = None, model: ModelSpec | None = None) -> Searc
 
 def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec) -> LayoutTable:
     """Every combination of the space's values for this model and cluster, as a LayoutTable."""
-    axes = _sized_axes(space, model, cluster)
+    axes = _sized_axes(space, model, cluster, MAX_ENUMERATED)
     n, cols = grid_columns(axes, workload)
     return LayoutTable.from_columns(cluster.count, n, sp=True, **cols)
 
@@ -243,30 +255,55 @@ def _first_reason(masks: list[tuple[str, np.ndarray]], n: int) -> tuple[np.ndarr
     return alive, counts
 
 
-def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec,
-            calibration: Calibration | None = None) -> SpaceResult:
-    t = enumerate_space(space, model, workload, cluster)
-    n = len(t)
+def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: ClusterSpec, p: "Prune"):
+    """Which rows of `t` are legal, and which of those the cluster supports and the placement rules keep:
+    (legal mask, kept mask, {reason: rows removed for it}, {reason: legal rows removed for it})."""
     legal_masks = [(f"illegal: {r.code}", m) for r, m in zip(RULES, check(model, workload, t).values())]
-    alive, reasons = _first_reason(legal_masks, n)
-    funnel = [("enumerated", n), ("legal", int(alive.sum()))]
-    notes = []
+    legal, reasons = _first_reason(legal_masks, len(t))
     soft = [("needs DeepEP (flex dispatcher) which the cluster lacks", ~((t.dispatcher == 2) & (not cluster.has_deepep))),
             ("needs HybridEP (the flex dispatcher's hybridep backend) which the cluster lacks",
              ~((t.dispatcher == 3) & (not cluster.has_hybridep))),
             ("needs Transformer Engine (context parallelism) which the cluster lacks",
              ~((t.cp > 1) & (not cluster.has_te)))]
-    p = space.prune
     practical = [("TP spans nodes", ~((t.tp > cluster.node_size) & p.tp_within_node)),
                  (f"EP x ETP x TP spans more than {p.ep_tp_within_nodes} nodes",
                   t.ep * t.etp * np.maximum(t.tp // t.etp, 1) <= p.ep_tp_within_nodes * cluster.node_size),
                  ("redundant: without EP or ETP the dispatcher choice changes nothing",
                   ~((t.ep * t.etp == 1) & (t.dispatcher != 0)))]
-    alive_after, later = _first_reason([("legal", alive)] + soft + practical, n)
+    kept, later = _first_reason([("legal", legal)] + soft + practical, len(t))
     later.pop("legal", None)
-    last = later if alive.any() and not alive_after.any() else None  # what removed the final candidates
-    alive = alive_after
+    return legal, kept, reasons, later
+
+
+def _add(into: dict[str, int], counts: dict[str, int]) -> None:
+    for k, v in counts.items():
+        into[k] = into.get(k, 0) + v
+
+
+def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec,
+            calibration: Calibration | None = None) -> SpaceResult:
+    """The space's funnel for this model and cluster. Combinations are enumerated and screened MAX_CHUNK rows
+    at a time, so memory follows the survivors, not the space's size (up to MAX_EXPLORED combinations)."""
+    axes = _sized_axes(space, model, cluster, MAX_EXPLORED)
+    p = space.prune
+    n = n_legal = 0
+    reasons: dict[str, int] = {f"illegal: {r.code}": 0 for r in RULES}  # in the rules' order
+    later: dict[str, int] = {}
+    parts = []
+    for chunk in _chunks(axes):
+        rows, cols = grid_columns(chunk, workload)
+        t = LayoutTable.from_columns(cluster.count, rows, sp=True, **cols)
+        legal, kept, r_legal, r_later = _screen(t, model, workload, cluster, p)
+        n, n_legal = n + rows, n_legal + int(legal.sum())
+        _add(reasons, r_legal)
+        _add(later, r_later)
+        parts.append(t.take(np.flatnonzero(kept)))
+    sub = LayoutTable.concat(parts)
+    reasons = {k: v for k, v in reasons.items() if v}
+    funnel = [("enumerated", n), ("legal", n_legal)]
+    last = later if n_legal and not len(sub) else None  # what removed the final candidates
     reasons.update(later)
+    notes = []
     if not cluster.has_deepep and "flex" in space.dimensions.dispatcher:
         notes.append("flex dispatcher dropped: DeepEP is not available on this cluster")
     if not cluster.has_hybridep and "hybridep" in space.dimensions.dispatcher:
@@ -275,14 +312,12 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     if not cluster.has_te and True in space.dimensions.precision_aware_optimizer:
         notes.append("precision-aware optimizer replaced by the plain distributed optimizer: Transformer Engine "
                      "is not available on this cluster")
-    notes += [n for d in DIMENSIONS if (n := d.narrowed(list(getattr(space.dimensions, d.key)), model, cluster))]
-    funnel.append(("supported and practical", int(alive.sum())))
-    idx = np.flatnonzero(alive)
+    notes += [note for d in DIMENSIONS if (note := d.narrowed(list(getattr(space.dimensions, d.key)), model, cluster))]
+    funnel.append(("supported and practical", len(sub)))
     last_reasons = last if last is not None else dict(reasons)
-    if len(idx) == 0:
+    if not len(sub):
         return SpaceResult(space, n, funnel + [("fits", 0), ("kept", 0)], reasons, last_reasons,
-                           t.take(idx), None, np.array([], dtype=int), notes)
-    sub = t.take(idx)
+                           sub, None, np.array([], dtype=int), notes)
     ev = evaluate(model, workload, cluster, sub, calibration)
     gpu_fits = ev.memory.peak <= ev.memory.capacity_bytes * (1 - p.memory_margin)
     fits = gpu_fits & ev.memory.host_fits

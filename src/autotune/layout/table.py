@@ -129,6 +129,14 @@ class LayoutTable:
             raise TypeError(f"unknown LayoutTable columns: {sorted(cols)}")
         return cls(world=world, **out)
 
+    @classmethod
+    def concat(cls, parts: list["LayoutTable"]) -> "LayoutTable":
+        """The rows of `parts` in order, as one table (all parts share the world size)."""
+        if not parts or any(p.world != parts[0].world for p in parts):
+            raise ValueError("LayoutTable.concat needs at least one table, all of one world size")
+        kw = {f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls) if f.name != "world"}
+        return cls(world=parts[0].world, **kw)
+
     def take(self, idx) -> "LayoutTable":
         kw = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "world"}
         return LayoutTable(world=self.world, **kw)
