@@ -65,7 +65,7 @@ def _fixtures(tmp: Path) -> None:
     levels = "a: &a [1,1,1,1,1,1,1,1,1]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
     (tmp / "bomb.yaml").write_text(levels + "dimensions:\n  tp: *i\n")
-    many = "[" + ",".join(str(i) for i in range(1, 200)) + "]"
+    many = "[" + ",".join(str(i) for i in range(1, 400)) + "]"  # 399^3 combinations: past the cap
     (tmp / "big.yaml").write_text(f"dimensions:\n  tp: {many}\n  pp: {many}\n  ep: {many}\n")
     (tmp / "strs.yaml").write_text("dimensions:\n  tp: ['2', '4']\n")
     (tmp / "yes.yaml").write_text("dimensions:\n  distributed_optimizer: ['yes']\n")
