@@ -1,5 +1,7 @@
 """Enumerate, screen and evaluate the whole default search space for Qwen3.5-122B-A10B on H200 clusters of
-32 to 4096 GPUs: layouts enumerated, legal, evaluated, and the wall time (target: under 1 s at 1024).
+32 to 4096 GPUs: layouts enumerated, legal, evaluated, and the wall time (target: under 1 s at 1024). Then the
+default space (no per-model override) where it is several chunks of space.MAX_CHUNK rows: what screening a space
+larger than one table costs.
 
     python bench/space_speed.py [--repeats 3]
 """
@@ -11,7 +13,8 @@ import sys
 import time
 
 from autotune.catalog import ClusterSpec, Workload, load_model
-from autotune.space import explore, load_space
+from autotune.layout.dimensions import grid_axes
+from autotune.space import MAX_CHUNK, _chunks, explore, load_space
 
 
 def main(argv=None) -> int:
@@ -21,6 +24,7 @@ def main(argv=None) -> int:
     m, w = load_model("Qwen3.5-122B-A10B"), Workload()
     space = load_space(None, m)
     explore(space, m, w, ClusterSpec.of("H200", 32))  # warm the per-model tables
+    print(f"Qwen3.5-122B-A10B, its own space (search_spaces/Qwen3.5-122B-A10B.yaml)")
     print(f"{'GPUs':>6} {'enumerated':>11} {'legal':>7} {'evaluated':>10} {'fits':>7} {'kept':>6} {'best s':>8} {'median s':>9}")
     for count in (32, 256, 1024, 4096):
         cluster = ClusterSpec.of("H200", count)
@@ -32,6 +36,22 @@ def main(argv=None) -> int:
         f = dict(res.funnel)
         print(f"{count:6d} {f['enumerated']:11,d} {f['legal']:7,d} {f['supported and practical']:10,d} {f['fits']:7,d} "
               f"{f['kept']:6,d} {min(times):8.3f} {sorted(times)[len(times) // 2]:9.3f}")
+    print(f"\nthe default space, screened in chunks of {MAX_CHUNK:,} rows")
+    print(f"{'model / cluster':<38} {'enumerated':>11} {'chunks':>7} {'legal':>8} {'evaluated':>10} {'kept':>6} "
+          f"{'best s':>8} {'median s':>9}")
+    for name, gpu, count, wl in (("Qwen3-30B-A3B", "H100", 64, w), ("Llama-4-Maverick-17B-128E", "B200", 256, w),
+                                 ("tiny-moe", "cpu", 2, Workload(seq_len=256, global_batch=8))):
+        mm, cluster = load_model(name), ClusterSpec.of(gpu, count)
+        sp = load_space(None, mm)
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            res = explore(sp, mm, wl, cluster)
+            times.append(time.perf_counter() - t0)
+        f = dict(res.funnel)
+        chunks = sum(1 for _ in _chunks(grid_axes(sp.dimensions.model_dump(), mm, cluster)))
+        print(f"{name + ' / ' + str(count) + ' x ' + gpu:<38} {f['enumerated']:11,d} {chunks:>7} {f['legal']:8,d} "
+              f"{f['supported and practical']:10,d} {f['kept']:6,d} {min(times):8.3f} {sorted(times)[len(times) // 2]:9.3f}")
     return 0
 
 
