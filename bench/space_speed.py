@@ -17,6 +17,16 @@ from autotune.layout.dimensions import grid_axes
 from autotune.space import MAX_CHUNK, _chunks, explore, load_space
 
 
+def timed(space, model, workload, cluster, repeats: int):
+    """explore() `repeats` times: (its funnel as a dict, best seconds, median seconds)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        res = explore(space, model, workload, cluster)
+        times.append(time.perf_counter() - t0)
+    return dict(res.funnel), min(times), sorted(times)[len(times) // 2]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -24,18 +34,12 @@ def main(argv=None) -> int:
     m, w = load_model("Qwen3.5-122B-A10B"), Workload()
     space = load_space(None, m)
     explore(space, m, w, ClusterSpec.of("H200", 32))  # warm the per-model tables
-    print(f"Qwen3.5-122B-A10B, its own space (search_spaces/Qwen3.5-122B-A10B.yaml)")
+    print("Qwen3.5-122B-A10B, its own space (search_spaces/Qwen3.5-122B-A10B.yaml)")
     print(f"{'GPUs':>6} {'enumerated':>11} {'legal':>7} {'evaluated':>10} {'fits':>7} {'kept':>6} {'best s':>8} {'median s':>9}")
     for count in (32, 256, 1024, 4096):
-        cluster = ClusterSpec.of("H200", count)
-        times = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            res = explore(space, m, w, cluster)
-            times.append(time.perf_counter() - t0)
-        f = dict(res.funnel)
+        f, best, median = timed(space, m, w, ClusterSpec.of("H200", count), args.repeats)
         print(f"{count:6d} {f['enumerated']:11,d} {f['legal']:7,d} {f['supported and practical']:10,d} {f['fits']:7,d} "
-              f"{f['kept']:6,d} {min(times):8.3f} {sorted(times)[len(times) // 2]:9.3f}")
+              f"{f['kept']:6,d} {best:8.3f} {median:9.3f}")
     print(f"\nthe default space, screened in chunks of {MAX_CHUNK:,} rows")
     print(f"{'model / cluster':<38} {'enumerated':>11} {'chunks':>7} {'legal':>8} {'evaluated':>10} {'kept':>6} "
           f"{'best s':>8} {'median s':>9}")
@@ -43,15 +47,10 @@ def main(argv=None) -> int:
                                  ("tiny-moe", "cpu", 2, Workload(seq_len=256, global_batch=8))):
         mm, cluster = load_model(name), ClusterSpec.of(gpu, count)
         sp = load_space(None, mm)
-        times = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            res = explore(sp, mm, wl, cluster)
-            times.append(time.perf_counter() - t0)
-        f = dict(res.funnel)
+        f, best, median = timed(sp, mm, wl, cluster, args.repeats)
         chunks = sum(1 for _ in _chunks(grid_axes(sp.dimensions.model_dump(), mm, cluster)))
         print(f"{name + ' / ' + str(count) + ' x ' + gpu:<38} {f['enumerated']:11,d} {chunks:>7} {f['legal']:8,d} "
-              f"{f['supported and practical']:10,d} {f['kept']:6,d} {min(times):8.3f} {sorted(times)[len(times) // 2]:9.3f}")
+              f"{f['supported and practical']:10,d} {f['kept']:6,d} {best:8.3f} {median:9.3f}")
     return 0
 
 

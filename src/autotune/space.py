@@ -298,7 +298,7 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
         _add(reasons, r_legal)
         _add(later, r_later)
         parts.append(t.take(np.flatnonzero(kept)))
-    sub = LayoutTable.concat(parts)
+    sub = parts[0] if len(parts) == 1 else LayoutTable.concat(parts)
     reasons = {k: v for k, v in reasons.items() if v}
     funnel = [("enumerated", n), ("legal", n_legal)]
     last = later if n_legal and not len(sub) else None  # what removed the final candidates
