@@ -21,9 +21,8 @@ Megatron rows with selective recompute do not recompute core attention. No torch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
-from itertools import combinations
 
 import numpy as np
 
@@ -76,19 +75,37 @@ def selective_recompute(model: ModelSpec, t: LayoutTable, S: int, per_pair: np.n
                         div: dict, passes: float, megatron: np.ndarray) -> SelectiveRecompute:
     """The re-run shares of every row whose recompute is Megatron's selective one (`megatron`: (n,) bool; torchtitan's
     per-op SAC is _sac.py's). `per_pair` / `pair_of` / `div`: the saved activations per (PP, VPP) pair and the
-    memory model's divisor classes, as _terms folds them."""
+    memory model's divisor classes, as _terms folds them. Only the selective rows are worked out (a space's none /
+    full rows add nothing), and their elementwise shares once per distinct module set."""
+    n = len(t)
+    on_row = megatron & (t.rc_gran == 1)
+    rows = np.flatnonzero(on_row)
+    if len(rows) == n:
+        return _selective_rows(model, t, S, per_pair, pair_of, div, passes, selected_modules(model, t))
+    out = {f.name: np.zeros((n, 1 if f.name in ("core", "moe") else S)) for f in fields(SelectiveRecompute)}
+    if len(rows):
+        sub = _selective_rows(model, t.take(rows), S, per_pair, pair_of[rows], _rows_of(div, rows), passes,
+                              selected_modules(model, t)[rows])
+        for name, a in out.items():
+            a[rows] = getattr(sub, name)
+    return SelectiveRecompute(**out)
+
+
+def _rows_of(div: dict, rows: np.ndarray) -> dict:
+    """The divisor classes of `rows` (a class is a scalar or an (n, 1) column)."""
+    return {k: (v[rows] if np.ndim(v) else v) for k, v in div.items()}
+
+
+def _selective_rows(model: ModelSpec, t: LayoutTable, S: int, per_pair: np.ndarray, pair_of: np.ndarray,
+                    div: dict, passes: float, mods: np.ndarray) -> SelectiveRecompute:
+    """`selective_recompute` for a table whose every row recomputes the modules `mods` (bitmasks)."""
     n = len(t)
     lt = layer_tables(model)
-    on_row = megatron & (t.rc_gran == 1)
-    mods = np.where(on_row, selected_modules(model, t), 0)
 
     def has(mod: str) -> np.ndarray:
         return ((mods & _BIT[mod]) > 0)[:, None].astype(float)
 
     zero = np.zeros((n, S))
-    if not on_row.any():  # no row to add anything to: skip the folds (the space's many none / full rows)
-        col = np.zeros((n, 1))
-        return SelectiveRecompute(zero, zero, zero, zero, zero, zero, col, col, zero)
     gem = module_gemm_flops(model)
     dense_all = np.maximum(stage_sums(lt.flops_dense, t.pp, t.vpp, S, t.split), 1.0)
     dense = zero.copy()
@@ -102,29 +119,22 @@ def selective_recompute(model: ModelSpec, t: LayoutTable, S: int, per_pair: np.n
         dense += moe * stage_sums(gem[:, SELECTIVE_MODULES.index("moe")], t.pp, t.vpp, S, t.split) - moe * shared
     dense_share = dense / dense_all
     experts = moe * np.ones((1, S))  # every routed-expert FLOP is in an MoE layer
-    # elementwise traffic: the parts each selected module frees are the ones its forward writes again
+    # elementwise traffic: the parts the selected modules free are the ones their forward writes again; a part two
+    # of them free (moe and moe_act both free moe_act) is written again once: the union of their parts, folded once
+    # per distinct module set
     memory, expert_memory = zero.copy(), zero.copy()
     mem_div = {**div, "expf": 0.0}
     exp_div = dict.fromkeys(div, 0.0) | {"expf": div["expf"]}
     all_mem = np.maximum(fold_activations(per_pair, pair_of, mem_div), 1e-30)
     all_exp = np.maximum(fold_activations(per_pair, pair_of, exp_div), 1e-30)
-    dropped_by: dict[str, np.ndarray] = {}
-    for mod in SELECTIVE_MODULES:
-        on = has(mod)
-        if not SELECTIVE_DROPS[mod] or not on.any():
+    for code in np.unique(mods):
+        freed = {p for b, mod in enumerate(SELECTIVE_MODULES) if int(code) >> b & 1 for p in SELECTIVE_DROPS[mod]}
+        if not freed:
             continue
-        mask = np.array([p in SELECTIVE_DROPS[mod] for p in PARTS], dtype=float)
-        part = per_pair * mask[None, None, :]
-        memory += on * fold_activations(part, pair_of, mem_div)
-        expert_memory += on * fold_activations(part, pair_of, exp_div)
-        dropped_by[mod] = mask
-    # a part two selected modules free (moe and moe_act both free moe_act) is written again once, not twice
-    for (a, ma), (b, mb) in combinations(dropped_by.items(), 2):
-        if (ma * mb).any():
-            both = has(a) * has(b)
-            part = per_pair * (ma * mb)[None, None, :]
-            memory -= both * fold_activations(part, pair_of, mem_div)
-            expert_memory -= both * fold_activations(part, pair_of, exp_div)
+        r = np.flatnonzero(mods == code)
+        part = per_pair * np.array([p in freed for p in PARTS], dtype=float)[None, None, :]
+        memory[r] = fold_activations(part, pair_of[r], _rows_of(mem_div, r))
+        expert_memory[r] = fold_activations(part, pair_of[r], _rows_of(exp_div, r))
     linear_all = dense_all + stage_sums(lt.flops_expert, t.pp, t.vpp, S, t.split)
     quantize = (dense + experts * stage_sums(lt.flops_expert, t.pp, t.vpp, S, t.split)) / linear_all / 2
     ffn_dense = stage_sums((gem[:, SELECTIVE_MODULES.index("mlp")] > 0).astype(float), t.pp, t.vpp, S, t.split)
