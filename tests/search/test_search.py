@@ -196,3 +196,15 @@ def test_offload_is_a_searched_dimension_where_hbm_is_short(tmp_path, capsys):
     assert len(lays) == 3 and all(l.optimizer_offload > 0 for l in lays)
     ev = evaluate(load_model("Qwen3.5-122B-A10B"), Workload(), ClusterSpec.of("B200", 8), LayoutTable.from_layouts(lays))
     assert ev.memory.fits.all() and (ev.time.step_terms["offload"] > 0).all()
+
+
+def test_the_human_output_says_what_the_space_screening_kept(tmp_path, capsys):
+    """Off a terminal no spinner is drawn; a note gives the funnel the JSON carries, stage by stage."""
+    capsys.readouterr()
+    assert main([*ARGS, "--runs-dir", str(tmp_path), "--trials", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "screening the search space" not in err  # the spinner is a terminal's only
+    line = next(ln for ln in err.splitlines() if ln.startswith("note: search space "))
+    rc, out = run_json(capsys, "--runs-dir", str(tmp_path), "--trials", "1")
+    assert rc == 0 and line == "note: search space search_spaces/Qwen3.5-122B-A10B.yaml: " + " -> ".join(
+        f"{f['count']:,} {f['stage']}" for f in out["funnel"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -142,7 +143,13 @@ def search(
                                enabled=not json_out, console=err_console)
     gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
     session = SearchSession(m, cluster, workload, sp, be, sd, cfg, on_event=view.on_event, gates=gates, notes=notes)
-    session.prepare()  # bad input fails here, before any output
+    # bad input fails here, before any output; the spinner (a terminal's only, gone when done) covers the screening
+    # of the space, seconds for a space of millions
+    with err_console.status(f"screening the search space for {m.name} on {cluster.count} x {cluster.gpu.name}",
+                            spinner="dots") if not json_out and err_console.is_terminal else nullcontext():
+        session.prepare()
+    funnel = session.driver.candidates.funnel
+    notes.append(f"search space {sp.source}: " + " -> ".join(f"{c:,} {s}" for s, c in funnel))
     for note in notes:
         err_console.print(f"note: {note}", markup=False)
     try:
