@@ -153,3 +153,26 @@ def test_estimate_bf16_gradients(capsys):
     assert not fp32["fits"] and bf16["fits"]
     rc, _, err = run(capsys, *args, "--grads", "fp8")
     assert rc == 2 and "--grads 'fp8'" in err
+
+
+def test_the_spinner_is_a_terminals_only(monkeypatch):
+    """cli.console.working: on a terminal a spinner names the work and is erased when done; in a log, nothing."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.cli import console as con
+
+    tty, log = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(con, "err_console", Console(file=tty, force_terminal=True))
+    with con.working("screening the search space"):
+        pass
+    assert "screening the search space" in tty.getvalue()
+    before = tty.getvalue()
+    with con.working("screening the search space", enabled=False):
+        pass
+    assert tty.getvalue() == before  # disabled (--json): not drawn
+    monkeypatch.setattr(con, "err_console", Console(file=log, force_terminal=False))
+    with con.working("screening the search space"):
+        pass
+    assert log.getvalue() == ""

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import nullcontext
 
 from rich.console import Console
 from rich.text import Text
 
-__all__ = ["console", "err_console", "print_json", "print_error", "one_line", "MAX_LINE"]
+__all__ = ["console", "err_console", "print_json", "print_error", "one_line", "working", "MAX_LINE"]
 
 MAX_LINE = 800  # characters of one error line; the middle of a longer one is cut (the way out is at the end)
 
@@ -39,6 +40,14 @@ def print_error(text: object, prefix: str = "error: ") -> None:
     line = Text(prefix, style="bold red")
     line.append(one_line(text))
     err_console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def working(text: str, enabled: bool = True):
+    """A spinner on stderr while `text` is being done: a terminal's only (a log or pipe gets nothing) and gone
+    when done, so what follows reads as if it was never there."""
+    if enabled and err_console.is_terminal:
+        return err_console.status(text, spinner="dots")
+    return nullcontext()
 
 
 def print_json(obj) -> None:

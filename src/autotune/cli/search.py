@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -21,7 +20,7 @@ from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, PrecisionOpt, SeqOpt,
                      finite_non_negative, finite_positive, fraction, input_file, non_negative_int, output_dir, positive_int, resolve)
-from .console import err_console, print_json
+from .console import err_console, print_json, working
 from .report import render_outcome
 
 BACKEND_CHOICES = ("auto", "simulate", "local", "ray", "slime")
@@ -145,8 +144,7 @@ def search(
     session = SearchSession(m, cluster, workload, sp, be, sd, cfg, on_event=view.on_event, gates=gates, notes=notes)
     # bad input fails here, before any output; the spinner (a terminal's only, gone when done) covers the screening
     # of the space, seconds for a space of millions
-    with err_console.status(f"screening the search space for {m.name} on {cluster.count} x {cluster.gpu.name}",
-                            spinner="dots") if not json_out and err_console.is_terminal else nullcontext():
+    with working(f"screening the search space for {m.name} on {cluster.count} x {cluster.gpu.name}", not json_out):
         session.prepare()
     funnel = session.driver.candidates.funnel
     notes.append(f"search space {sp.source}: " + " -> ".join(f"{c:,} {s}" for s, c in funnel))

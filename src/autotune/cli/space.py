@@ -9,7 +9,7 @@ from rich.table import Table
 from ..errors import BadInput
 from ..space import explore, load_space
 from .common import BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
-from .console import console, print_json
+from .console import console, print_json, working
 from .estimate import report
 
 GiB = 1024**3
@@ -49,7 +49,8 @@ def space(
         kw["has_te"] = False
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, **kw)
     sp = load_space(space_file, m)
-    res = explore(sp, m, workload, cluster)
+    with working(f"screening the search space for {m.name} on {cluster.count} x {cluster.gpu.name}", not json_out):
+        res = explore(sp, m, workload, cluster)
     best = [report(m, cluster, workload, res.table.row(int(i)), res.evaluation, int(i)) for i in res.kept[:top]]
     if json_out:
         print_json({
