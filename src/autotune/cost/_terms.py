@@ -253,8 +253,12 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     deps["recompute"]["compute_dense"] = gemm_share + sac_mm / gemm_passes(workload) + sr.dense
     deps["recompute"]["compute_experts"] = gemm_share + sr.experts
     deps["recompute"]["compute_attention"] = frac / 3.5 + sr.attention
-    deps["recompute"]["memory_bound"] = np.where(sac, sac_mem / 3, third + sr.memory)
-    deps["recompute"]["expert_memory"] = np.where(sac, sac_mem / 3, third + sr.expert_memory)
+    if sac.any():
+        deps["recompute"]["memory_bound"] = np.where(sac, sac_mem / 3, third + sr.memory)
+        deps["recompute"]["expert_memory"] = np.where(sac, sac_mem / 3, third + sr.expert_memory)
+    else:  # Megatron's tables (no per-op SAC row): the mask would only copy
+        deps["recompute"]["memory_bound"] = third + sr.memory
+        deps["recompute"]["expert_memory"] = third + sr.expert_memory
     deps["recompute"]["quantize"] = (frac + sac_mm) / 2 + sr.quantize  # the re-run forward quantises its inputs again
 
     # --- communication -----------------------------------------------------------------------------------
