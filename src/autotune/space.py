@@ -3,7 +3,9 @@
 `load_space` reads the default space merged with a per-model override (or a user file); `explore`
 enumerates every combination, removes illegal layouts (Megatron's rules), layouts that need software
 the cluster lacks, impractical placements, predicted OOMs and layouts that cannot win, and reports the
-funnel with counts per reason. Everything after enumeration is vectorised. No torch, no ray.
+funnel with counts per reason. Combinations are enumerated and screened MAX_CHUNK at a time (the survivors of
+each chunk kept), so a space of tens of millions costs the memory of what is legal in it. Everything after
+enumeration is vectorised. No torch, no ray.
 """
 
 from __future__ import annotations
