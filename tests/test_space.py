@@ -70,3 +70,12 @@ def test_a_space_beyond_the_exploration_cap_is_a_one_line_error(tmp_path):
     m = load_model("Qwen3-30B-A3B")
     with pytest.raises(ConfigError, match=r"combinations .* exceed the cap of 50,000,000; list fewer"):
         explore(load_space(str(p)), m, Workload(), ClusterSpec.of("H200", 16))
+
+
+def test_too_many_survivors_to_evaluate_is_a_one_line_error(monkeypatch):
+    """Screening stops as soon as more layouts survive than the cost model may evaluate at once."""
+    m = load_model("Qwen3-30B-A3B")
+    monkeypatch.setattr(space_mod, "MAX_EVALUATED", 5_000)
+    with pytest.raises(ConfigError, match=r"more than 5,000 layouts of Qwen3-30B-A3B on 16 x H200 survive "
+                                          r"screening .* list fewer values per dimension"):
+        explore(load_space(None, m), m, Workload(), ClusterSpec.of("H200", 16))

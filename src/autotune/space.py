@@ -98,6 +98,9 @@ MAX_NODES = 100_000  # YAML nodes after aliases are expanded
 MAX_ENUMERATED = 5_000_000  # combinations materialised as one table (enumerate_space)
 MAX_EXPLORED = 50_000_000  # combinations `explore` screens, MAX_CHUNK at a time (~3M a second on one core)
 MAX_CHUNK = 1 << 20  # rows enumerated and checked at once: bounds explore's memory whatever the space's size
+# layouts evaluated at once: the cost model holds ~7 KB per layout (2.2 GB for Qwen3-30B-A3B's 303,030 on 64 H100);
+# the default spaces leave at most 463,209 (Llama-4-Maverick on 256 B200) of every catalog model on 8 to 4,096 GPUs
+MAX_EVALUATED = 1_000_000
 
 
 class _SafeLoader(yaml.SafeLoader):
@@ -300,6 +303,12 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
         _add(reasons, r_legal)
         _add(later, r_later)
         parts.append(t.take(np.flatnonzero(kept)))
+        if (survivors := sum(len(x) for x in parts)) > MAX_EVALUATED:
+            raise ConfigError(f"search space {space.source}: more than {MAX_EVALUATED:,} layouts of {model.name} on "
+                              f"{cluster.count} x {cluster.gpu.name} survive screening ({survivors:,} after "
+                              f"{n:,} of {int(np.prod([max(len(a), 1) for a in axes], dtype=object)):,} "
+                              f"combinations), too many to evaluate at once (~7 KB each); list fewer values per "
+                              "dimension")
     sub = parts[0] if len(parts) == 1 else LayoutTable.concat(parts)
     reasons = {k: v for k, v in reasons.items() if v}
     funnel = [("enumerated", n), ("legal", n_legal)]
