@@ -135,3 +135,15 @@ def test_export_script_default_name(run_cli, study):
     code, _, _ = run_cli("export", "--format", "script")
     assert code == 0
     _bash_n(study / "attune-tp1-pp4-ep8-rc2.sh")
+
+
+def test_export_format_follows_the_out_suffix_unless_given(run_cli, study):
+    """--out launch.sh without --format is the launch script; --format still wins; anything else is the recipe."""
+    code, _, err = run_cli("export", "--out", "launch.sh")
+    assert code == 0 and "set the variables it names" in err
+    assert (study / "launch.sh").read_text().startswith("#!/usr/bin/env bash\n") and os.access(study / "launch.sh", os.X_OK)
+    _bash_n(study / "launch.sh")
+    code, _, _ = run_cli("export", "--out", "as-recipe.sh", "--format", "recipe")
+    assert code == 0 and load_recipe(study / "as-recipe.sh") == load_recipe(SEED_DIR / "attune-tp1-pp4-ep8-rc2.yaml")
+    code, _, _ = run_cli("export", "--out", "best.txt")
+    assert code == 0 and (study / "best.txt").read_text().startswith("# recipes/")

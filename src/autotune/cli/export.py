@@ -1,5 +1,7 @@
 """`autotune export [RUN_DIR] [--rank N] [--out PATH] [--format recipe|slime|megatron|script]`.
 
+Without --format, an --out ending in .sh gets the launch script and anything else the recipe.
+
 Exports one recipe of a search (RUN_DIR/recipes/rank-NN-*.yaml; RUN_DIR defaults to the newest directory
 under ./runs) or a recipe file: as recipe YAML (default recipes/<model>/<gpu>/<name>.yaml), the slime
 command, Megatron-core arguments (both printed unless --out), or an executable launch script.
@@ -28,9 +30,16 @@ def export(
     ),
     rank: int = typer.Option(1, "--rank", help="Which recipe of the run: 1 is the best."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write here instead of the default place / stdout."),
-    fmt: str = typer.Option("recipe", "--format", help="recipe (YAML), slime (command), megatron (arguments), script (launch script)."),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", help="recipe (YAML), slime (command), megatron (arguments), script (launch script). "
+        "Default: script when --out ends in .sh, else recipe."),
 ) -> None:
-    """Export the best (or --rank N) recipe of a search as a recipe, a command line or a launch script."""
+    """Export the best (or --rank N) recipe of a search as a recipe, a command line or a launch script.
+
+    Example: autotune export --out launch.sh   (the best recipe of the newest search, as a launch script)
+    """
+    if fmt is None:
+        fmt = "script" if out is not None and out.suffix == ".sh" else "recipe"
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if out is not None:
