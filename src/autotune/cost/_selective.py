@@ -58,7 +58,8 @@ def module_gemm_flops(model: ModelSpec) -> np.ndarray:
 @dataclass(frozen=True)
 class SelectiveRecompute:
     """Per stage (n, S) shares of each scaled time term that the selected modules' re-run forward adds (0 for rows
-    without Megatron's selective recompute), and what the primary communication terms re-run."""
+    without Megatron's selective recompute; the scalar 0 where no row has the share), and what the primary
+    communication terms re-run."""
 
     attention: np.ndarray  # share of compute_attention (forward-equivalents of 3.5)
     dense: np.ndarray  # share of compute_dense
@@ -82,12 +83,15 @@ def selective_recompute(model: ModelSpec, t: LayoutTable, S: int, per_pair: np.n
     rows = np.flatnonzero(on_row)
     if len(rows) == n:
         return _selective_rows(model, t, S, per_pair, pair_of, div, passes, selected_modules(model, t))
-    out = {f.name: np.zeros((n, 1 if f.name in ("core", "moe") else S)) for f in fields(SelectiveRecompute)}
+    out: dict = dict.fromkeys((f.name for f in fields(SelectiveRecompute)), 0.0)  # a share no row has: the scalar 0
     if len(rows):
         sub = _selective_rows(model, t.take(rows), S, per_pair, pair_of[rows], _rows_of(div, rows), passes,
                               selected_modules(model, t)[rows])
-        for name, a in out.items():
-            a[rows] = getattr(sub, name)
+        for name in out:
+            part = getattr(sub, name)
+            if part.any():
+                out[name] = np.zeros((n, part.shape[1]))
+                out[name][rows] = part
     return SelectiveRecompute(**out)
 
 
