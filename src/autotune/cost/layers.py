@@ -277,14 +277,27 @@ def _unkey(u: int, has_split: bool) -> tuple[int, int, int]:
     return u >> 20, u & ((1 << 20) - 1), code
 
 
+_CLASS_COLS = {cls: [j for j, part in enumerate(PARTS) if PART_CLASS[part] == cls]
+               for cls in dict.fromkeys(PART_CLASS.values())}  # divisor class -> its parts' columns
+
+
 def fold_activations(per_pair: np.ndarray, pair_of: np.ndarray, div: dict) -> np.ndarray:
     """Activation bytes per token per stage (n, S): each divisor class's parts summed per (PP, VPP) pair,
     gathered to rows and divided by that class's per-GPU share `div[class]` (scalar or (n, 1))."""
-    out = 0.0
-    for cls in dict.fromkeys(PART_CLASS.values()):
-        cols = [j for j, part in enumerate(PARTS) if PART_CLASS[part] == cls]
-        out = out + per_pair[:, :, cols].sum(axis=2)[pair_of] * div[cls]
-    return out
+    out = None
+    for cls, cols in _CLASS_COLS.items():
+        d = div[cls]
+        if np.ndim(d) == 0 and d == 0.0:
+            continue  # a class this fold leaves out (the expert parts apart, or all but them): no gather
+        per = per_pair[:, :, cols].sum(axis=2)
+        if not per.any():
+            continue  # no layer of this model has the class's parts
+        term = per[pair_of] * d
+        if out is None:
+            out = term
+        else:
+            out += term
+    return np.zeros((len(pair_of), per_pair.shape[1])) if out is None else out
 
 
 def vocab_per_row(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
