@@ -28,7 +28,9 @@ def _terms(name: str, gpu: str, count: int, label: str, workload: Workload | Non
     cal = load_calibration(gpu)
     _, deps, _ = microbatch_terms(model, workload or Workload(), cluster, t, cal.time, MemoryCoefficients())
     ev = evaluate(model, workload or Workload(), cluster, t, cal)
-    return dict(zip(RECOMPUTES, range(len(RECOMPUTES)))), deps["recompute"], ev
+    shape = (len(t), int(t.pp.max()))  # a share no row has is the scalar 0: every share as (n, S)
+    rc = {k: np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in deps["recompute"].items()}
+    return dict(zip(RECOMPUTES, range(len(RECOMPUTES)))), rc, ev
 
 
 def test_core_attention_re_runs_only_when_named_or_by_default():
