@@ -160,15 +160,16 @@ def _read_yaml(text: str, label: str) -> dict:
     return data
 
 
-def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec, cap: int) -> list[list]:
-    """The enumeration axes, refused when their product exceeds `cap` (before numpy allocates)."""
+def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec, cap: int) -> tuple[list[list], int]:
+    """The enumeration axes and their product (the combinations), refused when that exceeds `cap` (before numpy
+    allocates)."""
     axes = grid_axes(space.dimensions.model_dump(), model, cluster)
     size = int(np.prod([max(len(a), 1) for a in axes], dtype=object))
     if size > cap:
         counts = " x ".join(str(len(a)) for a in axes)
         raise ConfigError(f"search space {space.source}: {size:,} combinations ({counts}) exceed the cap of "
                           f"{cap:,}; list fewer values per dimension")
-    return axes
+    return axes, size
 
 
 def _chunks(axes: list[list], rows: int = MAX_CHUNK):
@@ -231,7 +232,7 @@ def load_space(path: str | None = None, model: ModelSpec | None = None) -> Searc
 
 def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec) -> LayoutTable:
     """Every combination of the space's values for this model and cluster, as a LayoutTable."""
-    axes = _sized_axes(space, model, cluster, MAX_ENUMERATED)
+    axes, _ = _sized_axes(space, model, cluster, MAX_ENUMERATED)
     n, cols = grid_columns(axes, workload)
     return LayoutTable.from_columns(cluster.count, n, sp=True, **cols)
 
@@ -289,9 +290,9 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
             calibration: Calibration | None = None) -> SpaceResult:
     """The space's funnel for this model and cluster. Combinations are enumerated and screened MAX_CHUNK rows
     at a time, so memory follows the survivors, not the space's size (up to MAX_EXPLORED combinations)."""
-    axes = _sized_axes(space, model, cluster, MAX_EXPLORED)
+    axes, size = _sized_axes(space, model, cluster, MAX_EXPLORED)
     p = space.prune
-    n = n_legal = 0
+    n = n_legal = survivors = 0
     reasons: dict[str, int] = {f"illegal: {r.code}": 0 for r in RULES}  # in the rules' order
     later: dict[str, int] = {}
     parts = []
@@ -303,12 +304,12 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
         _add(reasons, r_legal)
         _add(later, r_later)
         parts.append(t.take(np.flatnonzero(kept)))
-        if (survivors := sum(len(x) for x in parts)) > MAX_EVALUATED:
+        survivors += len(parts[-1])
+        if survivors > MAX_EVALUATED:
             raise ConfigError(f"search space {space.source}: more than {MAX_EVALUATED:,} layouts of {model.name} on "
-                              f"{cluster.count} x {cluster.gpu.name} survive screening ({survivors:,} after "
-                              f"{n:,} of {int(np.prod([max(len(a), 1) for a in axes], dtype=object)):,} "
-                              f"combinations), too many to evaluate at once (~7 KB each); list fewer values per "
-                              "dimension")
+                              f"{cluster.count} x {cluster.gpu.name} survive screening ({survivors:,} after {n:,} of "
+                              f"{size:,} combinations), too many to evaluate at once (~7 KB each); list fewer values "
+                              "per dimension")
     sub = parts[0] if len(parts) == 1 else LayoutTable.concat(parts)
     reasons = {k: v for k, v in reasons.items() if v}
     funnel = [("enumerated", n), ("legal", n_legal)]

@@ -12,7 +12,6 @@ exists; elsewhere the gate is `not_run` with the reason.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.util
 import json
 import os
 import signal
