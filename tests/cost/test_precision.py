@@ -7,7 +7,10 @@ from autotune.catalog import GPUS, ClusterSpec, Workload, get_gpu, load_model
 from autotune.cli.main import main
 from autotune.cost import evaluate
 from autotune.cost._published import precision_of
+from autotune.cost._coefficients import TimeCoefficients
+from autotune.cost._raw import step_pieces
 from autotune.cost.calibrate import Calibration
+from autotune.cost.memory import embedding_params, stage_params
 from autotune.errors import BadInput, ConfigError
 from autotune.layout import Layout, LayoutTable, Recompute, format_args
 from autotune.layout.args import precision_args, precision_from_args
@@ -55,6 +58,45 @@ def test_mxfp8_gemms_pay_for_their_block_scales_and_skip_the_amax_pass():
     assert mx["compute_experts"][0] > cs["compute_experts"][0]
     assert mx["quantize"][0] < cs["quantize"][0]
     assert mx["compute_attention"][0] == pytest.approx(cs["compute_attention"][0])  # attention stays BF16
+
+
+def test_mxfp8_gathers_parameters_in_bf16_and_every_recipe_pays_its_weight_cast():
+    """Megatron gathers MXFP8 parameters in BF16 (into the gradient buffer) and casts the stage's weights after
+    the gather; recipes without --fp8-param-gather cast on the first micro-batch; gathered per-tensor FP8 weights
+    need a transpose on Hopper and nothing on Blackwell (its FP8 GEMMs take any layout)."""
+    t = LayoutTable.from_layouts([SEED])
+    model = load_model(QWEN)
+    co = TimeCoefficients()
+
+    def pieces(precision="bf16", pg=False, gpu="B200"):
+        c = ClusterSpec.of(gpu, 32)
+        return step_pieces(model, Workload(precision=precision, fp8_param_gather=pg), c, t, co, 4)
+
+    bf, cs_pg, cs, mx = pieces(), pieces("fp8-tensorwise", True), pieces("fp8-tensorwise"), pieces("mxfp8", True)
+    assert mx["dp_comm"][0] == pytest.approx(bf["dp_comm"][0])  # BF16 on the wire
+    assert cs_pg["dp_comm"][0] == pytest.approx(bf["dp_comm"][0] * 5 / 6)  # fp32 grads (4 B) + FP8 params (1 B)
+    assert cs_pg["optimizer"][0] == pytest.approx(bf["optimizer"][0])
+    mx_cast, cs_cast = mx["optimizer"][0] - bf["optimizer"][0], cs["optimizer"][0] - bf["optimizer"][0]
+    # MXFP8 writes row- and column-wise copies (2 + 2 B); per-tensor FP8 on Blackwell one copy, with an amax read
+    assert mx_cast > 0 and cs_cast == pytest.approx(mx_cast * 5 / 4)
+    # the stage's linear weights (no embedding, no output layer) once at full HBM bandwidth
+    dense, expert = stage_params(model, t, 4)
+    linear = (dense + expert - embedding_params(model, t, 4)).max()
+    assert mx_cast == pytest.approx(linear * co.quant_bytes / (get_gpu("B200").hbm_gbps * 1e9))
+    # Hopper: the same gathered FP8 weights get their transpose (1 B read, 1 B written) every step
+    h_bf, h_pg = pieces(gpu="H200"), pieces("fp8-tensorwise", True, gpu="H200")
+    assert h_pg["optimizer"][0] - h_bf["optimizer"][0] == pytest.approx(linear * 2 / (get_gpu("H200").hbm_gbps * 1e9))
+
+
+def test_per_tensor_fp8_casts_write_no_transpose_on_blackwell():
+    """The activation casts: per-tensor FP8 writes a transposed copy where GEMMs must be TN (Hopper), not on Blackwell."""
+    cs = ev("fp8-tensorwise", gpu="B200").time.step_terms["quantize"][0]
+    mx = ev("mxfp8", gpu="B200").time.step_terms["quantize"][0]
+    assert cs == pytest.approx(mx * 5 / 4)  # 2 B read + 1 B written + 2 B amax read, against 2 + 2
+    co = TimeCoefficients()
+    h = ev("fp8-tensorwise", gpu="H200").time.step_terms["quantize"][0]
+    hbm = get_gpu("H200").hbm_gbps / get_gpu("B200").hbm_gbps
+    assert h * hbm == pytest.approx(cs * (co.quant_bytes + co.amax_bytes) / (co.quant_bytes - 1 + co.amax_bytes))
 
 
 def test_fp8_memory_saves_activations_and_the_param_gather_saves_weights():

@@ -2,8 +2,8 @@
 
 `step_pieces` gives what happens once per step or per row rather than per micro-batch and stage: DP traffic of
 the most loaded stage (dense over DP x CP, experts over expert-DP; a stage's ranks are consecutive in Megatron's
-tp-cp-ep-dp-pp order) and how much compute it can hide behind, the optimizer step on the GPU and its offloaded
-share on the host, a fixed overhead, and the overlap shares of `_terms.OVERLAPS`. `host_time` is what the host
+tp-cp-ep-dp-pp order) and how much compute it can hide behind, the optimizer step on the GPU (with the step's
+cast of the weights to a low-precision recipe's format) and its offloaded share on the host, a fixed overhead, and the overlap shares of `_terms.OVERLAPS`. `host_time` is what the host
 needs to launch a micro-batch's kernels on each stage. `raw_time` stacks everything into a `RawTime`: the
 calibration composes it under many factor vectors at once (time.step_times); `evaluate` composes the same terms
 without stacking them (time._compose_terms). No torch, no ray.
@@ -18,10 +18,10 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from ._comm import group_bw
-from ._terms import DEPS, MB_TERMS, microbatch_terms
+from ._terms import DEPS, MB_TERMS, microbatch_terms, weight_cast_bytes
 from .layers import layer_tables, stage_sums
 from ._mtp import mtp_stage_params
-from .memory import MemoryCoefficients, owned_params, stage_params
+from .memory import MemoryCoefficients, embedding_params, owned_params, stage_params
 
 __all__ = ["RawTime", "raw_time", "step_pieces", "host_time", "PIECES"]
 
@@ -89,7 +89,12 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     valid = np.arange(S)[None, :] < t.pp[:, None]
     dp, edp = (np.maximum(a, 1)[:, None].astype(float) for a in (t.dp * t.cp, t.edp))  # grads reduce over DP x CP
     g = 4.0 if workload.grads_fp32 else 2.0  # gradient bytes on the wire
-    ag = 1.0 if workload.fp8_param_gather else 2.0  # --fp8-param-gather all-gathers FP8 parameters
+    # --fp8-param-gather all-gathers FP8 parameters, except MXFP8's: their row- and column-wise block-scaled
+    # copies cannot be gathered as one flat shard, so Megatron gathers them in BF16 into the gradient buffer and
+    # casts after the gather (distributed/param_and_grad_buffer.py: with the distributed optimizer and MXFP8
+    # parameters, param_data is a BF16 view of the grad buffer; core_v0.15 onward)
+    mx = workload.precision == "mxfp8"
+    ag = 1.0 if workload.fp8_param_gather and not mx else 2.0
     per_param = np.where(t.dist_opt, g + ag, 2 * g)  # grad RS + param AG, or grad all-reduce
     # dense parameters reduce over DP x CP (ranks TP apart), experts over expert-DP (ranks EP x ETP apart)
     bw_dense = group_bw(cluster, t.dp * t.cp, t.tp, c)[:, None]
@@ -109,6 +114,15 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     comm = np.where(valid, comm, 0.0).max(axis=1)
     comm = comm * per_param
     held = np.where(valid, owned_params(t, dense, expert), 0.0).max(axis=1)
+    # once per step every rank puts its stage's linear weights in the recipe's format on the compute stream
+    # (`weight_cast_bytes`: a full cast for MXFP8 after its BF16 gather and for any recipe without --fp8-param-gather,
+    # the column-wise copy of gathered FP8 weights where the GEMMs need one); the optimizer's own cast of its
+    # 1 / DP shard is in `optimizer_bytes`
+    cast = 0.0
+    per_weight = weight_cast_bytes(workload, cluster.gpu, c)
+    if per_weight:
+        linear = np.where(valid, dense + expert - embedding_params(model, t, S), 0.0).max(axis=1)
+        cast = linear * per_weight / (cluster.gpu.hbm_gbps * 1e9)
     on_host = t.offload * held * (0.0 if workload.lora else 1.0)  # LoRA: no base optimizer state to offload
     host_bw = cluster.gpu.host_mem_gbps * 1e9 * c.host_mem_eff / cluster.node_size  # one rank's share
     link_bw = cluster.gpu.host_link_gbps * 1e9 * c.host_link_eff
@@ -122,7 +136,8 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     contention = np.broadcast_to(np.array([c.ep_overlap_sm, c.tp_overlap_sm, 0.0]), overlap.shape)
     return dict(microbatches=M, bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
                 dp_overlap=np.where(t.fsdp & ((t.pp == 1) | zero2), M, np.where(t.overlap_grad | t.fsdp, c.dp_overlap, 0.0)),
-                optimizer=(0.0 if workload.lora else 1.0) * (held - on_host) * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9),
+                optimizer=(0.0 if workload.lora else 1.0) * (held - on_host) * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9)
+                + cast,
                 step_overhead=np.full(len(t), c.step_overhead_s), offload=offload, overlap=overlap,
                 contention=contention)
 

@@ -41,7 +41,7 @@ from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
 
-__all__ = ["microbatch_terms", "gemm_efficiency", "attention_efficiency", "MB_TERMS", "STEP_TERMS", "DERIVED", "DEPS",
+__all__ = ["microbatch_terms", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "attention_efficiency", "MB_TERMS", "STEP_TERMS", "DERIVED", "DEPS",
            "link_bandwidths", "OVERLAPS", "WINDOW"]
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
@@ -113,6 +113,32 @@ def gemm_passes(workload: Workload) -> float:
     """GEMMs per linear per micro-batch, in forward's units: forward, data gradient and weight gradient (3); LoRA's
     frozen base weights need no weight gradient (2)."""
     return 2.0 if workload.lora else 3.0
+
+
+def cast_bytes(workload: Workload, gpu, c) -> float:
+    """HBM bytes per element of one cast to the recipe's format: the BF16 read and the FP8 row- and column-wise
+    writes (`quant_bytes`), plus per-tensor current scaling's amax read. Per-tensor FP8 on Blackwell writes the
+    row-wise copy alone: its GEMMs take any operand layout, so Transformer Engine's quantizer makes no transpose
+    (csrc/quantizer.cpp: with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported(), true from
+    sm100; the GPUs with MXFP8 tensor cores). MXFP8 needs both (its column-wise blocks run along the other axis),
+    and blockwise FP8 there is emulated through MXFP8."""
+    per_tensor_bw = gpu.mxfp8 and workload.precision in ("fp8-delayed", "fp8-tensorwise")
+    return c.quant_bytes - (1.0 if per_tensor_bw else 0.0) + (c.amax_bytes if workload.amax_pass else 0.0)
+
+
+def weight_cast_bytes(workload: Workload, gpu, c) -> float:
+    """HBM bytes per linear weight a rank spends once per step putting its weights in the recipe's format (0 for
+    BF16). MXFP8 parameters are gathered in BF16 and cast after the gather (fp8_utils.copy_tensors_to_quantized_params
+    in the forward pre-hook); without --fp8-param-gather Transformer Engine casts the BF16 weights on the first
+    micro-batch and keeps them for the rest of the step. Both are a full cast (`cast_bytes`). FP8 parameters
+    gathered as FP8 only need their column-wise copy made from the row-wise one after the gather (read and write
+    1 B each, fp8_utils.post_all_gather_processing): per-tensor recipes on Hopper and blockwise; per-tensor FP8 on
+    Blackwell needs none."""
+    if not workload.quantized:
+        return 0.0
+    if workload.precision == "mxfp8" or not workload.fp8_param_gather:
+        return cast_bytes(workload, gpu, c)
+    return 0.0 if gpu.mxfp8 and workload.precision in ("fp8-delayed", "fp8-tensorwise") else 2.0
 
 
 def gemm_efficiency(c, width, rows):
@@ -219,13 +245,11 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         e_bytes = e_pair[e_of, :, 0] * div["seq"] + e_pair[e_of, :, 1] * div["tp"]
         mb["memory_bound"] = mb["memory_bound"] + e_bytes * (tokens / (g.hbm_gbps * 1e9))
     # FP8 casts: every TE linear's input (forward) and output gradient (backward) read in BF16 and written
-    # in FP8 row- and column-wise (`quant_bytes` per element); per-tensor current scaling reads it once more
-    # for the amax. Elements per token ~ the saved linear inputs' BF16 bytes / 2, twice (two passes).
+    # in FP8 (`cast_bytes` per element). Elements per token ~ the saved linear inputs' BF16 bytes / 2, twice (two passes).
     mb["quantize"] = 0.0
     if fp8:
         q_pair, q_of = stage_sums_by_pair(lt.act * QUANT_PARTS[None, :], t.pp, t.vpp, S, t.split)
-        q_bytes = c.quant_bytes + (c.amax_bytes if workload.amax_pass else 0.0)
-        mb["quantize"] = fold_activations(q_pair, q_of, div) * (tokens * q_bytes / (g.hbm_gbps * 1e9))
+        mb["quantize"] = fold_activations(q_pair, q_of, div) * (tokens * cast_bytes(workload, g, c) / (g.hbm_gbps * 1e9))
 
     # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
     full = (t.rc_gran == 2)[:, None]
