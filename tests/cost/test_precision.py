@@ -104,9 +104,14 @@ def test_fp8_memory_saves_activations_and_the_param_gather_saves_weights():
     b, f, g = ev(lay=none), ev("fp8-tensorwise", lay=none), ev("fp8-tensorwise", lay=none, pg=True)
     bm, fm, gm = b.memory.terms, f.memory.terms, g.memory.terms
     assert fm["activations"][0, 0] < 0.9 * bm["activations"][0, 0]  # linear inputs halve, the rest stays
-    assert fm["weights"][0, 1] == pytest.approx(1.5 * bm["weights"][0, 1], rel=0.01)  # BF16 + FP8 copy
+    assert fm["weights"][0, 1] == pytest.approx(2 * bm["weights"][0, 1], rel=0.01)  # BF16 + FP8 copy + transpose
     assert gm["weights"][0, 1] == pytest.approx(bm["weights"][0, 1], rel=0.01)  # FP8 param + its transpose
     assert g.time.step_terms["dp_comm"][0] <= f.time.step_terms["dp_comm"][0]
+    # Blackwell: per-tensor FP8 keeps no transpose (its GEMMs take any layout); MXFP8 keeps both block-scaled copies
+    bb = ev(lay=none, gpu="B200").memory.terms["weights"][0, 1]
+    assert ev("fp8-tensorwise", lay=none, pg=True, gpu="B200").memory.terms["weights"][0, 1] == pytest.approx(bb / 2, rel=0.01)
+    assert ev("fp8-tensorwise", lay=none, gpu="B200").memory.terms["weights"][0, 1] == pytest.approx(1.5 * bb, rel=0.01)
+    assert ev("mxfp8", lay=none, pg=True, gpu="B200").memory.terms["weights"][0, 1] == pytest.approx(bb, rel=0.01)
 
 
 def test_precision_flags_round_trip_through_a_run_block():

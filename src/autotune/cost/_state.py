@@ -5,8 +5,9 @@
 O the share whose optimizer state the GPU owns (dense / (DP x CP) + experts / expert-DP under a sharding optimizer),
 a "unit" one decoder layer (FSDP's wrapping unit in every framework here):
 
-  megatron    Megatron-core: BF16 parameters P x 2 B, plus Transformer Engine's low-precision copy of the linear
-              weights (1 B; with --fp8-param-gather the parameter itself is FP8 and the copy its transpose); main
+  megatron    Megatron-core: BF16 parameters P x 2 B, plus Transformer Engine's low-precision copies of the linear
+              weights (1 B each: the row-wise one, and a column-wise one where the GEMMs need it, _quant.lowp_copies;
+              with --fp8-param-gather the parameter itself is the low-precision copy, no BF16 one); main
               gradients P x 4 B (fp32) or 2 B; fp32 master + Adam m, v O x 12 B. Megatron-FSDP with PP 1 shards the
               parameters and gradients too, two units gathered at once (the running one, the prefetched one).
               NVFP4 is counted at FP8's bytes: its FP4 copies (0.5 B + an E4M3 scale per 16 values, row- and
@@ -49,24 +50,25 @@ def _units(model: ModelSpec, t: LayoutTable, S: int) -> np.ndarray:
 
 
 def state_terms(model: ModelSpec, workload: Workload, t: LayoutTable, S: int, p_dense: np.ndarray, p_exp: np.ndarray,
-                owned: np.ndarray, keep: np.ndarray, emb: np.ndarray, coef) -> tuple:
+                owned: np.ndarray, keep: np.ndarray, emb: np.ndarray, coef, lowp: int = 1) -> tuple:
     """(weights, grads, optimizer) bytes per GPU per stage (n, S) for the workload's framework (module docstring).
     `emb`: the stage's embedding and output-layer parameters (no low-precision copy); `keep`: (n, 1) share of the
-    optimizer state left on the GPU (the rest offloaded to the host). LoRA (Workload.lora): the frozen base has
+    optimizer state left on the GPU (the rest offloaded to the host); `lowp`: the low-precision copies Transformer
+    Engine keeps of each linear weight (_quant.lowp_copies). LoRA (Workload.lora): the frozen base has
     weights only; the adapters' gradients and optimizer state are left out (under 1% of the parameters)."""
-    w_bytes, g_bytes, o_bytes = _framework_state(model, workload, t, S, p_dense, p_exp, owned, keep, emb, coef)
+    w_bytes, g_bytes, o_bytes = _framework_state(model, workload, t, S, p_dense, p_exp, owned, keep, emb, coef, lowp)
     if workload.lora:
         return w_bytes, np.zeros_like(w_bytes), np.zeros_like(w_bytes)
     return w_bytes, g_bytes, o_bytes
 
 
-def _framework_state(model, workload, t, S, p_dense, p_exp, owned, keep, emb, coef) -> tuple:
+def _framework_state(model, workload, t, S, p_dense, p_exp, owned, keep, emb, coef, lowp) -> tuple:
     params = p_dense + p_exp
     fw = workload.framework
     if fw == "megatron":
         w_bytes = 2.0 * params
-        if workload.quantized and not workload.fp8_param_gather:
-            w_bytes = w_bytes + (params - emb)  # the linear weights' low-precision copy
+        if workload.quantized:  # the linear weights' low-precision copies, beside the BF16 ones or instead of them
+            w_bytes = w_bytes + (params - emb) * (lowp - (2.0 if workload.fp8_param_gather else 0.0))
         g_bytes = (coef.grad_bytes if workload.grads_fp32 else 2.0) * params
         if t.fsdp.any():  # Megatron-FSDP: a 1 / DP shard of each, plus the gathered units in flight
             per_layer = params / _units(model, t, S)

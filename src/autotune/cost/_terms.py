@@ -34,7 +34,7 @@ from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..catalog.model import FULL, SLIDING
 from ..layout import LayoutTable
 from ._comm import a2a_time, contiguous_spread, group_bw, link_bandwidths, ring_bw, routing_load
-from ._quant import linear_time_scale
+from ._quant import linear_time_scale, lowp_copies
 from ._sac import op_sac_recompute
 from ._selective import selective_recompute
 from .flops import stage_flops
@@ -116,14 +116,12 @@ def gemm_passes(workload: Workload) -> float:
 
 
 def cast_bytes(workload: Workload, gpu, c) -> float:
-    """HBM bytes per element of one cast to the recipe's format: the BF16 read and the FP8 row- and column-wise
-    writes (`quant_bytes`), plus per-tensor current scaling's amax read. Per-tensor FP8 on Blackwell writes the
-    row-wise copy alone: its GEMMs take any operand layout, so Transformer Engine's quantizer makes no transpose
-    (csrc/quantizer.cpp: with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported(), true from
-    sm100; the GPUs with MXFP8 tensor cores). MXFP8 needs both (its column-wise blocks run along the other axis),
-    and blockwise FP8 there is emulated through MXFP8."""
-    per_tensor_bw = gpu.mxfp8 and workload.precision in ("fp8-delayed", "fp8-tensorwise")
-    return c.quant_bytes - (1.0 if per_tensor_bw else 0.0) + (c.amax_bytes if workload.amax_pass else 0.0)
+    """HBM bytes per element of one cast to the recipe's format: the BF16 read and the low-precision copies'
+    writes (`quant_bytes` counts two, `lowp_copies` says how many), plus per-tensor current scaling's amax read.
+    NVFP4 stays at two copies' bytes: its two 4-bit copies with scales write ~1.1 B, but its casts also run the
+    random Hadamard transform on the column-wise copy's input, which this byte count does not model apart."""
+    copies = 2 if workload.fp4 else lowp_copies(workload, gpu)
+    return c.quant_bytes - (2 - copies) + (c.amax_bytes if workload.amax_pass else 0.0)
 
 
 def weight_cast_bytes(workload: Workload, gpu, c) -> float:
@@ -138,7 +136,7 @@ def weight_cast_bytes(workload: Workload, gpu, c) -> float:
         return 0.0
     if workload.precision == "mxfp8" or not workload.fp8_param_gather:
         return cast_bytes(workload, gpu, c)
-    return 0.0 if gpu.mxfp8 and workload.precision in ("fp8-delayed", "fp8-tensorwise") else 2.0
+    return 2.0 if lowp_copies(workload, gpu) == 2 else 0.0
 
 
 def gemm_efficiency(c, width, rows):

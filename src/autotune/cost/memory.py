@@ -38,6 +38,7 @@ from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
 from ._mtp import mtp_stage_activations, mtp_stage_params
 from ._sac import op_sac_kept
+from ._quant import lowp_copies
 from ._state import state_terms
 from ._comm import routing_load
 from .layers import (PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
@@ -243,7 +244,7 @@ def estimate_memory(
     owned = owned_params(t, p_dense, p_exp)
     keep = (1.0 - t.offload)[:, None]
     w_bytes, g_bytes, o_bytes = state_terms(model, workload, t, S, p_dense, p_exp, owned, keep,
-                                            embedding_params(model, t, S), coef)
+                                            embedding_params(model, t, S), coef, lowp_copies(workload, cluster.gpu))
     terms = {"weights": w_bytes, "grads": g_bytes, "optimizer": o_bytes}
 
     # --- activations per token of one micro-batch ------------------------------------------------------

@@ -45,11 +45,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.1801, "feature": 0.0907, "interaction": 0.054, "noise": 0.0721, "tp": 0.0614, "pp": 0.0807,
-    "vpp": 0.0624, "cp": 0.1692, "ep": 0.0726, "recompute": 0.1045, "recompute_1": 0.1227, "dispatcher": 0.0928,
-    "max_tokens_per_gpu": 0.0849, "precision_aware_optimizer": 0.0849, "moe_shared_expert_overlap": 0.0808,
-    "ep_overlap": 0.1014, "tp_comm_overlap": 0.0939, "cuda_graphs": 0.0774, "moe_capacity_factor": 0.0801,
-    "ep_x_nodes": 0.0488, "pp_x_recompute": 0.0638, "tp_x_hidden": 0.043, "scale_sd": 1.0439,
+    "intercept": 0.18, "feature": 0.0909, "interaction": 0.054, "noise": 0.0719, "tp": 0.0614, "pp": 0.0807,
+    "vpp": 0.0625, "cp": 0.1695, "ep": 0.0726, "recompute": 0.1047, "recompute_1": 0.1229, "dispatcher": 0.0931,
+    "max_tokens_per_gpu": 0.0851, "precision_aware_optimizer": 0.0851, "moe_shared_expert_overlap": 0.081,
+    "ep_overlap": 0.1016, "tp_comm_overlap": 0.0939, "cuda_graphs": 0.0775, "moe_capacity_factor": 0.0802,
+    "ep_x_nodes": 0.0488, "pp_x_recompute": 0.0638, "tp_x_hidden": 0.043, "scale_sd": 1.0429,
 }
 
 
