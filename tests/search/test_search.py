@@ -208,3 +208,27 @@ def test_the_human_output_says_what_the_space_screening_kept(tmp_path, capsys):
     rc, out = run_json(capsys, "--runs-dir", str(tmp_path), "--trials", "1")
     assert rc == 0 and line == "note: search space search_spaces/Qwen3.5-122B-A10B.yaml: " + " -> ".join(
         f"{f['count']:,} {f['stage']}" for f in out["funnel"])
+
+
+def test_notes_shown_before_the_run_are_not_repeated_on_the_same_terminal(tmp_path, monkeypatch):
+    """On one terminal the notes printed before the run are not printed again under the table; where the summary
+    goes elsewhere (stdout to a file), it keeps them all."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.cli import report, search as search_cli
+
+    def run_with(out_tty: bool):
+        out, err = io.StringIO(), io.StringIO()
+        monkeypatch.setattr(search_cli, "console", Console(file=out, force_terminal=out_tty, width=200))
+        monkeypatch.setattr(report, "console", search_cli.console)
+        monkeypatch.setattr(search_cli, "err_console", Console(file=err, force_terminal=True, width=200))
+        assert main([*ARGS, "--runs-dir", str(tmp_path), "--trials", "1"]) == 0
+        return out.getvalue(), err.getvalue()
+
+    out, err = run_with(out_tty=True)
+    assert "note: planner: model-guided" in err and "note: planner:" not in out
+    assert "best: " in out
+    out, err = run_with(out_tty=False)
+    assert "note: planner: model-guided" in err and "note: planner: model-guided" in out

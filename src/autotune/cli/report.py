@@ -11,7 +11,8 @@ GiB = 1024**3
 TOP = 20  # trials in the table; the dashboard and --json have them all
 
 
-def render_outcome(out: dict) -> None:
+def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
+    """The ranked trials, the notes (less those in `shown`: already on this screen) and the best layout."""
     t = Table(title=f"study {out['study']}: trials ranked ({out['backend']} backend)")
     for col in ("rank", "trial", "layout", "settings", "predicted", "measured", "MFU", "$/1M", "peak GiB", "state"):
         t.add_column(col, justify="right" if col in ("rank", "trial", "predicted", "measured", "MFU", "$/1M", "peak GiB") else "left")
@@ -28,7 +29,8 @@ def render_outcome(out: dict) -> None:
         console.print(f"... {len(order) - TOP} more trial(s): autotune dashboard {out['study_dir']} (or --json)",
                       markup=False)
     for note in out["notes"]:
-        console.print(f"note: {note}", markup=False)
+        if note not in shown:
+            console.print(f"note: {note}", markup=False)
     console.print(f"stopped: {out['stop_reason']}")
     console.print(f"{out['dispatched']} trial(s), {out['gpu_hours']:.1f} GPU-hours"
                   + (" (predicted)" if out["backend"] == "simulate" else ""))

@@ -20,7 +20,7 @@ from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, PrecisionOpt, SeqOpt,
                      finite_non_negative, finite_positive, fraction, input_file, non_negative_int, output_dir, positive_int, resolve)
-from .console import err_console, print_json, working
+from .console import console, err_console, print_json, working
 from .report import render_outcome
 
 BACKEND_CHOICES = ("auto", "simulate", "local", "ray", "slime")
@@ -161,7 +161,9 @@ def search(
     if json_out:
         print_json(out)
     else:
-        render_outcome(out)
+        # the notes printed before the run are not repeated under the table when both went to one terminal
+        same_screen = console.is_terminal and err_console.is_terminal
+        render_outcome(out, shown=frozenset(notes) if same_screen else frozenset())
 
 
 def register(app: typer.Typer) -> None:
