@@ -87,7 +87,7 @@ class TimeCoefficients:
     # profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst, B300, 5B-model shapes, --pre-quantize):
     # 6.812 ms per layer FP8 current scaling vs 7.161 ms MXFP8 (the E8M0 scale loads): 0.95
     mxfp8_gemm: float = 0.95
-    # NVFP4's GEMMs run at the FP4 peak x fp8_gemm. Measured and not adopted (4 December): capping them at the same
+    # NVFP4's GEMMs run at the FP4 peak x fp8_gemm. Measured and not adopted (3 and 4 December): capping them at the same
     # guide's B300 kernel speed-up over FP8 current scaling (1.81x, 3.764 vs 6.812 ms per layer) moved Llama-3.1-70B's
     # NVFP4 / MXFP8 ratio on 64 GB300 from 1.73 to 1.41 (measured 1.50) but the NVFP4 rows' leave-one-source-out
     # MAPE from 7.4% to 12.4%: the guide's 5B-model shapes are smaller than the published models'
