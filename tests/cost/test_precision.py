@@ -89,7 +89,8 @@ def test_mxfp8_gathers_parameters_in_bf16_and_every_recipe_pays_its_weight_cast(
 
 
 def test_per_tensor_fp8_casts_write_no_transpose_on_blackwell():
-    """The activation casts: per-tensor FP8 writes a transposed copy where GEMMs must be TN (Hopper), not on Blackwell."""
+    """The activation casts: per-tensor FP8 writes a transposed copy where GEMMs must be TN (Hopper), not on
+    Blackwell."""
     cs = ev("fp8-tensorwise", gpu="B200").time.step_terms["quantize"][0]
     mx = ev("mxfp8", gpu="B200").time.step_terms["quantize"][0]
     assert cs == pytest.approx(mx * 5 / 4)  # 2 B read + 1 B written + 2 B amax read, against 2 + 2
@@ -109,9 +110,12 @@ def test_fp8_memory_saves_activations_and_the_param_gather_saves_weights():
     assert g.time.step_terms["dp_comm"][0] <= f.time.step_terms["dp_comm"][0]
     # Blackwell: per-tensor FP8 keeps no transpose (its GEMMs take any layout); MXFP8 keeps both block-scaled copies
     bb = ev(lay=none, gpu="B200").memory.terms["weights"][0, 1]
-    assert ev("fp8-tensorwise", lay=none, pg=True, gpu="B200").memory.terms["weights"][0, 1] == pytest.approx(bb / 2, rel=0.01)
-    assert ev("fp8-tensorwise", lay=none, gpu="B200").memory.terms["weights"][0, 1] == pytest.approx(1.5 * bb, rel=0.01)
-    assert ev("mxfp8", lay=none, pg=True, gpu="B200").memory.terms["weights"][0, 1] == pytest.approx(bb, rel=0.01)
+    def weights(precision, pg):
+        return ev(precision, lay=none, pg=pg, gpu="B200").memory.terms["weights"][0, 1]
+
+    assert weights("fp8-tensorwise", True) == pytest.approx(bb / 2, rel=0.01)
+    assert weights("fp8-tensorwise", False) == pytest.approx(1.5 * bb, rel=0.01)
+    assert weights("mxfp8", True) == pytest.approx(bb, rel=0.01)
 
 
 def test_precision_flags_round_trip_through_a_run_block():

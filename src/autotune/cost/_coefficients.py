@@ -87,10 +87,10 @@ class TimeCoefficients:
     # profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst, B300, 5B-model shapes, --pre-quantize):
     # 6.812 ms per layer FP8 current scaling vs 7.161 ms MXFP8 (the E8M0 scale loads): 0.95
     mxfp8_gemm: float = 0.95
-    # NVFP4's GEMMs run at the FP4 peak x fp8_gemm. Measured and not adopted (3 and 4 December): capping them at the same
-    # guide's B300 kernel speed-up over FP8 current scaling (1.81x, 3.764 vs 6.812 ms per layer) moved Llama-3.1-70B's
-    # NVFP4 / MXFP8 ratio on 64 GB300 from 1.73 to 1.41 (measured 1.50) but the NVFP4 rows' leave-one-source-out
-    # MAPE from 7.4% to 12.4%: the guide's 5B-model shapes are smaller than the published models'
+    # NVFP4's GEMMs run at the FP4 peak x fp8_gemm. Measured and not adopted (3 and 4 December): capping them at the
+    # same guide's B300 kernel speed-up over FP8 current scaling (1.81x, 3.764 vs 6.812 ms per layer) moved
+    # Llama-3.1-70B's NVFP4 / MXFP8 ratio on 64 GB300 from 1.73 to 1.41 (measured 1.50) but the NVFP4 rows'
+    # leave-one-source-out MAPE from 7.4% to 12.4%: the guide's 5B-model shapes are smaller than the published models'
     # fixed GPU time of one local expert's GEMM: Transformer Engine's grouped linear issues one cuBLAS GEMM per expert
     # over a few streams (transformer_engine/common/gemm/cublaslt_gemm.cu, multi-stream cuBLAS); each kernel pays a
     # launch gap (~3-5 us) and a partly filled last wave (half a wave of a 20-60 us expert GEMM): ~10 us

@@ -3,10 +3,11 @@
 `step_pieces` gives what happens once per step or per row rather than per micro-batch and stage: DP traffic of
 the most loaded stage (dense over DP x CP, experts over expert-DP; a stage's ranks are consecutive in Megatron's
 tp-cp-ep-dp-pp order) and how much compute it can hide behind, the optimizer step on the GPU (with the step's
-cast of the weights to a low-precision recipe's format) and its offloaded share on the host, a fixed overhead, and the overlap shares of `_terms.OVERLAPS`. `host_time` is what the host
-needs to launch a micro-batch's kernels on each stage. `raw_time` stacks everything into a `RawTime`: the
-calibration composes it under many factor vectors at once (time.step_times); `evaluate` composes the same terms
-without stacking them (time._compose_terms). No torch, no ray.
+cast of the weights to a low-precision recipe's format) and its offloaded share on the host, a fixed overhead,
+and the overlap shares of `_terms.OVERLAPS`. `host_time` is what the host needs to launch a micro-batch's
+kernels on each stage. `raw_time` stacks everything into a `RawTime`: the calibration composes it under many
+factor vectors at once (time.step_times); `evaluate` composes the same terms without stacking them
+(time._compose_terms). No torch, no ray.
 """
 
 from __future__ import annotations
@@ -136,8 +137,8 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     contention = np.broadcast_to(np.array([c.ep_overlap_sm, c.tp_overlap_sm, 0.0]), overlap.shape)
     return dict(microbatches=M, bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
                 dp_overlap=np.where(t.fsdp & ((t.pp == 1) | zero2), M, np.where(t.overlap_grad | t.fsdp, c.dp_overlap, 0.0)),
-                optimizer=(0.0 if workload.lora else 1.0) * (held - on_host) * c.optimizer_bytes / (cluster.gpu.hbm_gbps * 1e9)
-                + cast,
+                optimizer=(0.0 if workload.lora else 1.0) * (held - on_host) * c.optimizer_bytes
+                / (cluster.gpu.hbm_gbps * 1e9) + cast,
                 step_overhead=np.full(len(t), c.step_overhead_s), offload=offload, overlap=overlap,
                 contention=contention)
 

@@ -41,8 +41,8 @@ from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
 
-__all__ = ["microbatch_terms", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "attention_efficiency", "MB_TERMS", "STEP_TERMS", "DERIVED", "DEPS",
-           "link_bandwidths", "OVERLAPS", "WINDOW"]
+__all__ = ["microbatch_terms", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "attention_efficiency", "MB_TERMS",
+           "STEP_TERMS", "DERIVED", "DEPS", "link_bandwidths", "OVERLAPS", "WINDOW"]
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
             "recompute", "memory_bound", "expert_memory", "quantize", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead",
@@ -243,11 +243,13 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         e_bytes = e_pair[e_of, :, 0] * div["seq"] + e_pair[e_of, :, 1] * div["tp"]
         mb["memory_bound"] = mb["memory_bound"] + e_bytes * (tokens / (g.hbm_gbps * 1e9))
     # FP8 casts: every TE linear's input (forward) and output gradient (backward) read in BF16 and written
-    # in FP8 (`cast_bytes` per element). Elements per token ~ the saved linear inputs' BF16 bytes / 2, twice (two passes).
+    # in FP8 (`cast_bytes` per element). Elements per token ~ the saved linear inputs' BF16 bytes / 2, twice
+    # (two passes).
     mb["quantize"] = 0.0
     if fp8:
         q_pair, q_of = stage_sums_by_pair(lt.act * QUANT_PARTS[None, :], t.pp, t.vpp, S, t.split)
-        mb["quantize"] = fold_activations(q_pair, q_of, div) * (tokens * cast_bytes(workload, g, c) / (g.hbm_gbps * 1e9))
+        q_bytes = cast_bytes(workload, g, c)
+        mb["quantize"] = fold_activations(q_pair, q_of, div) * (tokens * q_bytes / (g.hbm_gbps * 1e9))
 
     # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
     full = (t.rc_gran == 2)[:, None]
