@@ -179,6 +179,29 @@ def test_a_user_gpu_file_is_validated_in_one_line(tmp_path, capsys):
     assert "Blackwell only" in capsys.readouterr().err
 
 
+def test_a_workstation_blackwell_file_keeps_the_fp8_transpose(tmp_path):
+    """A GPU file says whether its FP8 GEMMs take any operand layout (sm100-class) apart from MXFP8 support (sm120
+    has MXFP8 but TN-only FP8 GEMMs): the per-tensor casts then write the transpose too, as on Hopper."""
+    body = ("memory_gb_nominal: 96\nbf16_tflops: 500\nfp8_tflops: 1000\nmxfp8: true\nhbm_gbps: 1800\n"
+            "nvlink_gbps: 64\n")
+    (tmp_path / "dc.yaml").write_text("name: DC\n" + body)
+    (tmp_path / "ws.yaml").write_text("name: WS\nfp8_any_layout: false\n" + body)
+    dc, ws = get_gpu(str(tmp_path / "dc.yaml")), get_gpu(str(tmp_path / "ws.yaml"))
+    assert dc.fp8_any_layout and not ws.fp8_any_layout
+    assert get_gpu("B200").fp8_any_layout and not get_gpu("H100").fp8_any_layout
+    lay = Layout(world=8, tp=1, pp=1, micro_batch_size=1)
+
+    def quantize(gpu):
+        c = ClusterSpec.of(gpu, 8)
+        e = evaluate(load_model("Llama-3.1-8B"), Workload(precision="fp8-tensorwise"), c,
+                     LayoutTable.from_layouts([lay]), Calibration(gpu.name))
+        return e.time.step_terms["quantize"][0]
+
+    co = TimeCoefficients()
+    assert quantize(ws) == pytest.approx(quantize(dc) * (co.quant_bytes + co.amax_bytes)
+                                         / (co.quant_bytes - 1 + co.amax_bytes))
+
+
 def test_uncertainty_grows_where_the_calibration_saw_nothing():
     from autotune.cost import uncertainty
     from autotune.cost.calibrate import load_calibration

@@ -27,6 +27,7 @@ class GpuFile(BaseModel):
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float = Field(default=0.0, ge=0)
     mxfp8: bool = False
+    fp8_any_layout: bool | None = None  # FP8 GEMMs in any operand layout (sm100-class); default: as mxfp8
     fp4_tflops: float = Field(default=0.0, ge=0)  # dense NVFP4 peak (Blackwell); 0: none
     hbm_gbps: float = Field(gt=0)
     nvlink_gbps: float = Field(gt=0)  # unidirectional per GPU

@@ -48,10 +48,16 @@ class GpuSpec:
     mxfp8: bool = False  # block-scaled FP8 (MXFP8) tensor cores
     fp4_tflops: float = 0.0  # dense NVFP4 peak (0: no FP4 tensor cores)
     nvlink_domain: int = 0  # GPUs on one NVLink fabric (0: the node)
+    # FP8 GEMMs take either operand layout, so per-tensor FP8 keeps no transpose (Transformer Engine's
+    # nvte_is_non_tn_fp8_gemm_supported: sm100 to sm119 and sm130 on; not Hopper, not sm120 workstation Blackwell).
+    # None: as `mxfp8` (every catalog GPU with MXFP8 tensor cores is sm100-class)
+    fp8_any_layout: bool | None = None
 
     def __post_init__(self):
         if self.nvlink_domain == 0:
             object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
+        if self.fp8_any_layout is None:
+            object.__setattr__(self, "fp8_any_layout", self.mxfp8)
 
 
 GPUS: dict[str, GpuSpec] = {

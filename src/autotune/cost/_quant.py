@@ -32,12 +32,12 @@ def lowp_copies(workload: Workload, gpu) -> int:
     """Low-precision copies a cast writes of each tensor (0 for BF16): the row-wise one, and a column-wise one where
     the GEMMs need it. Per-tensor FP8 on Blackwell writes the row-wise copy alone: its FP8 GEMMs take any operand
     layout, so Transformer Engine's quantizer makes no transpose (csrc/quantizer.cpp: with_transpose =
-    columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported(), true from sm100: the GPUs with MXFP8 tensor cores).
-    On Hopper it writes the transpose too; MXFP8 needs both (its column-wise blocks run along the other axis), and
-    blockwise FP8 on Blackwell is emulated through MXFP8. NVFP4's two 4-bit copies with their scales count as one."""
+    columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported(), true from sm100: GpuSpec.fp8_any_layout). On Hopper
+    it writes the transpose too; MXFP8 needs both (its column-wise blocks run along the other axis), and blockwise
+    FP8 on Blackwell is emulated through MXFP8. NVFP4's two 4-bit copies with their scales count as one."""
     if not workload.quantized:
         return 0
-    if workload.fp4 or (gpu.mxfp8 and workload.precision in ("fp8-delayed", "fp8-tensorwise")):
+    if workload.fp4 or (gpu.fp8_any_layout and workload.precision in ("fp8-delayed", "fp8-tensorwise")):
         return 1
     return 2
 
