@@ -36,6 +36,18 @@ def test_estimate_without_recompute_does_not_fit_and_says_so(capsys):
     assert rc == 0 and "does not fit" in out
 
 
+def test_estimate_breakdown_says_what_each_term_is(capsys, monkeypatch):
+    """Each term of the human breakdown carries its one-line meaning; terms the layout does not pay are left out."""
+    from autotune.cost import STEP_TERMS, TERM_MEANINGS
+
+    assert set(TERM_MEANINGS) == set(STEP_TERMS) and all(TERM_MEANINGS.values())
+    monkeypatch.setenv("COLUMNS", "200")
+    rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8", "--recompute", "full:uniform:2")
+    assert rc == 0 and "what it is" in out
+    assert TERM_MEANINGS["bubble"] in out and TERM_MEANINGS["ep_comm"] in out
+    assert TERM_MEANINGS["cp_comm"] not in out  # CP 1: no context-parallel exchange
+
+
 def test_estimate_recipe_reports_measured(capsys):
     rc, out, _ = run(capsys, "estimate", "--recipe", "recipes/qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8-rc2.yaml", "--json")
     assert rc == 0

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import param_counts
-from ..cost import MEMORY_TERMS, evaluate
+from ..cost import MEMORY_TERMS, TERM_MEANINGS, evaluate
 from ..layout import LayoutTable, format_args, layout_args, validate
 from ..layout.args import precision_args
 from .common import (BatchOpt, GradsOpt, JsonOpt, PerNodeOpt, PrecisionOpt, SeqOpt, layout_options, recipe_inputs,
@@ -190,9 +190,10 @@ def render(out: dict) -> None:
     b.add_column("term")
     b.add_column("seconds", justify="right")
     b.add_column("share", justify="right")
+    b.add_column("what it is")
     for k, v in sorted(thr["breakdown"].items(), key=lambda kv: -kv[1]):
         if v > 0:
-            b.add_row(k, f"{v:.3f}", f"{v / thr['step_time_s']:.1%}")
+            b.add_row(k, f"{v:.3f}", f"{v / thr['step_time_s']:.1%}", TERM_MEANINGS.get(k, ""))
     console.print(b)
     lo, hi = thr["tokens_per_s_per_gpu_68"]
     line = (f"predicted [bold]{thr['tokens_per_s_per_gpu']:,.1f}[/] tokens/s/GPU (68%: {lo:,.0f}-{hi:,.0f}), "

@@ -19,7 +19,7 @@ from .calibrate import Calibration, load_calibration
 from .flops import mfu, mfu_of, usd_per_million_tokens
 from .memory import TERMS as MEMORY_TERMS
 from .memory import MemoryCoefficients, MemoryResult, estimate_memory
-from .time import MB_TERMS, STEP_TERMS, TimeCoefficients, TimeResult, estimate_time
+from .time import MB_TERMS, STEP_TERMS, TERM_MEANINGS, TimeCoefficients, TimeResult, estimate_time
 from .uncertainty import uncertainty
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "estimate_time",
     "MB_TERMS",
     "STEP_TERMS",
+    "TERM_MEANINGS",
     "Calibration",
     "load_calibration",
     "mfu",

@@ -42,13 +42,39 @@ from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sum
 from .memory import MemoryCoefficients
 
 __all__ = ["microbatch_terms", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "attention_efficiency", "MB_TERMS",
-           "STEP_TERMS", "DERIVED", "DEPS", "link_bandwidths", "OVERLAPS", "WINDOW"]
+           "STEP_TERMS", "TERM_MEANINGS", "DERIVED", "DEPS", "link_bandwidths", "OVERLAPS", "WINDOW"]
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
             "recompute", "memory_bound", "expert_memory", "quantize", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead",
             "imbalance", "act_offload")
 STEP_TERMS = MB_TERMS + ("host_bound", "bubble", "dp_comm", "optimizer", "step_overhead", "offload")
 DERIVED = ("recompute", "imbalance")  # linear in other MB terms: they follow those terms' factors
+# what each step term is, in a line (the estimate's breakdown shows it)
+TERM_MEANINGS = {
+    "compute_dense": "dense GEMMs: projections, MLPs, shared experts (forward + backward)",
+    "compute_attention": "attention kernels (flash, sliding-window, MLA core)",
+    "compute_linear_attention": "linear-attention and Mamba kernels",
+    "compute_experts": "routed experts' GEMMs",
+    "compute_output": "output layer and loss",
+    "recompute": "forward work re-run for recomputation",
+    "memory_bound": "HBM-bound elementwise work: norms, activations, rotary, permutes",
+    "expert_memory": "routed experts' per-expert elementwise traffic",
+    "quantize": "casts of linear inputs and gradients to the low-precision format",
+    "tp_comm": "tensor-parallel all-gathers / reduce-scatters left exposed",
+    "cp_comm": "context-parallel attention exchange left exposed",
+    "ep_comm": "expert dispatch and combine (all-to-all) left exposed",
+    "pp_p2p": "pipeline sends and receives between stages",
+    "layer_overhead": "kernel launch gaps and syncs per layer",
+    "imbalance": "the busiest expert rank's extra tokens",
+    "act_offload": "activation offload copies left exposed",
+    "host_bound": "GPU waiting for the host to launch kernels",
+    "bubble": "pipeline bubble: stages idle while the pipeline fills and drains",
+    "dp_comm": "data-parallel gradient reduction and parameter gather left exposed",
+    "optimizer": "optimizer step, and the step's weight cast to a low-precision format",
+    "step_overhead": "fixed cost per step",
+    "offload": "host optimizer step and PCIe copies of an offloaded optimizer",
+}
+assert set(TERM_MEANINGS) == set(STEP_TERMS)
 DEPS = tuple(("recompute", k) for k in ("compute_dense", "compute_attention", "compute_linear_attention",
                                         "compute_experts", "memory_bound", "expert_memory", "quantize")) \
     + (("imbalance", "compute_experts"), ("imbalance", "ep_comm"))  # (derived, primary) pairs with a coefficient

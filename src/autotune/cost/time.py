@@ -42,7 +42,7 @@ from ..layout import LayoutTable
 from .flops import mfu, usd_per_million_tokens
 from ._raw import RawTime, host_time, raw_time, step_pieces
 from ._coefficients import TimeCoefficients
-from ._terms import DEPS, DERIVED, MB_TERMS, OVERLAPS, STEP_TERMS, WINDOW, microbatch_terms
+from ._terms import DEPS, DERIVED, MB_TERMS, OVERLAPS, STEP_TERMS, TERM_MEANINGS, WINDOW, microbatch_terms
 from .memory import MemoryCoefficients, MemoryResult
 
 _DERIVED_IDX = [MB_TERMS.index(d) for d in DERIVED]
@@ -53,7 +53,7 @@ _WIN = np.array([[1.0 if k in WINDOW[o] else 0.0 for k in MB_TERMS] for o in OVE
 _STEP = {k: i for i, k in enumerate(STEP_TERMS)}
 
 __all__ = ["TimeCoefficients", "TimeResult", "RawTime", "estimate_time", "raw_time", "compose", "step_breakdown",
-           "MB_TERMS", "STEP_TERMS", "DERIVED"]
+           "MB_TERMS", "STEP_TERMS", "TERM_MEANINGS", "DERIVED"]
 
 
 class _Masked(dict):
