@@ -38,10 +38,11 @@ def test_estimate_without_recompute_does_not_fit_and_says_so(capsys):
 
 def test_estimate_breakdown_says_what_each_term_is(capsys, monkeypatch):
     """Each term of the human breakdown carries its one-line meaning; terms the layout does not pay are left out."""
+    from autotune.cli.console import console
     from autotune.cost import STEP_TERMS, TERM_MEANINGS
 
     assert set(TERM_MEANINGS) == set(STEP_TERMS) and all(TERM_MEANINGS.values())
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(console, "width", 200)  # whatever COLUMNS says: one table row per line
     rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8", "--recompute", "full:uniform:2")
     assert rc == 0 and "what it is" in out
     assert TERM_MEANINGS["bubble"] in out and TERM_MEANINGS["ep_comm"] in out
