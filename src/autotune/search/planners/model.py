@@ -52,7 +52,8 @@ class ModelPlanner(Planner):
         out = []
         for n, i in enumerate(picks):
             out.append(Proposal(ctx.table.row(i), (
-                f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (+/-{sigma[i]:.0%}); {pi[n]:.0%} chance to beat "
+                f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (the planner's 1-sd uncertainty +/-{sigma[i]:.0%}); "
+                f"{pi[n]:.0%} chance to beat "
                 f"{what} ({ref:,.0f}) by > {ctx.noise:.0%}, expected gain {ei[n]:.1%} for {cost[i]:.1f} GPU-h: "
                 f"the most per GPU-hour among {int(open_.sum())} untried{learnt}")))
         return out
