@@ -107,6 +107,10 @@ def test_space_drops_hybridep_where_the_cluster_lacks_it():
     assert 3 not in set(res.table.dispatcher.tolist())
     assert any("HybridEP" in k for k in res.reasons) and any("hybridep dispatcher dropped" in n for n in res.notes)
     assert 3 in set(explore(space, QWEN, WL, ClusterSpec.of("H100", 16)).table.dispatcher.tolist())
+    # HybridEP ships in DeepEP's hybrid-ep branch: a cluster without DeepEP has neither flex backend
+    bare = explore(space, QWEN, WL, ClusterSpec.of("H100", 16, has_deepep=False))
+    assert not {2, 3} & set(bare.table.dispatcher.tolist())
+    assert any("hybridep dispatcher dropped" in n for n in bare.notes)
 
 
 def test_published_rows_read_their_backend():

@@ -152,6 +152,8 @@ class ClusterSpec:
     has_te: bool = True  # Transformer Engine available
 
     def __post_init__(self):
+        if self.has_hybridep and not self.has_deepep:  # HybridEP ships in DeepEP's hybrid-ep branch
+            object.__setattr__(self, "has_hybridep", False)
         if self.count <= 0:
             raise BadInput(f"--count {self.count}: the GPU count must be positive")
         if self.gpus_per_node <= 0:

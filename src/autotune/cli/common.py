@@ -126,6 +126,18 @@ PrecisionOpt = typer.Option("bf16", "--precision", help="bf16, or a Transformer 
                             "fp8-delayed, fp8-tensorwise (per-tensor current scaling), fp8-blockwise, mxfp8 (Blackwell), "
                             "nvfp4 (Blackwell: FP4 linears, attention and the output layer in BF16).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
+# software the cluster lacks: each removes what needs it from the space (a missing DeepEP takes HybridEP with it)
+NoDeepEPOpt = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: no flex or hybridep dispatcher.")
+NoHybridEPOpt = typer.Option(False, "--no-hybridep", help="The cluster's DeepEP lacks HybridEP (its hybrid-ep "
+                             "branch): no hybridep dispatcher.")
+NoTEOpt = typer.Option(False, "--no-te", help="The cluster lacks Transformer Engine: no precision-aware optimizer, "
+                       "no context parallelism.")
+
+
+def missing_software(no_deepep: bool, no_hybridep: bool, no_te: bool) -> dict[str, bool]:
+    """ClusterSpec keyword arguments for --no-deepep / --no-hybridep / --no-te."""
+    return {k: False for k, off in (("has_deepep", no_deepep), ("has_hybridep", no_hybridep), ("has_te", no_te))
+            if off}
 
 
 def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len: int, global_batch: int,

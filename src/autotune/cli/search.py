@@ -18,8 +18,9 @@ from ..search.planners import PlannerOptions, resolve_planner
 from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
-from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, PrecisionOpt, SeqOpt,
-                     finite_non_negative, finite_positive, fraction, input_file, non_negative_int, output_dir, positive_int, resolve)
+from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
+                     PerNodeOpt, PrecisionOpt, SeqOpt, finite_non_negative, finite_positive, fraction, input_file,
+                     missing_software, non_negative_int, output_dir, positive_int, resolve)
 from .console import console, err_console, print_json, working
 from .report import render_outcome
 
@@ -68,11 +69,9 @@ def search(
     timeout_s: float = typer.Option(3600.0, "--trial-timeout", help="Seconds before a trial is stopped."),
     noise: float = typer.Option(0.02, "--noise", help="Run-to-run noise: a gain below this is not worth a trial."),
     seed: int = typer.Option(0, "--seed", help="Seed for planners and synthetic data."),
-    no_deepep: bool = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: no flex dispatcher."),
-    no_hybridep: bool = typer.Option(False, "--no-hybridep", help="The cluster's DeepEP lacks HybridEP (its hybrid-ep "
-                                     "branch): no hybridep dispatcher."),
-    no_te: bool = typer.Option(False, "--no-te", help="The cluster lacks Transformer Engine: no precision-aware "
-                               "optimizer, no context parallelism."),
+    no_deepep: bool = NoDeepEPOpt,
+    no_hybridep: bool = NoHybridEPOpt,
+    no_te: bool = NoTEOpt,
     reference: str = typer.Option(None, "--reference", help="A recipe whose layout is the gates' reference arm "
                                   "(default: the simplest candidate layout, run on the same rows)."),
     proxy: bool = typer.Option(False, "--proxy", help="Real trials run a shrunk proxy of the model that fits this "
@@ -106,9 +105,8 @@ def search(
         raise BadInput(f"--backend {backend!r}: choose one of {', '.join(BACKEND_CHOICES)}")
     planner_name, planner_note = resolve_planner(planner, PlannerOptions(
         llm_base_url=llm_base_url, llm_model=llm_model, llm_timeout_s=llm_timeout_s))
-    caps = {k: False for k, off in (("has_deepep", no_deepep), ("has_hybridep", no_hybridep), ("has_te", no_te))
-            if off}
-    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision, **caps)
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
+                                   **missing_software(no_deepep, no_hybridep, no_te))
     notes = [planner_note] if planner_note else []
     address = ray_address or os.environ.get("RAY_ADDRESS")
     if backend == "auto":

@@ -8,7 +8,8 @@ from rich.table import Table
 
 from ..errors import BadInput
 from ..space import explore, load_space
-from .common import BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, PerNodeOpt, SeqOpt, resolve
+from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
+                     PerNodeOpt, SeqOpt, missing_software, resolve)
 from .console import console, print_json, working
 from .estimate import report
 
@@ -26,10 +27,9 @@ def space(
     space_file: str = typer.Option(None, "--space", help="A search-space YAML (default: search_spaces/default.yaml "
                                                          "merged with the model's override)."),
     top: int = typer.Option(20, "--top", help="How many of the best layouts to show."),
-    no_deepep: bool = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: drop the flex dispatcher."),
-    no_hybridep: bool = typer.Option(False, "--no-hybridep", help="The cluster's DeepEP lacks HybridEP: drop the "
-                                     "hybridep dispatcher."),
-    no_te: bool = typer.Option(False, "--no-te", help="The cluster lacks Transformer Engine."),
+    no_deepep: bool = NoDeepEPOpt,
+    no_hybridep: bool = NoHybridEPOpt,
+    no_te: bool = NoTEOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """What is legal, what fits and what could win: enumerate the search space for a model and cluster,
@@ -40,14 +40,8 @@ def space(
     """
     if top < 1:
         raise BadInput(f"--top {top}: must be at least 1")
-    kw = {}
-    if no_deepep:
-        kw["has_deepep"] = False
-    if no_hybridep:
-        kw["has_hybridep"] = False
-    if no_te:
-        kw["has_te"] = False
-    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, **kw)
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
+                                   **missing_software(no_deepep, no_hybridep, no_te))
     sp = load_space(space_file, m)
     with working(f"screening the search space for {m.name} on {cluster.count} x {cluster.gpu.name}", not json_out):
         res = explore(sp, m, workload, cluster)
