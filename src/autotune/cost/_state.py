@@ -50,7 +50,7 @@ def _units(model: ModelSpec, t: LayoutTable, S: int) -> np.ndarray:
 
 
 def state_terms(model: ModelSpec, workload: Workload, t: LayoutTable, S: int, p_dense: np.ndarray, p_exp: np.ndarray,
-                owned: np.ndarray, keep: np.ndarray, emb: np.ndarray, coef, lowp: int = 1) -> tuple:
+                owned: np.ndarray, keep: np.ndarray, emb: np.ndarray, coef, lowp: int) -> tuple:
     """(weights, grads, optimizer) bytes per GPU per stage (n, S) for the workload's framework (module docstring).
     `emb`: the stage's embedding and output-layer parameters (no low-precision copy); `keep`: (n, 1) share of the
     optimizer state left on the GPU (the rest offloaded to the host); `lowp`: the low-precision copies Transformer
