@@ -91,6 +91,17 @@ def test_space_json_funnel_and_top(capsys):
     assert any(k.startswith("illegal:") for k in d["reasons"]) and "predicted OOM" in d["reasons"]
 
 
+def test_space_table_shows_a_dispatcher_only_for_an_moe_model(capsys, monkeypatch):
+    """A dense model has no token dispatcher: its top table has no dispatcher column (it used to say alltoall)."""
+    from autotune.cli.console import console
+
+    monkeypatch.setattr(console, "width", 200)
+    rc, out, _ = run(capsys, "space", "--model", "Llama-3.1-70B", "--gpu", "H100", "--count", "32", "--top", "2")
+    assert rc == 0 and "tokens/s/GPU" in out and "disp." not in out and "alltoall" not in out
+    rc, out, _ = run(capsys, "space", "--model", "tiny-moe", "--gpu", "cpu", "--count", "2", "--top", "2")
+    assert rc == 0 and "disp." in out
+
+
 def test_space_without_deepep_drops_flex(capsys):
     rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--no-deepep", "--json", "--top", "50")
     d = json.loads(out)

@@ -62,6 +62,21 @@ def test_rules_that_depend_on_options():
     assert "shared_overlap_alltoall" in {v.code for v in violations(Q, W, seed_layout(dispatcher="allgather", moe_shared_expert_overlap=True))}
     assert "recompute_layers" in {v.code for v in violations(Q, W, seed_layout(recompute=Recompute.parse("full:uniform:13")))}
     assert "row_fits_tokens" in {v.code for v in violations(Q, W, seed_layout(max_tokens_per_gpu=4096))}
+
+
+@pytest.mark.parametrize("dispatcher", ["allgather", "flex", "hybridep"])
+def test_a_dense_model_refuses_a_token_dispatcher_with_its_own_reason(dispatcher):
+    """A dense model has nothing to dispatch: the error names that and the way out, not an MoE rule (TP x EP)
+    with a 'nearest legal layout' that changes the degrees."""
+    dense = load_model("Llama-3.1-70B")
+    lay = Layout.parse("TP1 PP4 DP8", world=32, dispatcher=dispatcher)
+    assert {v.code for v in violations(dense, W, lay)} == {"dense_no_dispatcher"}
+    with pytest.raises(IllegalLayout) as exc:
+        validate(dense, W, lay)
+    msg = str(exc.value)
+    assert f"the {dispatcher} token dispatcher has nothing to dispatch" in msg and "--dispatcher" in msg
+    assert "nearest legal layout" not in msg and "no legal layout is near" not in msg
+    assert violations(dense, W, Layout.parse("TP1 PP4 DP8", world=32)) == []
     assert "interleaved_microbatches" in {v.code for v in violations(Q, Workload(global_batch=24), seed_layout(vpp=2))}
     dense = load_model("Llama-3.1-70B")
     assert "dense_no_ep" in {v.code for v in violations(dense, W, Layout.parse("TP8 PP1 EP2", world=8))}

@@ -74,7 +74,8 @@ def space(
                        "Widen the space (--space), add GPUs, or shorten --seq-len")
     t = Table(title=f"top {len(best)} by predicted tokens/s/GPU")
     offload = any(b["layout_detail"]["optimizer_offload"] for b in best)  # a column only when it matters
-    cols = ("#", "layout", "recompute", "disp.") + (("offload",) if offload else ()) \
+    disp = m.is_moe  # a dense model has no token dispatcher to show
+    cols = ("#", "layout", "recompute") + (("disp.",) if disp else ()) + (("offload",) if offload else ()) \
         + ("tok/GPU", "tokens/s/GPU", "MFU", "$/1M", "peak GiB", "top cost")
     for col in cols:
         t.add_column(col, justify="right" if col not in ("layout", "recompute", "disp.", "top cost") else "left")
@@ -84,8 +85,8 @@ def space(
         rc_s = rc["granularity"] if rc["granularity"] != "full" else f"full {rc['method']} {rc['num_layers']}"
         top_term = max(thr["breakdown"].items(), key=lambda kv: kv[1])
         off = (f"{d['optimizer_offload']:.0%}",) if offload else ()
-        t.add_row(str(k), b["layout"], rc_s, d["dispatcher"] + ("+ovl" if d["moe_shared_expert_overlap"] else ""),
-                  *off, f"{d['max_tokens_per_gpu'] or ''}", f"{thr['tokens_per_s_per_gpu']:,.1f}", f"{thr['mfu']:.1%}",
+        dd = (d["dispatcher"] + ("+ovl" if d["moe_shared_expert_overlap"] else ""),) if disp else ()
+        t.add_row(str(k), b["layout"], rc_s, *dd, *off, f"{d['max_tokens_per_gpu'] or ''}", f"{thr['tokens_per_s_per_gpu']:,.1f}", f"{thr['mfu']:.1%}",
                   f"{thr['usd_per_million_tokens']:.2f}", f"{b['memory']['peak_bytes'] / GiB:.1f}",
                   f"{top_term[0]} {top_term[1] / thr['step_time_s']:.0%}")
     console.print(t)

@@ -138,7 +138,10 @@ RULES: list[Rule] = [
                          "per pipeline chunk"),
     Rule("shared_overlap_alltoall", lambda m, w, t: ~t.shared_overlap | (t.dispatcher == 0),
          lambda m, w, l: f"--moe-shared-expert-overlap works only with the alltoall dispatcher, not {l.dispatcher}"),
-    Rule("flex_needs_tp_ep", lambda m, w, t: (t.dispatcher < 2) | (t.tp * t.ep > 1),
+    Rule("dense_no_dispatcher", lambda m, w, t: (t.dispatcher == 0) | m.is_moe,
+         lambda m, w, l: f"{m.name} has no experts: the {l.dispatcher} token dispatcher has nothing to dispatch; "
+                         "leave --dispatcher at its default (alltoall)"),
+    Rule("flex_needs_tp_ep", lambda m, w, t: (t.dispatcher < 2) | (t.tp * t.ep > 1) | (not m.is_moe),
          lambda m, w, l: f"the flex dispatcher ({l.dispatcher}) needs TP x EP > 1"),
     Rule("precision_aware_needs_dist", lambda m, w, t: ~t.precision_aware | t.dist_opt,
          lambda m, w, l: "the precision-aware optimizer needs the distributed optimizer"),
@@ -186,7 +189,7 @@ def nearest_legal(model: ModelSpec, workload: Workload, layout: Layout) -> Layou
         sp=np.where(tp > 1, True, base.sp[0]),
         rc_gran=base.rc_gran[0], rc_method=base.rc_method[0],
         rc_layers=np.minimum(np.maximum(base.rc_layers[0], 0), np.maximum(1, model.num_layers // (pp * vpp))),
-        rc_modules=base.rc_modules[0], dispatcher=base.dispatcher[0],
+        rc_modules=base.rc_modules[0], dispatcher=base.dispatcher[0] if model.is_moe else 0,
         max_tokens=np.where(base.max_tokens[0] > 0, np.maximum(base.max_tokens[0], workload.seq_len // cp), 0),
         mbs=base.mbs[0], dist_opt=base.dist_opt[0] | base.precision_aware[0], precision_aware=base.precision_aware[0],
         offload=base.offload[0], shared_overlap=base.shared_overlap[0] & (base.dispatcher[0] == 0),
@@ -210,6 +213,8 @@ def validate(model: ModelSpec, workload: Workload, layout: Layout) -> None:
         return
     near = nearest_legal(model, workload, layout)
     hint = f"; nearest legal layout: {near.label(model.is_moe)}" if near else "; no legal layout is near"
+    if near and near.label(model.is_moe) == layout.label(model.is_moe):  # only a setting was wrong: its message says
+        hint = ""
     if near and near.recompute != layout.recompute:
         hint += f" with recompute {near.recompute}"
     msg = f"layout {layout.label(model.is_moe)} is illegal for {model.name}: " + "; ".join(v.message for v in bad) + hint
