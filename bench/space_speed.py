@@ -14,7 +14,7 @@ import time
 
 from autotune.catalog import ClusterSpec, Workload, load_model
 from autotune.layout.dimensions import grid_axes
-from autotune.space import MAX_CHUNK, _chunks, explore, load_space
+from autotune.space import MAX_CHUNK, chunks, explore, load_space
 
 
 def timed(space, model, workload, cluster, repeats: int):
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
         mm, cluster = load_model(name), ClusterSpec.of(gpu, count)
         sp = load_space(None, mm)
         f, best, median = timed(sp, mm, wl, cluster, args.repeats)
-        chunks = sum(1 for _ in _chunks(grid_axes(sp.dimensions.model_dump(), mm, cluster)))
+        chunks = sum(1 for _ in chunks(grid_axes(sp.dimensions.model_dump(), mm, cluster)))
         print(f"{name + ' / ' + str(count) + ' x ' + gpu:<38} {f['enumerated']:11,d} {chunks:>7} {f['legal']:8,d} "
               f"{f['supported and practical']:10,d} {f['kept']:6,d} {best:8.3f} {median:9.3f}")
     return 0

@@ -40,7 +40,7 @@ def test_chunked_screening_gives_the_funnel_of_one_table(monkeypatch):
     whole = explore(space, m, w, c)
     assert whole.funnel[0][1] <= space_mod.MAX_CHUNK  # one chunk
     monkeypatch.setattr(space_mod, "MAX_CHUNK", 4096)
-    parts = list(space_mod._chunks(space_mod.grid_axes(space.dimensions.model_dump(), m, c), 4096))
+    parts = list(space_mod.chunks(space_mod.grid_axes(space.dimensions.model_dump(), m, c), 4096))
     assert len(parts) > 10
     chunked = explore(space, m, w, c)
     assert chunked.funnel == whole.funnel and chunked.reasons == whole.reasons

@@ -27,7 +27,7 @@ from .layout import DISPATCHERS, RULES, LayoutTable, Recompute, check
 from .layout.core import CUDA_GRAPHS
 from .layout.dimensions import DIMENSIONS, grid_axes, grid_columns
 
-__all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult"]
+__all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult", "chunks", "MAX_CHUNK"]
 
 
 _SPACE_TYPES = {int: list[StrictInt], bool: list[StrictBool], str: list[StrictStr], float: list[StrictFloat | StrictInt]}
@@ -172,7 +172,7 @@ def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec, ca
     return axes, size
 
 
-def _chunks(axes: list[list], rows: int = MAX_CHUNK):
+def chunks(axes: list[list], rows: int = MAX_CHUNK):
     """`axes` split into sub-grids of at most `rows` rows, in enumeration order: the leading axes are fixed
     to one value each (every combination of them in turn), the trailing ones stay whole."""
     sizes = [max(len(a), 1) for a in axes]
@@ -296,7 +296,7 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     reasons: dict[str, int] = {f"illegal: {r.code}": 0 for r in RULES}  # in the rules' order
     later: dict[str, int] = {}
     parts = []
-    for chunk in _chunks(axes):
+    for chunk in chunks(axes):
         rows, cols = grid_columns(chunk, workload)
         t = LayoutTable.from_columns(cluster.count, rows, sp=True, **cols)
         legal, kept, r_legal, r_later = _screen(t, model, workload, cluster, p)

@@ -50,6 +50,11 @@ def working(text: str, enabled: bool = True):
     return nullcontext()
 
 
+def screening(model_name: str, count: int, gpu_name: str, enabled: bool = True):
+    """The spinner shown while a search space is enumerated and screened (space, search)."""
+    return working(f"screening the search space for {model_name} on {count} x {gpu_name}", enabled)
+
+
 def print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=_default) + "\n")
     sys.stdout.flush()

@@ -21,7 +21,7 @@ from ..trials.backends import BACKENDS, get_backend
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
                      PerNodeOpt, PrecisionOpt, SeqOpt, finite_non_negative, finite_positive, fraction, input_file,
                      missing_software, non_negative_int, output_dir, positive_int, resolve)
-from .console import console, err_console, print_json, working
+from .console import console, err_console, print_json, screening
 from .report import render_outcome
 
 BACKEND_CHOICES = ("auto", "simulate", "local", "ray", "slime")
@@ -142,7 +142,7 @@ def search(
     session = SearchSession(m, cluster, workload, sp, be, sd, cfg, on_event=view.on_event, gates=gates, notes=notes)
     # bad input fails here, before any output; the spinner (a terminal's only, gone when done) covers the screening
     # of the space, seconds for a space of millions
-    with working(f"screening the search space for {m.name} on {cluster.count} x {cluster.gpu.name}", not json_out):
+    with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
         session.prepare()
     funnel = session.driver.candidates.funnel
     notes.append(f"search space {sp.source}: " + " -> ".join(f"{c:,} {s}" for s, c in funnel))

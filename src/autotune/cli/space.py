@@ -10,7 +10,7 @@ from ..errors import BadInput
 from ..space import explore, load_space
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
                      PerNodeOpt, SeqOpt, missing_software, resolve)
-from .console import console, print_json, working
+from .console import console, print_json, screening
 from .estimate import report
 
 GiB = 1024**3
@@ -43,7 +43,7 @@ def space(
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
                                    **missing_software(no_deepep, no_hybridep, no_te))
     sp = load_space(space_file, m)
-    with working(f"screening the search space for {m.name} on {cluster.count} x {cluster.gpu.name}", not json_out):
+    with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
         res = explore(sp, m, workload, cluster)
     best = [report(m, cluster, workload, res.table.row(int(i)), res.evaluation, int(i)) for i in res.kept[:top]]
     if json_out:
