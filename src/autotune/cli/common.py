@@ -117,6 +117,8 @@ GpuOpt = typer.Option(..., "--gpu", "-g", help="GPU kind (H100, H200, H800, B200
                       "`autotune gpus`) or a GPU file path.yaml/.json.")
 CountOpt = typer.Option(..., "--count", "-n", help="Number of GPUs (the world size).")
 PerNodeOpt = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU kind's, 8 for H100/H200/B200).")
+SpaceOpt = typer.Option(None, "--space", help="A search-space YAML (default: search_spaces/default.yaml merged "
+                        "with the model's override; `autotune space` shows what it keeps).")
 SeqOpt = typer.Option(8192, "--seq-len", help="Tokens per training row (the seed: 8192).")
 BatchOpt = typer.Option(128, "--global-batch", help="Rows per optimizer step (the seed: 128).")
 GradsOpt = typer.Option("fp32", "--grads", help="Gradient buffers and their DP reduction: fp32 "

@@ -19,8 +19,8 @@ from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
-                     PerNodeOpt, PrecisionOpt, SeqOpt, finite_non_negative, finite_positive, fraction, input_file,
-                     missing_software, non_negative_int, output_dir, positive_int, resolve)
+                     PerNodeOpt, PrecisionOpt, SeqOpt, SpaceOpt, finite_non_negative, finite_positive, fraction,
+                     input_file, missing_software, non_negative_int, output_dir, positive_int, resolve)
 from .console import console, err_console, print_json, screening
 from .report import render_outcome
 
@@ -45,7 +45,7 @@ def search(
     global_batch: int = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
-    space_file: str = typer.Option(None, "--space", help="Search-space YAML (default: the shipped default + model override)."),
+    space_file: str = SpaceOpt,
     backend: str = typer.Option("auto", "--backend", help="auto | simulate | local | ray | slime. auto: ray when "
                                 "--ray-address or RAY_ADDRESS is set, else the cost-model simulator."),
     planner: str = typer.Option("auto", "--planner", help="auto | model | optuna | random | heuristic | llm. auto: the "

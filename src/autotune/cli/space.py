@@ -9,7 +9,7 @@ from rich.table import Table
 from ..errors import BadInput
 from ..space import explore, load_space
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
-                     PerNodeOpt, SeqOpt, missing_software, resolve)
+                     PerNodeOpt, SeqOpt, SpaceOpt, missing_software, resolve)
 from .console import console, print_json, screening
 from .estimate import report
 
@@ -24,8 +24,7 @@ def space(
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
     grads: str = GradsOpt,
-    space_file: str = typer.Option(None, "--space", help="A search-space YAML (default: search_spaces/default.yaml "
-                                                         "merged with the model's override)."),
+    space_file: str = SpaceOpt,
     top: int = typer.Option(20, "--top", help="How many of the best layouts to show."),
     no_deepep: bool = NoDeepEPOpt,
     no_hybridep: bool = NoHybridEPOpt,
