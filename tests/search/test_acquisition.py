@@ -37,6 +37,16 @@ def test_batch_rule_spreads_over_hypotheses():
     assert select_batch(pred, [0.2, 0.2, 0.2], 100.0, np.ones(3), [True] * 3, 2) == [0, 1]  # independent
 
 
+def test_batch_rule_believes_the_running_trials_first():
+    """A slot that frees while others run (--parallel): the running trials are not open and count as this
+    batch's earlier picks, so the next pick tests another hypothesis than a running one."""
+    pred = np.array([110.0, 109.0, 105.0])
+    corr = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], dtype=float)
+    assert select_batch(pred, [0.2] * 3, 100.0, np.ones(3), [True] * 3, 1, lambda i: corr[i], pending=[0]) == [2]
+    assert select_batch(pred, [0.2] * 3, 100.0, np.ones(3), [True] * 3, 1, lambda i: corr[i]) == [0]
+    assert select_batch(pred, [0.2] * 3, None, np.ones(3), [True] * 3, 2, pending=[1]) == [0, 2]  # independent
+
+
 def test_stop_rule_says_why_with_the_number():
     pred = np.array([100.0, 90.0, 80.0])
     mask = np.array([False, True, True])

@@ -52,6 +52,19 @@ def test_readme_search_finds_a_legal_fitting_layout_at_least_as_fast_as_the_seed
     assert len(out["recipes"]) == 3 and all(Path(p).exists() for p in out["recipes"])
 
 
+@pytest.mark.parametrize("planner", ["model", "random"])
+def test_parallel_trials_fill_every_slot_with_different_layouts(tmp_path, capsys, planner):
+    """--parallel 3: each round dispatches three different layouts (the planner sees the running trials as
+    taken; before, it proposed the running layout again for every free slot and the search stalled after one
+    trial)."""
+    rc, out = run_json(capsys, "--runs-dir", str(tmp_path), "--trials", "6", "--parallel", "3", "--planner", planner)
+    assert rc == 0 and "trial budget" in out["stop_reason"], out["stop_reason"]
+    assert out["dispatched"] == 6
+    study = optuna.load_study(study_name=out["study"], storage=f"sqlite:///{tmp_path / out['study'] / 'study.db'}")
+    keys = [json.dumps(t.user_attrs["layout"], sort_keys=True) for t in study.trials if t.user_attrs.get("layout")]
+    assert len(keys) == 6 and len(set(keys)) == 6
+
+
 def test_gpu_hour_budget_is_respected(tmp_path, capsys):
     rc, out = run_json(capsys, "--runs-dir", str(tmp_path), "--trials", "50", "--budget-gpu-hours", "10")
     assert rc == 0 and "GPU-hour budget" in out["stop_reason"]

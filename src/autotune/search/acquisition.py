@@ -11,7 +11,8 @@ value) each candidate has
 The planner ranks by expected improvement per GPU-hour; a batch (k > 1, `--parallel`) is chosen one at a
 time, each pick "believed" (its prediction taken as if measured: the incumbent becomes at least its
 prediction and the candidates it is correlated with lose the uncertainty it would resolve), so parallel
-trials test different hypotheses. The search stops when the chance that any untried candidate beats the
+trials test different hypotheses; trials still running when a slot frees are believed first, as if they were
+the batch's earlier picks. The search stops when the chance that any untried candidate beats the
 best by more than the noise falls under STOP_CHANCE. That chance is computed on the joint posterior when
 the caller has one (candidates that share feature values rise and fall together: 1,500 candidates with a
 0.5% chance each are not a 99.9% chance that one of them wins), else with candidates taken as independent
@@ -86,12 +87,19 @@ def ei_per_gpu_hour(pred, std, best: float | None, cost) -> np.ndarray:
     return expected_improvement(pred, std, ref) / np.asarray(cost, dtype=float)
 
 
-def select_batch(pred, std, best: float | None, cost, open_mask, k: int, correlation=None) -> list[int]:
+def select_batch(pred, std, best: float | None, cost, open_mask, k: int, correlation=None,
+                 pending=()) -> list[int]:
     """k candidate indices by EI per GPU-hour with the believer rule (module docstring).
-    `correlation(i)` returns every candidate's posterior correlation with candidate i (None: independent)."""
+    `correlation(i)` returns every candidate's posterior correlation with candidate i (None: independent);
+    `pending`: candidates whose trials are running, believed first as if they were this batch's earlier picks."""
     pred = np.asarray(pred, dtype=float)
     std = np.array(std, dtype=float)
     open_ = np.array(open_mask, dtype=bool)
+    for i in pending:
+        open_[i] = False
+        best = float(pred[i]) if best is None else max(best, float(pred[i]))
+        if correlation is not None:
+            std = std * np.sqrt(1.0 - np.clip(np.asarray(correlation(i), dtype=float), 0.0, 1.0) ** 2)
     out: list[int] = []
     for _ in range(k):
         if not open_.any():

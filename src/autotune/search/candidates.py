@@ -192,9 +192,15 @@ class Candidates:
         return None, "outside the pruned space (unsupported, impractical or cannot win)"
 
     # --- the planners' view --------------------------------------------------------------------------
-    def context(self, records: list[TrialRecord], seed: int, trial_steps: int | None = None) -> PlanContext:
+    def context(self, records: list[TrialRecord], seed: int, trial_steps: int | None = None,
+                pending: set[str] | None = None) -> PlanContext:
+        """The planners' view; `pending`: keys of the trials running now (--parallel)."""
         tried = {layout_key(r.layout) for r in records}
+        pending = set(pending or ())
+        # the generator moves with every trial started, finished or running, so a planner that draws at random
+        # does not draw the same layout again for the next free slot
+        rng = np.random.default_rng([seed, len(records), len(pending)])
         return PlanContext(self.model, self.cluster, self.workload, self.table, self.pred, self.keys, tried,
-                           records, sigma=self.pred_std, rng=np.random.default_rng(seed + len(records)),
-                           breakdown=self.prediction, funnel=list(self.funnel), residual=self.residual,
-                           noise=self.noise, trial_steps=trial_steps, walled=self.walled())
+                           records, sigma=self.pred_std, rng=rng, breakdown=self.prediction,
+                           funnel=list(self.funnel), residual=self.residual, noise=self.noise,
+                           trial_steps=trial_steps, walled=self.walled(), pending=pending)

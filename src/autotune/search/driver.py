@@ -178,21 +178,25 @@ class SearchDriver:
             if not self.hold_lock:  # the session closes both once its outputs are published
                 self.close()
 
-    def _next(self, requeue: list[Layout], running: dict) -> Proposal | None:
-        """The next proposal worth dispatching: re-queued layouts first, then the planner's; a repeat of a
-        tried or running layout is dropped here (counted as a stalled proposal)."""
+    def _next(self, requeue: list[Layout], running: dict, free: int) -> list[Proposal]:
+        """Proposals for the `free` slots: re-queued layouts first, then one batch from the planner, which sees
+        the running trials as taken (and, with a batch rule, believed: --parallel trials test different
+        hypotheses); a repeat of a tried or running layout is dropped here (counted as a stalled proposal)."""
         if requeue:
-            return Proposal(requeue.pop(0), "re-queued after the driver stopped")
-        props = self.planner.propose(self._context(), 1)
-        if not props:
-            return None
+            return [Proposal(requeue.pop(0), "re-queued after the driver stopped")]
         busy = {layout_key(lay) for _, lay, _ in running.values()}
+        props = self.planner.propose(self._context(busy), free)
         tried = {layout_key(r.layout) for r in self.records}
-        key = layout_key(props[0].layout)
-        if key in tried or key in busy:
-            self._screened_in_a_row += 1
-            return _REPEAT
-        return props[0]
+        out = []
+        for prop in props:
+            key = layout_key(prop.layout)
+            if key in tried or key in busy:
+                self._screened_in_a_row += 1
+                out.append(_REPEAT)
+            else:
+                busy.add(key)
+                out.append(prop)
+        return out
 
     def _loop(self, requeue: list[Layout]) -> str:
         running: dict[int, tuple[Handle, Layout, float | None]] = {}
@@ -201,13 +205,14 @@ class SearchDriver:
             if stop is None:
                 stop = self._stop_reason(len(running))
             while stop is None and len(running) < self.cfg.parallel:
-                prop = self._next(requeue, running)
-                if prop is None:
+                props = self._next(requeue, running, self.cfg.parallel - len(running))
+                if not props:
                     stop = None if running else self._exhausted()
                     break
-                if prop is not _REPEAT:
-                    self._dispatch(prop, running)
-                stop = self._stop_reason(len(running))
+                for prop in props:
+                    if stop is None and prop is not _REPEAT:
+                        self._dispatch(prop, running)
+                    stop = self._stop_reason(len(running))
                 if stop is None and self._screened_in_a_row >= MAX_SCREENED_IN_A_ROW:
                     stop = (f"planner stalled: its last {MAX_SCREENED_IN_A_ROW} proposals were all screened out "
                             "or already tried; try --planner model")
@@ -243,8 +248,8 @@ class SearchDriver:
                                self.n_dispatched(), min_trials=MIN_TRIALS_TO_CONVERGE, residual=ctx.residual)
         return None
 
-    def _context(self):
-        return self.candidates.context(self.records, self.cfg.seed, self.cfg.steps or self.workload.steps)
+    def _context(self, pending: set[str] | None = None):
+        return self.candidates.context(self.records, self.cfg.seed, self.cfg.steps or self.workload.steps, pending)
 
     def _dispatch(self, prop: Proposal, running: dict) -> None:
         lay, c = prop.layout, self.candidates

@@ -73,6 +73,8 @@ class PlanContext:
     trial_steps: int | None = None  # timed steps per trial (default: the workload's), for GPU-hour costs
     # candidates set aside: predicted to need as much memory as a trial that ran out (search/candidates.py)
     walled: set[str] = field(default_factory=set)
+    # trials running now (--parallel): not open, and a planner with a batch rule believes them at their prediction
+    pending: set[str] = field(default_factory=set)
 
     def prediction(self, i: int) -> Prediction:
         """Candidate i's prediction with its memory and step-time terms."""
@@ -81,8 +83,13 @@ class PlanContext:
         return self.breakdown(i)
 
     def untried(self) -> np.ndarray:
-        """Candidates neither tried nor set aside by the memory wall."""
-        return np.array([k not in self.tried and k not in self.walled for k in self.keys], dtype=bool)
+        """Candidates neither tried, running, nor set aside by the memory wall."""
+        taken = self.tried | self.walled | self.pending
+        return np.array([k not in taken for k in self.keys], dtype=bool)
+
+    def pending_indices(self) -> list[int]:
+        """Candidate indices of the trials running now."""
+        return [i for i, k in enumerate(self.keys) if k in self.pending]
 
     def uncertainty(self) -> np.ndarray:
         """Per-candidate relative uncertainty: the prior far from measured layouts, smaller near them."""

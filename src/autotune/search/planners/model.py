@@ -40,7 +40,7 @@ class ModelPlanner(Planner):
         sigma = np.asarray(ctx.uncertainty(), dtype=float)
         best = self.incumbent(ctx)
         cost = ctx.trial_cost()
-        picks = select_batch(ctx.predicted, sigma, best, cost, open_, k, ctx.correlation)
+        picks = select_batch(ctx.predicted, sigma, best, cost, open_, k, ctx.correlation, ctx.pending_indices())
         ref = best if best is not None else float(np.max(ctx.predicted[open_]))
         ei = expected_improvement(ctx.predicted[picks], sigma[picks], ref)
         pi = prob_improvement(ctx.predicted[picks], sigma[picks], ref, ctx.noise)
