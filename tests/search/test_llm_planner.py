@@ -305,6 +305,20 @@ def test_availability_and_the_planner_choice(tmp_path, monkeypatch):
     assert choose_planner("auto", PlannerOptions(llm_base_url=f"http://127.0.0.1:{port}/v1"))[0] == "model"
 
 
+def test_without_the_openai_client_the_llm_planner_says_how_to_install_it(monkeypatch):
+    """An install without autotune[llm]: --planner llm is a one-line BadInput naming the extra, and auto (or
+    AUTOTUNE_LLM_BASE_URL) falls back to the model-guided planner (before, the missing HTTP library was a traceback)."""
+    from autotune.search.planners import _llm_client
+
+    monkeypatch.setattr(_llm_client, "_http", None)
+    opts = PlannerOptions(llm_base_url="http://127.0.0.1:9/v1")
+    ok, why = llm_available(opts)
+    assert not ok and "pip install 'autotune[llm]'" in why
+    with pytest.raises(BadInput, match=r"--planner llm: .*autotune\[llm\]"):
+        choose_planner("llm", opts)
+    assert choose_planner("auto", opts)[0] == "model"
+
+
 def test_a_weak_llm_gets_every_second_slot_then_every_fourth(world, tmp_path):
     ctx = fresh(world)
     with StandIn([answer({"candidate": "c5", "rationale": "the last listed"})]) as s:

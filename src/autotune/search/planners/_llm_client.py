@@ -26,9 +26,12 @@ from ._llm_check import answer_schema, redact, sanitize
 try:  # the openai client's HTTP library (httpx2 in openai 3.x, httpx before)
     import httpx2 as _http
 except ImportError:  # pragma: no cover - depends on the installed openai
-    import httpx as _http  # type: ignore[no-redef]
+    try:
+        import httpx as _http  # type: ignore[no-redef]
+    except ImportError:  # no openai client (autotune[llm]) at all: client_missing() says so
+        _http = None  # type: ignore[assignment]
 
-__all__ = ["Endpoint", "LLMFailure", "Usage", "api_key", "is_local", "safe_url"]
+__all__ = ["Endpoint", "LLMFailure", "Usage", "api_key", "client_missing", "is_local", "safe_url"]
 
 # structured output, most to least constrained; "json_object+schema" is llama-cpp-python's dialect
 MODES = ("json_schema", "json_object+schema", "json_object", "text")
@@ -42,6 +45,15 @@ class LLMFailure(Exception):
 
 class ResponseTooLarge(Exception):
     """The answer broke the size cap or the whole-response deadline."""
+
+
+def client_missing() -> str | None:
+    """Why the LLM planner cannot talk to an endpoint on this install, or None when it can."""
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        return "the openai client is not installed (pip install 'autotune[llm]')"
+    return None if _http is not None else "the openai client's HTTP library is missing (pip install 'autotune[llm]')"
 
 
 def api_key() -> str | None:
@@ -62,7 +74,7 @@ def safe_url(url: str) -> str:
     return urlunsplit((p.scheme, netloc, p.path, "", ""))
 
 
-class _CappedStream(_http.SyncByteStream):
+class _CappedStream(_http.SyncByteStream if _http else object):
     def __init__(self, inner, cap: int, deadline: float, total_s: float):
         self.inner, self.cap, self.seen, self.deadline, self.total_s = inner, cap, 0, deadline, total_s
 
@@ -79,7 +91,7 @@ class _CappedStream(_http.SyncByteStream):
         self.inner.close()
 
 
-class _CappedTransport(_http.HTTPTransport):
+class _CappedTransport(_http.HTTPTransport if _http else object):
     """Refuses a response body over `cap` bytes while it is read (and up front when it says its length),
     and one still arriving `total_s` after the request went out."""
 

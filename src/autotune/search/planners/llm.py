@@ -27,7 +27,7 @@ from ...errors import BadInput
 from ...fsutil import write_text_atomic
 from ...layout.dimensions import layout_key
 from ._llm_check import _Space, check_answer, redact, sanitize
-from ._llm_client import Endpoint, LLMFailure, api_key, is_local, safe_url
+from ._llm_client import Endpoint, LLMFailure, api_key, client_missing, is_local, safe_url
 from ._llm_prompt import listed_candidates, messages, repair_message
 from .base import PlanContext, Planner, PlannerOptions, Proposal, TrialRecord
 from .heuristic import HeuristicPlanner, assess
@@ -196,6 +196,9 @@ def llm_available(options: PlannerOptions) -> tuple[bool, str]:
     url = options.llm_base_url
     if not url:
         return False, "no LLM endpoint configured (pass --llm-base-url, e.g. http://127.0.0.1:8080/v1)"
+    missing = client_missing()
+    if missing:
+        return False, missing
     if not api_key() and not is_local(url):
         return False, f"OPENAI_API_KEY is not set for {safe_url(url)} (a local server on 127.0.0.1 needs none)"
     try:
