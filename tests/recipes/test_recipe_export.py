@@ -38,13 +38,22 @@ def study(tmp_path, monkeypatch):
     return tmp_path
 
 
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
 def test_export_recipe_from_newest_run(run_cli, study):
-    code, _, err = run_cli("export")
-    dest = study / "recipes" / "qwen3.5-122b-a10b" / "h200" / "attune-tp1-pp4-ep8-rc2.yaml"
-    assert code == 0 and str(dest.relative_to(study)) in err
-    assert check_recipe(parse_recipe(dest.read_text())) == []
-    assert dest.read_text() == (SEED_DIR / dest.name).read_text()
-    code, _, _ = run_cli("recipes", "validate", str(dest))
+    """Without --out the recipe is printed and nothing is written outside runs/; stderr names the catalogue's
+    place for it, which --out takes as is."""
+    before = _files(study)
+    code, out, err = run_cli("export")
+    rel = "recipes/qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8-rc2.yaml"
+    assert code == 0 and _files(study) == before and f"--out {rel}" in err
+    assert check_recipe(parse_recipe(out)) == []
+    assert out == (SEED_DIR / "attune-tp1-pp4-ep8-rc2.yaml").read_text()
+    code, _, _ = run_cli("export", "--out", rel)
+    assert code == 0 and (study / rel).read_text() == out
+    code, _, _ = run_cli("recipes", "validate", rel)
     assert code == 0
 
 
@@ -131,10 +140,12 @@ def test_export_script_passes_bash_n_and_runs(run_cli, tmp_path):
     assert proc.returncode != 0 and "HF_CKPT" in proc.stderr
 
 
-def test_export_script_default_name(run_cli, study):
-    code, _, _ = run_cli("export", "--format", "script")
-    assert code == 0
-    _bash_n(study / "attune-tp1-pp4-ep8-rc2.sh")
+def test_export_script_without_out_is_printed(run_cli, study):
+    before = _files(study)
+    code, out, err = run_cli("export", "--format", "script")
+    assert code == 0 and _files(study) == before and "--out attune-tp1-pp4-ep8-rc2.sh" in err
+    (study / "printed.sh").write_text(out)
+    _bash_n(study / "printed.sh")
 
 
 def test_export_format_follows_the_out_suffix_unless_given(run_cli, study):

@@ -3,9 +3,11 @@
 Without --format, an --out ending in .sh gets the launch script and anything else the recipe.
 
 Exports one recipe of a search (RUN_DIR/recipes/rank-NN-*.yaml; RUN_DIR defaults to the newest directory
-under ./runs) or a recipe file: as recipe YAML (default recipes/<model>/<gpu>/<name>.yaml), the slime
-command, Megatron-core arguments (both printed unless --out), or an executable launch script.
-A recipe whose derived numbers do not recompute is refused (exit 2), as `autotune recipes validate` would.
+under ./runs) or a recipe file: as recipe YAML, the slime command, Megatron-core arguments or a launch script.
+Without --out it is printed (nothing is written outside runs/<study>/ unless --out says where); stderr then
+names the place the recipe catalogue would keep it (recipes/<model>/<gpu>/<name>.yaml). A launch script
+written with --out is executable. A recipe whose derived numbers do not recompute is refused (exit 2), as
+`autotune recipes validate` would.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Optional
 import typer
 
 from ..errors import BadInput, ConfigError
-from ..recipes import check_recipe, load_recipe, recipe_relpath, recipe_stem, write_recipe
+from ..recipes import check_recipe, dump_recipe, load_recipe, recipe_relpath, recipe_stem, write_recipe
 from ..recipes.export import FORMATS, contained_path, launch_script, megatron_args, resolve_source, slime_command
 from ..recipes.io import write_text_atomic
 from .common import output_file
@@ -29,14 +31,16 @@ def export(
         None, help="Run directory of a search (default: the newest under ./runs), or a recipe file."
     ),
     rank: int = typer.Option(1, "--rank", help="Which recipe of the run: 1 is the best."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write here instead of the default place / stdout."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write it to this file (a launch script is made "
+                                       "executable); without --out it is printed on stdout."),
     fmt: Optional[str] = typer.Option(
         None, "--format", help="recipe (YAML), slime (command), megatron (arguments), script (launch script). "
         "Default: script when --out ends in .sh, else recipe."),
 ) -> None:
     """Export the best (or --rank N) recipe of a search as a recipe, a command line or a launch script.
 
-    Example: autotune export --out launch.sh   (the best recipe of the newest search, as a launch script)
+    Examples: autotune export --out launch.sh   (the best recipe of the newest search, as a launch script)
+              autotune export runs/my-study --rank 2 > second.yaml
     """
     if fmt is None:
         fmt = "script" if out is not None and out.suffix == ".sh" else "recipe"
@@ -51,23 +55,33 @@ def export(
         raise ConfigError(f"{src}: not exported, the recipe is inconsistent: " + "; ".join(errors))
     name = recipe_stem(src)
     if fmt == "recipe":
-        dest = out or contained_path(recipe_relpath(recipe, name))
-        write_recipe(recipe, dest, name)
-        err_console.print(f"wrote {dest} (from {src}); check it with `autotune recipes validate {dest}`", markup=False)
-        return
-    if fmt == "script":
-        dest = out or contained_path(f"{name}.sh")
-        write_text_atomic(dest, launch_script(recipe, name), mode=0o755)
-        err_console.print(f"wrote {dest} (from {src}); set the variables it names, then run it", markup=False)
-        return
-    text = slime_command(recipe) if fmt == "slime" else megatron_args(recipe, name)
-    if out is not None:
-        write_text_atomic(out, text)
-        err_console.print(f"wrote {out} (from {src})", markup=False)
+        home = contained_path(recipe_relpath(recipe, name))  # where the catalogue keeps it (refuses odd names)
+        if out is not None:
+            write_recipe(recipe, out, name)
+            err_console.print(f"wrote {out} (from {src}); check it with `autotune recipes validate {out}`",
+                              markup=False)
+            return
+        text = dump_recipe(recipe, name)
+        hint = f"to keep it: --out {home} (the recipe catalogue's place for it)"
+    elif fmt == "script":
+        text = launch_script(recipe, name)
+        if out is not None:
+            write_text_atomic(out, text, mode=0o755)
+            err_console.print(f"wrote {out} (from {src}); set the variables it names, then run it", markup=False)
+            return
+        hint = f"to keep it: --out {name}.sh (made executable)"
     else:
-        # Plain stdout, not rich: the command must come out byte for byte (no wrapping, no markup).
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        text = slime_command(recipe) if fmt == "slime" else megatron_args(recipe, name)
+        if out is not None:
+            write_text_atomic(out, text)
+            err_console.print(f"wrote {out} (from {src})", markup=False)
+            return
+        hint = None
+    # Plain stdout, not rich: the text must come out byte for byte (no wrapping, no markup).
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if hint:
+        err_console.print(f"printed {fmt} from {src}; {hint}", markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
