@@ -221,7 +221,7 @@ def sandbox(fixture_files, tmp_path, monkeypatch):
     work = tmp_path / "work"
     shutil.copytree(fixture_files, work)
     monkeypatch.chdir(work)
-    monkeypatch.setenv("HOME", str(work / "home"))  # calibrate's default --out lives under it
+    monkeypatch.setenv("HOME", str(work / "home"))  # nothing may land under it either
     monkeypatch.setenv("XDG_CONFIG_HOME", str(work / "home" / ".config"))
     monkeypatch.delenv("AUTOTUNE_DEBUG", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

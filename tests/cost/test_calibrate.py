@@ -201,6 +201,21 @@ def test_cli_fits_writes_and_prints(capsys, tmp_path):
     assert rc == 0 and "fitted factors" in out and "AUTOTUNE_CALIBRATION" in out
 
 
+def test_cli_without_out_shows_the_fit_and_writes_nothing(capsys, tmp_path, monkeypatch):
+    """Nothing is written outside runs/ unless --out says where (it used to default to ~/.config/autotune)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / ".config"))
+    rc, out, _ = run(capsys, "calibrate", "--gpu", "H200", "--no-published", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["written"] is None and set(d["gpus"]) == {"H200"}
+    rc, out, _ = run(capsys, "calibrate", "--gpu", "H200", "--no-published")
+    assert rc == 0 and "nothing written" in out and "--out FILE" in out
+    assert list(tmp_path.rglob("*")) == []
+    rc, _, err = run(capsys, "calibrate", "--gpu", "H200", "--out", "")
+    assert rc == 2 and "--out ''" in err and list(tmp_path.rglob("*")) == []
+
+
 @pytest.mark.parametrize("argv,msg", [
     (["--gpu", "H300"], "unknown GPU"),
     (["--gpu", "cpu"], "no throughput model"),

@@ -3,8 +3,9 @@
 Rows come from the seed page's three H200 recipes (--seeds), the shipped public throughput table
 (--published, only the rows the model can represent) and the user's own file (--measurements, a CSV in
 the published columns or a JSON list of measurements). Prints the factors and each row's error before
-(the calibration in use now) and after; writes the JSON atomically to --out, merging with the GPU kinds
-already there. `evaluate` uses it when $AUTOTUNE_CALIBRATION names the file.
+(the calibration in use now) and after; with --out, writes the JSON atomically there, merging with the GPU
+kinds already in that file (without --out nothing is written: a fit to look at). estimate, space and search
+use the file when $AUTOTUNE_CALIBRATION names it.
 """
 
 from __future__ import annotations
@@ -26,29 +27,27 @@ from .common import input_file, output_file
 from .console import console, print_json
 
 
-def default_out() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "autotune" / "calibration.json"
-
-
 def calibrate(
     gpu: str = typer.Option(None, "--gpu", "-g", help="Fit this GPU kind only (default: every kind with rows)."),
     measurements: str = typer.Option(None, "--measurements",
                                      help="Your rows: FILE.csv (published columns) or FILE.json."),
     published: bool = typer.Option(True, "--published/--no-published", help="Use the shipped public table's rows."),
     seeds: bool = typer.Option(True, "--seeds/--no-seeds", help="Use the seed page's three measured H200 layouts."),
-    out: str = typer.Option(None, "--out", "-o", help="Where to write the calibration JSON (default: "
-                            "~/.config/autotune/calibration.json)."),
+    out: str = typer.Option(None, "--out", "-o", help="Write the calibration JSON here (merged with the GPU kinds "
+                            "already in the file); without --out the fit is only shown."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
-    """Fit per-GPU-kind factors on the time terms (least squares on log step time, with a prior toward 1)
-    and write them where `evaluate` can use them ($AUTOTUNE_CALIBRATION).
+    """Fit per-GPU-kind factors on the time terms (least squares on log step time, with a prior toward 1);
+    with --out, save them for estimate, space and search ($AUTOTUNE_CALIBRATION=FILE).
 
     Example: autotune calibrate --gpu H200 --measurements my_runs.csv --out calib.json
     """
     if measurements and Path(measurements).suffix.lower() in (".csv", ".json"):  # else read_measurements says which
         input_file("--measurements", measurements)
-    output_file("--out", Path(out) if out else default_out())  # before the fit: nothing half-done
+    if out is not None and not out.strip():
+        raise BadInput("--out '': give a file name, e.g. --out calib.json (or leave --out out to only see the fit)")
+    if out is not None:
+        output_file("--out", Path(out))  # before the fit: nothing half-done
     kind = get_gpu(gpu).name if gpu else None
     if kind is not None and kind not in FAMILIES:
         raise BadInput(f"--gpu {kind}: no throughput model to calibrate for it; choose one of {', '.join(FAMILIES)}")
@@ -67,11 +66,12 @@ def calibrate(
         where = f" for {kind} (or its family: {', '.join(sorted(family))})" if kind else ""
         raise BadInput(f"no measured rows{where}: add --measurements FILE.csv|.json, or drop --no-seeds/--no-published")
     cals = fit_kinds(usable, [kind] if kind else None)
-    path = save_calibrations(Path(out) if out else default_out(), cals)
-    result = {"written": str(path), "use": f"export {ENV_VAR}={path}", "gpus": {}, "skipped": _skip_summary(skipped)}
+    path = save_calibrations(Path(out), cals) if out is not None else None
+    result = {"written": str(path) if path else None, "use": f"export {ENV_VAR}={path}" if path else None,
+              "gpus": {}, "skipped": _skip_summary(skipped)}
     for k, cal in cals.items():
         shown = [m for m in usable if m.gpu == k] or [m for m in usable if FAMILIES.get(m.gpu) == FAMILIES[k]]
-        before = load_calibration(k) if os.environ.get(ENV_VAR) != str(path) else None
+        before = load_calibration(k) if path is None or os.environ.get(ENV_VAR) != str(path) else None
         rows_k = row_report(shown, predict(shown, before) if before else [float("nan")] * len(shown),
                             predict(shown, cal))
         result["gpus"][k] = {"provenance": cal.provenance, "factors": cal.factors,
@@ -101,7 +101,8 @@ def _render(result: dict) -> None:
                           for v, f in zip(vals, fitted)])
     console.print(t)
     for k in kinds:
-        r = Table(title=escape(f"{k}: {result['gpus'][k]['provenance']}"))
+        prov = result["gpus"][k]["provenance"]
+        r = Table(title=escape(prov if prov.startswith(f"{k}:") else f"{k}: {prov}"))
         for col in ("row", "measured", "before", "err", "after", "err "):
             r.add_column(col, justify="left" if col == "row" else "right")
         for row in result["gpus"][k]["rows"]:
@@ -114,7 +115,11 @@ def _render(result: dict) -> None:
         top = "; ".join(f"{n} x {why}" for why, n in list(sk["reasons"].items())[:4])
         console.print(f"skipped {sk['count']} rows the model cannot represent ({top}; --json lists all reasons)",
                       markup=False)
-    console.print(f"wrote {escape(result['written'])}; to use it: [bold]{escape(result['use'])}[/]")
+    if result["written"]:
+        console.print(f"wrote {escape(result['written'])}; to use it: [bold]{escape(result['use'])}[/]")
+    else:
+        console.print("nothing written (before: the calibration in use now); to keep this fit: --out FILE, "
+                      f"then export {ENV_VAR}=FILE", markup=False)
 
 
 def register(app: typer.Typer) -> None:
