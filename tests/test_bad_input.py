@@ -191,6 +191,12 @@ CASES = {
     "search study 300 characters": [*SEARCH, "--study", "s" * 300],
     "search runs dir is a file": [*SEARCH, "--runs-dir", "afile"],
     "search runs dir under a file": [*SEARCH, "--runs-dir", "afile/runs"],
+    "search runs dir empty": [*SEARCH, "--runs-dir", ""],
+    # --reference is read before any trial: a broken file or another model's recipe spends nothing
+    "search reference binary": [*SEARCH, "--reference", "binary.yaml"],
+    "search reference another model": [*SEARCH, "--reference", str(SEED)],
+    "search reference another count": ["search", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "64",
+                                       "--reference", str(SEED)],
 }
 
 

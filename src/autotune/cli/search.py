@@ -96,6 +96,8 @@ def search(
     fraction("--noise", noise, 0.0, 0.5)
     non_negative_int("--seed", seed)
     finite_non_negative("--sim-delay", sim_delay)
+    if not runs_dir.strip():
+        raise BadInput("--runs-dir '': give a folder for the studies, e.g. --runs-dir runs (the default)")
     output_dir("--runs-dir", runs_dir)
     if space_file:
         input_file("--space", space_file)
@@ -117,6 +119,8 @@ def search(
     if backend not in BACKENDS:
         raise BadInput(f"--backend {backend!r} is not available in this installation")
     sp = load_space(space_file, m)
+    gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
+    gates.check(m, cluster)  # a --reference the gates cannot use is refused before any trial is spent
     runs = Path(runs_dir)
     prefix = f"{_slug(m.name)}-{_slug(cluster.gpu.name)}x{cluster.count}"
     if study is None:
@@ -138,7 +142,6 @@ def search(
                        llm_timeout_s=llm_timeout_s)
     view = LiveView.for_search(m, cluster, sd.name, trials_budget=cfg.trials, gpu_hours_budget=cfg.budget_gpu_hours,
                                enabled=not json_out, console=err_console)
-    gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
     session = SearchSession(m, cluster, workload, sp, be, sd, cfg, on_event=view.on_event, gates=gates, notes=notes)
     # bad input fails here, before any output; the spinner (a terminal's only, gone when done) covers the screening
     # of the space, seconds for a space of millions

@@ -50,6 +50,25 @@ class RecipeGates(GatesStage):
         self.reference_recipe = reference_recipe
         self.profile = profile  # None: fp32 thresholds on CPU (deterministic), Bridge's on GPUs
 
+    def check(self, model, cluster) -> None:
+        """Refuse a --reference the gates could not use, before any trial is spent: a recipe that does not
+        parse, or one for another model or GPU count."""
+        if not self.reference_recipe:
+            return
+        from ..errors import BadInput
+        from ..recipes.convert import layout_of
+        from ..recipes.io import load_recipe
+
+        recipe = load_recipe(self.reference_recipe)  # a broken file is a one-line ConfigError here
+        if recipe.model.lower() != model.name.lower():
+            raise BadInput(f"--reference {self.reference_recipe}: a recipe for {recipe.model}, the search is for "
+                           f"{model.name}; give a recipe of the same model (autotune recipes list --model "
+                           f"{model.name}) or leave --reference out")
+        lay = layout_of(recipe)
+        if lay.world != cluster.count:
+            raise BadInput(f"--reference {self.reference_recipe}: its layout is for {lay.world} GPUs, the search "
+                           f"for {cluster.count}; give a recipe for the same GPU count")
+
     def run(self, session: "SearchSession", ranked: list[TrialRecord]) -> dict[int, GateOutcome]:
         from ..gates import run_gates
         from ..gates.convergence import profile_for
