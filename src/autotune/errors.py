@@ -14,6 +14,7 @@ __all__ = [
     "IllegalLayout",
     "MissingExtra",
     "StudyLocked",
+    "Unwritable",
 ]
 
 
@@ -48,6 +49,18 @@ class MissingExtra(AutotuneError, ImportError):
 
 class StudyLocked(BadInput):
     """Another driver holds the study directory."""
+
+
+class Unwritable(BadInput, OSError):
+    """A file cannot be written where asked (missing folder, a file in the way, no permission); the message names
+    the user's path, not the temp file. Still an OSError, so code that catches failed writes keeps catching it."""
+
+    def __init__(self, message: str, filename: str | None = None, errno: int | None = None):
+        super().__init__(message)
+        self.filename, self.errno = filename, errno
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 def require(module: str, extra: str):

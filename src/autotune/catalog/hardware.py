@@ -199,5 +199,7 @@ def load_gpu_file(path: str | Path) -> GpuSpec:
     except OSError as exc:
         raise ConfigError(f"--gpu {str(p)!r}: cannot read ({exc.strerror}); "
                           "give a GPU name or a readable file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--gpu {str(p)!r}: not UTF-8 text (a binary file?); give a GPU name or a YAML/JSON file") from None
     kw = parse_gpu_file(text, str(p), {f.name for f in fields(GpuSpec)})
     return GpuSpec(**kw)

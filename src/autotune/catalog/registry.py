@@ -37,7 +37,7 @@ def _read_json(path: Path, label: str) -> dict:
                               f"{MAX_CONFIG_BYTES:,}; pass the model's config.json")
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from None
+        raise ConfigError(f"{label}: not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno}); fix the file") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{label}: not UTF-8 text (a binary file?); pass the model's config.json") from None
     except RecursionError:

@@ -9,6 +9,18 @@ from ..catalog import GPUS, load_model, model_names, param_counts
 from .console import console, print_json
 
 
+def param_count(n: int) -> str:
+    """A parameter count for the table: 2 decimals of B from 1B, else M or K to 3 significant digits, else the
+    count itself (0.00B hid the small test models)."""
+    if round(n / 1e9, 2) >= 1:
+        return f"{n / 1e9:,.2f}B"
+    for scale, unit in ((1e6, "M"), (1e3, "K")):
+        text = f"{n / scale:.3g}"  # decided after rounding, so 999,999 is 1M, not 1e+03K
+        if float(text) >= 1:
+            return f"{text}{unit}"
+    return str(n)
+
+
 def models(json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """List the shipped models with their exact parameter counts (active per token under the seed's rule)."""
     rows = []
@@ -24,7 +36,7 @@ def models(json_out: bool = typer.Option(False, "--json", help="Print JSON inste
     for col in ("name", "total", "active", "architecture"):
         t.add_column(col, justify="right" if col in ("total", "active") else "left")
     for r in rows:
-        t.add_row(r["name"], f"{r['total_params'] / 1e9:,.2f}B", f"{r['active_params'] / 1e9:,.2f}B", r["description"])
+        t.add_row(r["name"], param_count(r["total_params"]), param_count(r["active_params"]), r["description"])
     console.print(t)
 
 

@@ -104,12 +104,17 @@ def output_dir(name: str, path) -> Path:
     return p
 
 
-def output_file(name: str, path) -> Path:
-    """A file path whose directory exists or can be created and is writable; not an existing directory."""
+def output_file(name: str, path, new_folders: bool = False) -> Path:
+    """A file path whose directory exists (or, with new_folders, can be created) and is writable; not a directory.
+    A missing folder in a path the user typed is more likely a typo than a wish for new folders."""
     p = Path(path)
     if p.is_dir():
         raise BadInput(f"{name} {str(p)!r} is a directory; give a file name")
-    output_dir(name, p.parent if str(p.parent) else ".")
+    folder = p.parent if str(p.parent) else Path(".")
+    if not new_folders and not folder.exists() and not folder.is_symlink():
+        raise BadInput(f"{name} {str(p)!r}: folder {str(folder)!r} does not exist; create it first "
+                       f"(mkdir -p {folder}) or choose another path")
+    output_dir(name, folder)
     return p
 
 ModelOpt = typer.Option(..., "--model", "-m", help="Catalog name (see `autotune models`) or a path to a config.json.")

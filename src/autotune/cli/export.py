@@ -46,18 +46,20 @@ def export(
         fmt = "script" if out is not None and out.suffix == ".sh" else "recipe"
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    if out is not None:
-        output_file("--out", out)
     src = resolve_source(run_dir, rank)
     recipe = load_recipe(src)
     errors = [str(p) for p in check_recipe(recipe) if p.level == "error"]
     if errors:
         raise ConfigError(f"{src}: not exported, the recipe is inconsistent: " + "; ".join(errors))
     name = recipe_stem(src)
+    home = contained_path(recipe_relpath(recipe, name)) if fmt == "recipe" else None  # the catalogue's place
+    # its folders may be new (stderr suggests that path); any other --out must name an existing folder
+    new_folders = home is not None and out is not None and Path(out).resolve() == home.resolve()
+    if out is not None:
+        output_file("--out", out, new_folders=new_folders)
     if fmt == "recipe":
-        home = contained_path(recipe_relpath(recipe, name))  # where the catalogue keeps it (refuses odd names)
         if out is not None:
-            write_recipe(recipe, out, name)
+            write_recipe(recipe, out, name, make_parents=new_folders)
             err_console.print(f"wrote {out} (from {src}); check it with `autotune recipes validate {out}`",
                               markup=False)
             return
@@ -66,14 +68,14 @@ def export(
     elif fmt == "script":
         text = launch_script(recipe, name)
         if out is not None:
-            write_text_atomic(out, text, mode=0o755)
+            write_text_atomic(out, text, mode=0o755, make_parents=False)
             err_console.print(f"wrote {out} (from {src}); set the variables it names, then run it", markup=False)
             return
         hint = f"to keep it: --out {name}.sh (made executable)"
     else:
         text = slime_command(recipe) if fmt == "slime" else megatron_args(recipe, name)
         if out is not None:
-            write_text_atomic(out, text)
+            write_text_atomic(out, text, make_parents=False)
             err_console.print(f"wrote {out} (from {src})", markup=False)
             return
         hint = None

@@ -1,5 +1,6 @@
 """The `autotune` entry point: builds the typer app from the command modules and maps known errors to
-one-line messages (exit 2 for bad input, 1 for other failures). Set AUTOTUNE_DEBUG=1 for tracebacks."""
+one-line messages (exit 2 for bad input, 1 for other failures). Set AUTOTUNE_DEBUG=1 for tracebacks
+(0, false, no, off or empty: none)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import typer
 
@@ -66,8 +68,67 @@ def _os_error(exc: OSError) -> str:
     return f"{path}: {what}; {hint}" if path else f"{what}; {hint}"
 
 
+def _switched_on(value: str | None) -> bool:
+    """An environment switch: unset, empty, 0, false, no and off (any case) are off, as a user means them."""
+    return (value or "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _file_args(argv: list[str]):
+    """(option or None, value) for each argument that may name a file: option values and positionals.
+    Flags are told from value options by the command's own parameters, so `--json x.yaml` is not `--json`'s."""
+    flags: set[str] = set()
+    try:
+        import click
+
+        cmd = typer.main.get_command(app)
+        for tok in argv:
+            if isinstance(cmd, click.Group) and tok in cmd.commands:
+                cmd = cmd.commands[tok]
+            for p in cmd.params:
+                if isinstance(p, click.Option) and (p.is_flag or p.count):
+                    flags.update(p.opts + p.secondary_opts)
+    except Exception:  # only a better message is at stake
+        pass
+    option = None
+    for tok in argv:
+        if option is not None:
+            yield option, tok
+            option = None
+        elif tok.startswith("-") and len(tok) > 1:
+            name, eq, value = tok.partition("=")
+            if eq:
+                yield name, value
+            elif tok not in flags:
+                option = tok
+        else:
+            yield None, tok
+
+
+def _not_utf8(argv: list[str], exc: UnicodeDecodeError) -> str:
+    """The one-line error for a binary file where text was expected. The exception carries the bytes it failed
+    on, not the file: the file is the command-line argument whose contents hold those bytes and are not UTF-8."""
+    failed = bytes(exc.object) if isinstance(exc.object, (bytes, bytearray, memoryview)) else b""
+    for option, value in _file_args(argv):
+        try:
+            p = Path(value)
+            if not failed or not p.is_file() or p.stat().st_size > 1 << 28:
+                continue
+            data = p.read_bytes()
+        except (OSError, ValueError):
+            continue
+        if failed not in data:
+            continue
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            label = f"{option} {value}" if option else value
+            return (f"{label}: not UTF-8 text (a binary file?); pass the text file "
+                    f"{option or 'the command'} asks for")
+    return "an input file is not UTF-8 text (a binary file?); pass the text file the option asks for"
+
+
 def main(argv: list[str] | None = None) -> int:
-    debug = bool(os.environ.get("AUTOTUNE_DEBUG"))
+    debug = _switched_on(os.environ.get("AUTOTUNE_DEBUG"))
     previous = None
     _signalled.clear()
     if threading.current_thread() is threading.main_thread():
@@ -109,10 +170,10 @@ def _run(argv: list[str] | None, debug: bool) -> int:
             raise
         print_error(_os_error(exc))
         return 2
-    except UnicodeDecodeError:  # a binary file where text was expected; callers that know the path say so
+    except UnicodeDecodeError as exc:  # a binary file where text was expected; callers that know the path say so
         if debug:
             raise
-        print_error("an input file is not UTF-8 text (a binary file?); pass the text file the option asks for")
+        print_error(_not_utf8(list(sys.argv[1:] if argv is None else argv), exc))
         return 2
     except RecursionError:
         if debug:

@@ -140,7 +140,7 @@ def save_calibrations(path: str | Path, cals: dict[str, Calibration], merge: boo
     gpus.update({k: c.to_json() for k, c in cals.items()})
     doc = {"schema_version": 1, "written": _dt.date.today().isoformat(), "generator": "autotune calibrate",
            "gpus": dict(sorted(gpus.items()))}
-    write_text_atomic(p, json.dumps(doc, indent=1) + "\n")
+    write_text_atomic(p, json.dumps(doc, indent=1) + "\n", make_parents=False)
     return p
 
 

@@ -268,7 +268,7 @@ def read_measurements(path: str | Path) -> tuple[list[Measurement], list[tuple[d
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read ({exc.strerror}); check the path") from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the file") from None
+        raise ConfigError(f"{p}: not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno}); fix the file") from None
     rows = data.get("measurements") if isinstance(data, dict) else data
     if not isinstance(rows, list):
         raise ConfigError(f"{p}: expected a JSON list of measurements (or {{\"measurements\": [...]}})")

@@ -116,7 +116,12 @@ def read_losses(path: str | Path) -> LossCurve:
         if p.suffix == ".jsonl" or (text.lstrip().startswith("{") and "\n{" in text.strip()):
             for n, line in enumerate(text.splitlines(), 1):
                 if line.strip():
-                    rec = json.loads(line)
+                    try:
+                        rec = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        what = exc.msg.removesuffix(" at")  # "Unterminated string starting at"
+                        raise ConfigError(f"loss file {p} line {n}: not valid JSON ({what} at column {exc.colno}); "
+                                          "pass the runner's steps.jsonl") from None
                     if not isinstance(rec, dict) or "step" not in rec:
                         raise ConfigError(f"loss file {p}: line {n} is not a StepRecord (no `step`)")
                     pairs.append((rec["step"], rec.get("lm_loss")))
@@ -129,7 +134,7 @@ def read_losses(path: str | Path) -> LossCurve:
             else:
                 raise ConfigError(f"loss file {p}: expected {{step: loss}} or a list of losses")
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"loss file {p}: not JSON ({exc.msg} at line {exc.lineno}); pass steps.jsonl or {{step: loss}}") from None
+        raise ConfigError(f"loss file {p}: not JSON ({exc.msg}: line {exc.lineno} column {exc.colno}); pass steps.jsonl or {{step: loss}}") from None
     return _collect(pairs, str(p))
 
 

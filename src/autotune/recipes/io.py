@@ -90,6 +90,8 @@ def load_recipe(path: str | Path) -> Recipe:
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such recipe file; `autotune recipes list` shows the recipes") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (a binary file?); pass a recipe YAML") from None
     return parse_recipe(text, str(path))
 
 
@@ -134,11 +136,11 @@ def dump_recipe(recipe: Recipe, name: str | None = None) -> str:
     return (recipe_header(recipe, name) if name else "") + body
 
 
-def write_recipe(recipe: Recipe, path: str | Path, name: str | None = None) -> Path:
+def write_recipe(recipe: Recipe, path: str | Path, name: str | None = None, make_parents: bool = True) -> Path:
     """Write a recipe atomically. `name` (default: the file name without a `rank-NN-` prefix) sets the header."""
     path = Path(path)
     name = name or re.sub(r"^rank-\d+-", "", path.stem)
-    return write_text_atomic(path, dump_recipe(recipe, name))
+    return write_text_atomic(path, dump_recipe(recipe, name), make_parents=make_parents)
 
 
 def shipped_recipes() -> Path:

@@ -171,4 +171,4 @@ def render_html(view: StudyView) -> str:
 
 
 def write_html(view: StudyView, path: str | Path) -> Path:
-    return write_text_atomic(path, render_html(view), mode=0o644)  # a page to share, not a secret
+    return write_text_atomic(path, render_html(view), mode=0o644, make_parents=False)  # a page to share, not a secret

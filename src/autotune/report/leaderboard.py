@@ -108,4 +108,4 @@ def leaderboard_html(entries: list[Entry]) -> str:
 
 
 def write_leaderboard(entries: list[Entry], path: str | Path) -> Path:
-    return write_text_atomic(path, leaderboard_html(entries), mode=0o644)
+    return write_text_atomic(path, leaderboard_html(entries), mode=0o644, make_parents=False)
