@@ -36,12 +36,13 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import SELECTIVE_MODULES, LayoutTable
+from ..catalog.model import SLIDING
 from ._mtp import mtp_stage_activations, mtp_stage_params
 from ._sac import op_sac_kept
 from ._quant import lowp_copies
 from ._state import state_terms
 from ._comm import routing_load
-from .layers import (PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
+from .layers import (KIND, PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
                      vocab_per_row)
 
 __all__ = ["MemoryResult", "estimate_memory", "TERMS", "MemoryCoefficients"]
@@ -214,6 +215,25 @@ def owned_params(t: LayoutTable, dense: np.ndarray, expert: np.ndarray) -> np.nd
     return np.where(t.dist_opt[:, None], dense / dp + expert / edp, dense + expert)
 
 
+def unfused_scores(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, S: int,
+                   rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, S) bytes one micro-batch's attention layers of each stage keep for backward when attention is not
+    fused (no Transformer Engine: megatron.core's DotProductAttention): the softmax's output, which its backward
+    needs (fp32 with --attention-softmax-in-fp32), and the probabilities cast back for the AV product (bf16; on
+    a CPU the runner works in fp32, where the two are one tensor), [rows, heads / TP, s / CP, window]; and (n, 1)
+    the bytes of the widest layer's scores."""
+    lt = layer_tables(model)
+    if not lt.is_attention.any():
+        return np.zeros((len(t), S)), np.zeros((len(t), 1))
+    s = workload.seq_len
+    window = np.where(lt.kind == KIND[SLIDING], min(s, model.sliding_window or s), s)
+    per_token = np.where(lt.is_attention, window, 0.0).astype(float)  # key positions per query, per layer
+    stage = stage_sums(per_token, t.pp, t.vpp, S, t.split)  # (n, S)
+    B = (6.0 if cluster.gpu.is_accelerator else 4.0)
+    per = rows[:, None] * (s / t.cp[:, None]) * (model.num_heads / t.tp[:, None]) * B
+    return per * stage, per * float(per_token.max())  # and the widest layer's, the one working set
+
+
 def _inflight(t: LayoutTable, M: np.ndarray, S: int) -> np.ndarray:
     """Micro-batch-equivalents of activations each stage keeps (n, S)."""
     ahead = t.pp[:, None] - np.arange(S)[None, :]  # stages from this one to the last, inclusive
@@ -300,6 +320,12 @@ def estimate_memory(
     if t.ep_overlap.any():  # EP overlap runs a layer of the next micro-batch's forward inside this one's backward
         terms["activations"] = terms["activations"] + np.where(t.ep_overlap[:, None], avg_layer * tokens, 0.0)
     terms["recompute"] = working * tokens
+    if not cluster.has_te:  # without Transformer Engine Megatron's local attention materialises the s x s scores
+        scores, layer = unfused_scores(model, workload, cluster, t, S, rows)
+        terms["activations"] = terms["activations"] + np.where(full, 0.0, scores * inflight)
+        # working set of the layer being run: its raw and scaled scores beside the saved softmax in forward, their
+        # gradients in backward (a recomputed layer's saved ones too)
+        terms["recompute"] = terms["recompute"] + layer * np.where(full, 3.0, 2.0)
 
     # --- output layer and loss on the last stage ----------------------------------------------------
     vocab_local = vocab_per_row(model, t.tp)[:, None] / tp
@@ -328,5 +354,7 @@ def estimate_memory(
     terms = {k: np.broadcast_to(v, (n, S)) for k, v in terms.items()}  # views: every term (n, S), not masked
     held = np.where(mask, owned, 0.0).max(axis=1)  # the optimizer's share on the fullest stage
     host = coef.host_offload_bytes * t.offload * held * cluster.node_size * (0.0 if workload.lora else 1.0)
-    return MemoryResult(terms=terms, n_stages=t.pp.copy(), capacity_bytes=float(cluster.gpu.memory_bytes),
+    # a CPU "GPU" is the host: its ranks share its memory
+    share = 1 if cluster.gpu.is_accelerator else cluster.node_size
+    return MemoryResult(terms=terms, n_stages=t.pp.copy(), capacity_bytes=float(cluster.gpu.memory_bytes) / share,
                         host_bytes=host, host_capacity_bytes=cluster.gpu.host_mem_gib * GiB, params=(p_dense, p_exp))
