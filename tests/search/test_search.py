@@ -245,3 +245,21 @@ def test_notes_shown_before_the_run_are_not_repeated_on_the_same_terminal(tmp_pa
     assert "best: " in out
     out, err = run_with(out_tty=False)
     assert "note: planner: model-guided" in err and "note: planner: model-guided" in out
+
+
+def test_local_backend_checks_this_machine_before_any_trial(tmp_path, capsys, monkeypatch):
+    """--backend local runs megatron-core here: without torch it is one line and exit 2 before a study exists;
+    with it, what this machine lacks (DeepEP, HybridEP, Transformer Engine) narrows the space with a note."""
+    from autotune.trials import plan
+
+    real = plan.has_module
+    monkeypatch.setattr(plan, "has_module", lambda name: False if name == "torch" else real(name))
+    capsys.readouterr()
+    rc = main(["search", "--model", "tiny-moe", "--gpu", "cpu", "--count", "2", "--backend", "local",
+               "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "torch is not installed" in err and "--backend simulate" in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+    monkeypatch.setattr(plan, "has_module", lambda name: name in ("torch", "megatron.core"))
+    kw, notes = plan.local_software()
+    assert kw == {"has_te": False, "has_deepep": False, "has_hybridep": False} and len(notes) == 3

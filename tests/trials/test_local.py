@@ -100,6 +100,18 @@ def test_cli_bad_input_exits_2_before_any_process(tmp_path, make_spec, capsys, c
     assert not (tmp_path / "spec" / "logs").exists()  # no rank was started
 
 
+def test_cli_refuses_to_run_over_a_finished_trial(tmp_path, make_spec, capsys):
+    """`trial run` on a study's finished trial would overwrite what the study recorded: refused, untouched."""
+    path = _spec_file(tmp_path, make_spec)
+    done = tmp_path / "spec" / "trial_result.json"
+    done.write_text('{"status": "ok"}')
+    before = sorted(p.name for p in done.parent.iterdir())
+    assert cli(["trial", "run", path]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a finished trial" in err and "--out" in err and err.count("\n") == 1
+    assert sorted(p.name for p in done.parent.iterdir()) == before and done.read_text() == '{"status": "ok"}'
+
+
 @pytest.mark.slow
 def test_cli_runs_a_one_rank_spec_on_two_ranks_and_prints_json(tmp_path, make_spec, capsys):
     spec = make_spec(5, count=1, layout=Layout(world=1, micro_batch_size=1).to_dict())

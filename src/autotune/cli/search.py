@@ -107,8 +107,6 @@ def search(
         raise BadInput(f"--backend {backend!r}: choose one of {', '.join(BACKEND_CHOICES)}")
     planner_name, planner_note = resolve_planner(planner, PlannerOptions(
         llm_base_url=llm_base_url, llm_model=llm_model, llm_timeout_s=llm_timeout_s))
-    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
-                                   **missing_software(no_deepep, no_hybridep, no_te))
     notes = [planner_note] if planner_note else []
     address = ray_address or os.environ.get("RAY_ADDRESS")
     if backend == "auto":
@@ -118,6 +116,19 @@ def search(
                          "simulator; results are PREDICTIONS and recipes carry status: predicted")
     if backend not in BACKENDS:
         raise BadInput(f"--backend {backend!r} is not available in this installation")
+    software = missing_software(no_deepep, no_hybridep, no_te)
+    if backend == "local":  # the trials run here: what this machine lacks narrows the space, before any trial
+        from ..trials.plan import local_software, trials_missing
+
+        why = trials_missing()
+        if why:
+            raise BadInput(f"--backend local runs megatron-core on this machine, but {why}; or use --backend "
+                           "simulate")
+        here, why_not = local_software()
+        software = {**here, **software}
+        notes += [f"this machine: {w}" for w in why_not]
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
+                                   **software)
     sp = load_space(space_file, m)
     gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
     gates.check(m, cluster)  # a --reference the gates cannot use is refused before any trial is spent

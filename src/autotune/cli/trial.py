@@ -17,7 +17,7 @@ from rich.table import Table
 from ..catalog import get_gpu, load_model
 from ..errors import AutotuneError, BadInput, ConfigError
 from ..layout import Layout
-from ..trials.plan import plan_trial
+from ..trials.plan import plan_trial, trials_missing
 from ..trials.spec import TrialResult, TrialSpec, read_model
 from .common import input_file, output_dir
 from .console import console, err_console, print_json
@@ -106,6 +106,13 @@ def run(
         spec = _with_proxy(spec, proxy)
     plan = plan_trial(spec)  # every BadInput (exit 2) before a process starts
     trial_dir = (out or spec_path.resolve().parent).resolve()
+    done = trial_dir / "trial_result.json"
+    if done.exists():  # a study's finished trial: running it again here would overwrite what the study recorded
+        raise BadInput(f"{trial_dir} already holds a finished trial ({done.name}); run it again elsewhere with "
+                       "--out NEW_FOLDER")
+    missing = trials_missing()
+    if missing:
+        raise BadInput(f"a trial runs megatron-core on this machine, but {missing}")
     label = plan.layout.label(plan.model.is_moe)
     if not json_out:
         err_console.print(escape(f"running {plan.model.name} at {label} on {spec.count} local rank(s), "

@@ -20,7 +20,8 @@ from ..layout import FLEX_DISPATCHERS, Layout, validate
 from .proxy import proxy_model
 from .spec import TrialSpec
 
-__all__ = ["TrialPlan", "plan_trial", "has_module", "model_blocker", "flex_backend_missing"]
+__all__ = ["TrialPlan", "plan_trial", "has_module", "model_blocker", "flex_backend_missing", "trials_missing",
+           "local_software"]
 
 
 def has_module(name: str) -> bool:
@@ -29,6 +30,33 @@ def has_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+def trials_missing() -> str | None:
+    """Why real trials cannot run on this machine (torch or megatron-core not installed), or None."""
+    for module, what in (("torch", "torch"), ("megatron.core", "megatron-core")):
+        try:
+            ok = has_module(module)
+        except ModuleNotFoundError:  # the parent package is missing
+            ok = False
+        if not ok:
+            return f"{what} is not installed here (pip install torch==2.13.0 'autotune[trials]')"
+    return None
+
+
+def local_software() -> tuple[dict[str, bool], list[str]]:
+    """ClusterSpec keyword arguments for the kernels this machine lacks (trials run here: --backend local), and a
+    note per narrowing."""
+    kw, notes = {}, []
+    if not has_module("transformer_engine"):
+        kw["has_te"] = False
+        notes.append("Transformer Engine is not installed here: no context parallelism or precision-aware optimizer")
+    for flag, dispatcher in (("has_deepep", "flex"), ("has_hybridep", "hybridep")):
+        why = flex_backend_missing(dispatcher)
+        if why:
+            kw[flag] = False
+            notes.append(why.split(";")[0])
+    return kw, notes
 
 
 def flex_backend_missing(dispatcher: str) -> str | None:
