@@ -102,6 +102,15 @@ def test_space_table_shows_a_dispatcher_only_for_an_moe_model(capsys, monkeypatc
     assert rc == 0 and "disp." in out
 
 
+def test_an_empty_space_is_exit_2_with_or_without_json(capsys):
+    """--json kept exit 0 with an empty top list where the tables exit 2: a script must see the failure too."""
+    argv = ["space", "--model", "Llama-3.1-70B", "--gpu", "H100", "--count", "1"]
+    rc, out, err = run(capsys, *argv, "--json")
+    assert rc == 2 and json.loads(out)["top"] == [] and err.count("\n") == 1 and "Add GPUs" in err
+    rc, _, err2 = run(capsys, *argv)
+    assert rc == 2 and err2 == err
+
+
 def test_space_without_deepep_drops_flex(capsys):
     rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--no-deepep", "--json", "--top", "50")
     d = json.loads(out)

@@ -51,6 +51,8 @@ def space(
             "funnel": [{"stage": s, "count": c} for s, c in res.funnel],
             "reasons": res.reasons, "notes": res.notes, "top": best,
         })
+        if not best:  # the same exit code as the tables: a script must not read an empty space as a result
+            raise BadInput(_nothing_survives(res))
         return
     console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on {cluster.count} x {cluster.gpu.name}")
     f = Table(title="pruning funnel")
@@ -68,9 +70,7 @@ def space(
     for note in res.notes:
         console.print(f"note: {note}", markup=False)
     if not best:
-        why = ", ".join(f"{k} ({v:,})" for k, v in res.last_reasons.items())
-        raise BadInput(f"no layout survives pruning; the last candidates were removed by: {why}. "
-                       "Widen the space (--space), add GPUs, or shorten --seq-len")
+        raise BadInput(_nothing_survives(res))
     t = Table(title=f"top {len(best)} by predicted tokens/s/GPU")
     offload = any(b["layout_detail"]["optimizer_offload"] for b in best)  # a column only when it matters
     disp = m.is_moe  # a dense model has no token dispatcher to show
@@ -89,6 +89,19 @@ def space(
                   f"{thr['usd_per_million_tokens']:.2f}", f"{b['memory']['peak_bytes'] / GiB:.1f}",
                   f"{top_term[0]} {top_term[1] / thr['step_time_s']:.0%}")
     console.print(t)
+
+
+def _nothing_survives(res) -> str:
+    """Why no layout survived, and the way out that fits the reason that removed the last of them."""
+    why = ", ".join(f"{k} ({v:,})" for k, v in res.last_reasons.items())
+    codes = " ".join(res.last_reasons)
+    if "OOM" in codes or "memory" in codes:
+        hint = "add GPUs, shorten --seq-len, or widen the space (--space: recompute, offload)"
+    elif "dp_batch" in codes or "world" in codes or "microbatch" in codes:
+        hint = "use a GPU count and --global-batch that divide (fewer GPUs, or a larger --global-batch)"
+    else:
+        hint = "widen the space (--space), or change the GPU count"
+    return f"no layout survives pruning; the last candidates were removed by: {why}. {hint[0].upper()}{hint[1:]}"
 
 
 def register(app: typer.Typer) -> None:
