@@ -77,3 +77,17 @@ def test_for_search_titles_and_computes_mfu_by_the_one_formula():
                                "predicted": 2500.0, "source": "measured"})
     want = float(mfu(m, 2451.44, cluster.gpu.bf16_tflops))
     assert view.rows[0].mfu == pytest.approx(want, rel=1e-12) and f"MFU {want:.1%}" in buf.getvalue() and "MFU 13.4%" in buf.getvalue()
+
+
+def test_a_resumed_study_counts_its_kept_trials_and_best():
+    """Progress after --resume: the kept trials count and the best may be one of them (it said 1/3 trials and a
+    worse best of this run's)."""
+    buf = io.StringIO()
+    view = LiveView("t", 3, None, True, Console(file=buf, width=200))
+    view.on_event("resumed", {"finished": 2, "gpu_hours": 14.1,
+                              "best": {"number": 0, "layout": "TP2 PP4 VPP3 EP8 DP4", "value": 3406.1,
+                                       "source": "predicted"}})
+    assert buf.getvalue() == ""  # counted, not printed: the notes say what was resumed
+    view.on_event("finished", {"number": 2, "layout": "TP2 PP4 VPP4 EP8 DP4", "status": "ok", "value": 3367.8,
+                               "predicted": 3367.8, "source": "predicted", "gpu_hours": 7.1})
+    assert buf.getvalue().rstrip().endswith("| 3/3 trials, 21.2 GPU-hours, best 3,406.1 (TP2 PP4 VPP3 EP8 DP4, trial 0)")

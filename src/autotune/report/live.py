@@ -100,6 +100,15 @@ class LiveView:
             self._line(f"trial {n} screened: {self.rows[n].layout}: {self.rows[n].reason}")
         elif kind == "finished":
             self._finished(n, d)
+        elif kind == "resumed":  # the finished trials a resumed study keeps count toward the progress and the best
+            self.finished += int(d.get("finished") or 0)
+            self.gpu_hours += float(d.get("gpu_hours") or 0.0)
+            b = d.get("best")
+            if b and b.get("value"):
+                r = _Row(int(b["number"]), str(b.get("layout", "?")), state=("measured" if b.get("source") == "measured"
+                                                                            else "predicted"))
+                r.value = float(b["value"])
+                self.best = r
         elif kind == "note":  # something a trial taught the search (e.g. a memory wall after an OOM)
             self._line(f"note: {d.get('text', '')}")
         elif kind == "done":

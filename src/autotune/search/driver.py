@@ -158,6 +158,11 @@ class SearchDriver:
         requeue = [lay for lay in repair.requeued if layout_key(lay) not in done]
         if self.records or requeue or repair.note():
             self.notes.append(f"resumed: {self.n_dispatched()} finished trial(s) kept, {len(requeue)} re-queued")
+            best = self.best()
+            self.emit("resumed", {"finished": self.n_dispatched(), "gpu_hours": self.gpu_hours,
+                                  "best": None if best is None else {
+                                      "number": best.number, "layout": best.layout.label(self.model.is_moe),
+                                      "value": best.value, "source": best.source}})
         if repair.note():
             self.notes.append(repair.note())
         return requeue
