@@ -70,6 +70,8 @@ def test_gpu_hour_budget_is_respected(tmp_path, capsys):
     assert rc == 0 and "GPU-hour budget" in out["stop_reason"]
     per_trial = out["gpu_hours"] / out["dispatched"]
     assert out["gpu_hours"] - per_trial < 10 <= out["gpu_hours"]  # stops at the first trial that crosses it
+    # and says so when it dispatches that trial (it used to overspend without a word)
+    assert any("more than the" in n and "--budget-gpu-hours 10" in n for n in out["notes"])
 
 
 def test_optuna_planner_never_dispatches_predicted_oom_or_illegal(tmp_path, capsys):

@@ -26,7 +26,7 @@ from ..layout.dimensions import layout_key
 from ..space import SearchSpace
 from ..trials.backends import Backend, Handle
 from ..trials.spec import EarlyStop, TrialResult, TrialSpec, read_model, write_json_atomic
-from .acquisition import stop_reason
+from .acquisition import stop_reason, trial_gpu_hours
 from .candidates import Candidates
 from .planners import Planner, PlannerOptions, Proposal, TrialRecord, get_planner
 from .planners.optuna_planner import choices_of
@@ -86,6 +86,7 @@ class SearchDriver:
         self.requeue: list[Layout] | None = None  # set by prepare()
         self._screened_in_a_row = 0  # proposals rejected or repeated since the last dispatch
         self._why: dict[int, str] = {}  # running trial -> the planner's rationale
+        self._cost: dict[int, float] = {}  # running trial -> its predicted GPU-hours (with --budget-gpu-hours)
 
     # --- setup ---------------------------------------------------------------------------------------
     def _study_attrs(self) -> dict:
@@ -288,6 +289,16 @@ class SearchDriver:
         self.emit("dispatched", {"number": number, "layout": attrs.label, "predicted": pred, "why": attrs.why,
                                  "settings": settings_label(lay, self.model.is_moe),
                                  "peak_memory_bytes": prediction.peak_bytes})
+        budget = self.cfg.budget_gpu_hours
+        if budget is not None:  # the budget stops the search after the trial that crosses it: say so up front
+            cost = float(trial_gpu_hours([pred], self.workload.tokens_per_step, self.cluster.count, spec.steps)[0])
+            left = budget - self.gpu_hours - sum(self._cost.values())
+            self._cost[number] = cost
+            if cost > left:
+                note = (f"trial {number} is predicted to take {cost:,.1f} GPU-hours, more than the {max(left, 0.0):,.1f} "
+                        f"left of --budget-gpu-hours {budget:g}; the search stops once it ends")
+                self.notes.append(note)
+                self.emit("note", {"text": note})
 
     def _spec(self, lay: Layout, number: int, prediction) -> TrialSpec:
         steps = self.cfg.steps or self.workload.steps
@@ -325,6 +336,7 @@ class SearchDriver:
         self.sd.unlock()
 
     def _tell(self, number: int, lay: Layout, res: TrialResult, pred: float | None) -> None:
+        self._cost.pop(number, None)
         extra = {}
         if res.proxy and res.status == "ok":
             # a proxy trial proves the layout runs; its throughput is the shrunk model's, so the ranking
