@@ -265,3 +265,16 @@ def test_local_backend_checks_this_machine_before_any_trial(tmp_path, capsys, mo
     monkeypatch.setattr(plan, "has_module", lambda name: name in ("torch", "megatron.core"))
     kw, notes = plan.local_software()
     assert kw == {"has_te": False, "has_deepep": False, "has_hybridep": False} and len(notes) == 3
+
+
+def test_commands_in_the_summary_are_not_broken_over_lines(tmp_path, capsys, monkeypatch):
+    """On a narrow terminal the export and dashboard commands stay one line each (a copied command must run)."""
+    from autotune.cli.console import console
+
+    monkeypatch.setattr(console, "width", 60)
+    capsys.readouterr()
+    rc = main([*ARGS, "--runs-dir", str(tmp_path), "--trials", "1", "--study", "narrow"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert f"autotune export {tmp_path / 'narrow'} --rank 1" in out
+    assert f"(optuna-dashboard sqlite:///{tmp_path / 'narrow'}/study.db)" in out

@@ -30,18 +30,20 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
                       markup=False)
     for note in out["notes"]:
         if note not in shown:
-            console.print(f"note: {note}", markup=False)
+            console.print(f"note: {note}", markup=False, soft_wrap=True)
     console.print(f"stopped: {out['stop_reason']}")
     console.print(f"{out['dispatched']} trial(s), {out['gpu_hours']:.1f} GPU-hours"
                   + (" (predicted)" if out["backend"] == "simulate" else ""))
     b = out["best"]
     if b:
         console.print(f"best: [bold]{b['layout']}[/] ({escape(b['summary'])}): {b['tokens_per_s_per_gpu']:,.1f} "
-                      f"tokens/s/GPU \\[{b['status']}]")
+                      f"tokens/s/GPU \\[{b['status']}]", soft_wrap=True)
         ref = out.get("reference")
         if ref:
             console.print(f"against the best known recipe {ref['name']} ({ref['layout']}, {ref['tokens_per_s_per_gpu']:,.1f} "
                           f"tokens/s/GPU, {ref['status']}): {b['vs_reference']:.2f}x"
                           + (" \\[predicted, not yet measured]" if b["status"] == "predicted" else ""))
-        console.print(f"recipes: {escape(out['study_dir'])}/recipes/   export the best: [bold]{escape(out['export'])}[/]")
-    console.print(f"dashboard: {out['dashboard']}", markup=False)
+        # paths and commands are not broken over lines (a copied command must run): the terminal wraps them
+        console.print(f"recipes: {escape(out['study_dir'])}/recipes/   export the best: [bold]{escape(out['export'])}[/]",
+                      soft_wrap=True)
+    console.print(f"dashboard: {out['dashboard']}", markup=False, soft_wrap=True)

@@ -161,7 +161,7 @@ def search(
     funnel = session.driver.candidates.funnel
     notes.append(f"search space {sp.source}: " + " -> ".join(f"{c:,} {s}" for s, c in funnel))
     for note in notes:
-        err_console.print(f"note: {note}", markup=False)
+        err_console.print(f"note: {note}", markup=False, soft_wrap=True)
     try:
         with view:
             outcome = session.run()
