@@ -112,3 +112,16 @@ def test_model_planner_moves_after_a_measurement_that_contradicts_the_model():
     drop = np.log(preds[1] / preds[0])
     has = X[:, value] > 0
     assert drop[has].mean() < drop[~has].mean() - 0.1
+
+
+def test_the_first_model_guided_proposal_does_not_compare_a_layout_with_itself(cands):
+    """With no trial yet there is no incumbent: the rationale says so instead of giving the pick's chance to beat
+    its own prediction; once a trial is in, it gives the chance to beat that trial."""
+    from autotune.search.planners import get_planner
+
+    p = get_planner("model")
+    first = p.propose(cands.context([], 0), 1)[0]
+    assert "no trial yet" in first.why and "chance to beat" not in first.why
+    rec = _finish(cands, first.layout, 0)
+    second = p.propose(cands.context([rec], 0), 1)[0]
+    assert "chance to beat the best simulated trial" in second.why

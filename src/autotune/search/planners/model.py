@@ -51,6 +51,12 @@ class ModelPlanner(Planner):
         learnt = f"; model error x{scale():.2f} the calibration's, learnt from the trials" if scale and measured else ""
         out = []
         for n, i in enumerate(picks):
+            if best is None:  # nothing measured or simulated yet: no incumbent to beat (the pick is the reference)
+                out.append(Proposal(ctx.table.row(i), (
+                    f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (the planner's 1-sd uncertainty "
+                    f"+/-{sigma[i]:.0%}); no trial yet: the most expected gain per GPU-hour among "
+                    f"{int(open_.sum())} untried ({cost[i]:.1f} GPU-h)")))
+                continue
             out.append(Proposal(ctx.table.row(i), (
                 f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (the planner's 1-sd uncertainty +/-{sigma[i]:.0%}); "
                 f"{pi[n]:.0%} chance to beat "
