@@ -74,6 +74,9 @@ def test_optuna_port_out_of_range(capsys, sim_study, port):
 
 def test_recipes_html_with_nothing_to_list(capsys, tmp_path):
     out = tmp_path / "lb.html"
-    rc, _, err = _err(capsys, "recipes", "list", "--model", "No-Such-Model", "--html", str(out))
+    rc, _, err = _err(capsys, "recipes", "list", "--model", "Llama-3.1-70B", "--html", str(out))  # no recipes
     assert rc == 2 and not out.exists()
-    _one_line(err, "No-Such-Model", "nothing written")
+    _one_line(err, "Llama-3.1-70B", "nothing written")
+    rc, _, err = _err(capsys, "recipes", "list", "--model", "No-Such-Model", "--html", str(out))  # unknown: refused
+    assert rc == 2 and not out.exists()
+    _one_line(err, "No-Such-Model")

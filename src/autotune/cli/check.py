@@ -1,7 +1,8 @@
 """`autotune check convergence | config | component`: the correctness gates, one at a time.
 
 Exit codes: 0 the gate passed, 1 it failed (or could not run: not_run), 2 bad input (an unreadable or
-malformed loss file or recipe, a rule file with an unknown class, too few steps to score), one line.
+malformed loss file or recipe, a rule file with an unknown class, too few steps to score; for component, torch or
+megatron-core not installed here), one line.
 """
 
 from __future__ import annotations
@@ -93,12 +94,25 @@ def component(
     Example: autotune check component --dispatcher allgather --reference-dispatcher alltoall
     """
     from ..errors import BadInput
-    from ..gates.component import ComponentSpec, component_gate
+    from ..gates.component import ComponentSpec, component_gate, run_component
+    from ..trials import plan
+    from .common import positive_int
 
     if dtype not in ("bf16", "fp32"):
         raise BadInput(f"--dtype {dtype!r}: choose bf16 or fp32")
+    positive_int("--tokens", tokens, 2**20)  # each rank makes a (tokens, hidden) batch: 0 rows cannot be compared
     spec = ComponentSpec(dispatcher=dispatcher, reference_dispatcher=reference_dispatcher, ep=ep, tokens=tokens, dtype=dtype)
-    result = component_gate(spec)
+
+    def run(spec: ComponentSpec) -> dict:
+        # the ranks import torch and megatron-core: without them every rank dies on import, which would read as a
+        # failed numerics test. Checked here, where the ranks would start, so a gate that cannot run anyway
+        # (flex without DeepEP, EP 1) still says not_run; looked up on the module so a test can stand in for it
+        missing = plan.trials_missing()
+        if missing:
+            raise BadInput(f"check component starts megatron-core MoE layers, but {missing}")
+        return run_component(spec)
+
+    result = component_gate(spec, run=run)
     rows = []
     if "tensors" in result.details:
         rows = [("tensor", "error", "bound")] + [(r["tensor"], f"{r['error']:.3g}", f"{r['bound']:.3g}")

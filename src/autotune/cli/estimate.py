@@ -19,7 +19,12 @@ from .console import console, print_json
 GiB = 1024**3
 
 
+# the options --recipe leaves in force: it takes everything else (model, GPUs, workload, layout) from the recipe
+_WITH_RECIPE = ("recipe", "layer_split", "fsdp", "json_out")
+
+
 def estimate(
+    ctx: typer.Context,
     model: str = typer.Option(None, "--model", "-m", help="Catalog name or config.json path."),
     gpu: str = typer.Option(None, "--gpu", "-g", help="GPU kind (see `autotune gpus`) or a GPU file path.yaml."),
     count: int = typer.Option(None, "--count", "-n", help="Number of GPUs."),
@@ -74,15 +79,16 @@ def estimate(
     Example: autotune estimate --model Qwen3.5-122B-A10B --gpu H200 --count 32 --layout "TP1 PP4 EP8 DP8"
     --recompute full:uniform:2
     """
+    from ..errors import BadInput
+
     measured = None
     if recipe:
+        _only_with_recipe(ctx)
         doc, m, cluster, workload, lay = recipe_inputs(recipe)
         measured = (doc.get("result") or {}).get("tokens_per_s_per_gpu")
     else:
         missing = [f for f, v in (("--model", model), ("--gpu", gpu), ("--count", count), ("--layout", layout)) if v is None]
         if missing:
-            from ..errors import BadInput
-
             raise BadInput(f"missing {', '.join(missing)}: give them, or --recipe PATH (see `autotune estimate --help`)")
         m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
                                        precision, fp8_param_gather)
@@ -91,14 +97,24 @@ def estimate(
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload,
                              ep_overlap=ep_overlap, tp_comm_overlap=tp_overlap, cuda_graphs=cuda_graphs,
                              moe_capacity_factor=capacity, activation_offload_layers=act_offload)
+        if tp_overlap and not lay.tp_overlap:  # the layout would drop it without a word (Layout.tp_overlap)
+            raise BadInput(f"--tp-comm-overlap needs TP > 1 (it overlaps the sequence-parallel TP collectives with "
+                           f"their GEMMs), but the layout has TP {lay.tp}; drop --tp-comm-overlap or use TP 2 or more")
         workload = replace(workload, force_balance=force_balance and m.is_moe, lora=lora, packed_doc_len=packed_doc_len)
     if layer_split:
         lay = lay.with_(layer_split=_split(layer_split, m.num_layers, lay))
+    notes = []
     if fsdp:
         lay = lay.with_(fsdp=True)
+        if lay.pp > 1:  # cost/_state.py and _raw.py: with PP a stage's parameters stay gathered for its micro-batches
+            notes.append(f"--fsdp with PP {lay.pp}: each stage keeps its parameters gathered across its micro-batches, "
+                         "so memory and time are predicted as with the distributed optimizer alone (the model "
+                         "shards them only at PP 1)")
     validate(m, workload, lay)
     ev = evaluate(m, workload, cluster, LayoutTable.from_layouts([lay]))
     out = report(m, cluster, workload, lay, ev, 0)
+    if notes:
+        out["notes"] = notes
     if measured is not None:
         out["measured"] = {"tokens_per_s_per_gpu": float(measured),
                            "error_percent": 100.0 * (out["throughput"]["tokens_per_s_per_gpu"] / float(measured) - 1)}
@@ -106,6 +122,21 @@ def estimate(
         print_json(out)
     else:
         render(out)
+
+
+def _only_with_recipe(ctx: typer.Context) -> None:
+    """Refuse options --recipe would ignore: the recipe names the model, GPUs, workload and layout, and a flag
+    beside it that changed nothing would read as applied. Told from defaults by where click took each value."""
+    given = [p.secondary_opts[0] if getattr(p, "secondary_opts", None) and ctx.params.get(p.name) is False
+             else p.opts[0]  # --no-distributed-optimizer is named as the user wrote it
+             for p in ctx.command.params
+             if p.name not in _WITH_RECIPE and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT")
+             not in ("DEFAULT", "DEFAULT_MAP")]
+    if given:
+        from ..errors import BadInput
+
+        raise BadInput(f"--recipe takes the model, GPU, count, layout and workload from the recipe; drop "
+                       f"{', '.join(given)} (only --layer-split, --fsdp and --json go with --recipe) or drop --recipe")
 
 
 def _split(text: str, num_layers: int, lay) -> tuple[int, ...]:
@@ -172,6 +203,8 @@ def render(out: dict) -> None:
         console.print("LoRA fine-tuning: base weights frozen (no weight gradients, gradients or optimizer state for them)")
     if out.get("packed_doc_len"):
         console.print(f"packed rows: attention within documents of ~{out['packed_doc_len']:,} tokens")
+    for note in out.get("notes", ()):
+        console.print(f"note: {note}", markup=False)
     t = Table(title="memory per GPU by pipeline stage (GiB)")
     t.add_column("term")
     for s in mem["stages"]:

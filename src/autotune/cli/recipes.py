@@ -15,7 +15,7 @@ from rich import box
 from rich.table import Table
 
 from ..catalog.registry import suggest
-from ..errors import ConfigError, UnknownName
+from ..errors import BadInput, ConfigError, UnknownName
 from ..recipes import check_recipe, leaderboard, load_all, load_recipe, recipe_stem
 from ..recipes.io import RecipeInvalid, find_recipes
 from ..recipes.rank import caption
@@ -47,14 +47,16 @@ def list_recipes(
     dirs: Optional[List[Path]] = DIRS,
 ) -> None:
     """The leaderboard: recipes ranked by tokens/s per GPU, with $ / 1M tokens, GPUs, layout, date and author."""
-    entries = leaderboard(_load(dirs), model=model, gpu=gpu)
+    items = _load(dirs)
+    _known_names(items, model, gpu)
+    entries = leaderboard(items, model=model, gpu=gpu)
     if html is not None:
         _write_html(entries, html, model, gpu)
     if json_out:
         print_json([e.to_dict() for e in entries])
         return
     if not entries:
-        console.print("no recipes" + (f" for {model or ''} {gpu or ''}".rstrip() if model or gpu else ""))
+        console.print(f"no recipes{_which(model, gpu)}; `autotune recipes list` shows every recipe", markup=False)
         return
     pairs = {(e.recipe.model, e.recipe.gpu.type) for e in entries}
     one = len(pairs) == 1
@@ -79,14 +81,34 @@ def list_recipes(
     console.print(t)
 
 
+def _which(model: Optional[str], gpu: Optional[str]) -> str:
+    """' for MODEL on GPU', ' for MODEL', ' for GPU' or '': the filter in words."""
+    named = " on ".join(x for x in (model, gpu) if x)
+    return f" for {named}" if named else ""
+
+
+def _known_names(items, model: Optional[str], gpu: Optional[str]) -> None:
+    """Refuse a filter that names no model or GPU at all: a typo must not read as 'no recipes yet'. A name a
+    recipe uses is known even when the catalog lacks it (recipes may name models the catalog does not ship)."""
+    from ..catalog import get_gpu, load_model, model_names
+
+    for option, value, where in (("--model", model, "autotune models"), ("--gpu", gpu, "autotune gpus")):
+        if value is not None and not value.strip():
+            raise BadInput(f"{option} {value!r}: give a name (see `{where}`) or leave {option} out")
+    if model is not None and model.lower() not in {r.model.lower() for _, r in items} | \
+            {n.lower() for n in model_names()}:
+        load_model(model)  # raises the catalog's UnknownName, with close names
+    if gpu is not None and gpu.lower() not in {r.gpu.type.lower() for _, r in items}:
+        get_gpu(gpu)  # raises the catalog's UnknownName, with the GPU kinds
+
+
 def _write_html(entries, html: Path, model: Optional[str], gpu: Optional[str]) -> None:
     from ..report.leaderboard import write_leaderboard
 
     if html.is_dir():
         raise ConfigError(f"--html {html}: is a folder; pass a file path such as {html / 'leaderboard.html'}")
     if not entries:
-        which = f" for {model or ''} {gpu or ''}".rstrip() if model or gpu else ""
-        raise ConfigError(f"no recipes{which}: nothing written to {html}; `autotune recipes list` shows what there is")
+        raise ConfigError(f"no recipes{_which(model, gpu)}: nothing written to {html}; `autotune recipes list` shows what there is")
     write_leaderboard(entries, html)
     err_console.print(f"wrote {html} ({len(entries)} recipe(s))", markup=False)
 

@@ -62,12 +62,21 @@ class Recompute:
 
     @classmethod
     def parse(cls, text: str | None) -> "Recompute":
-        """'none', 'selective', 'selective:core_attn,moe_act', 'full:uniform:2', 'full:block:4'."""
-        if not text or text == "none":
+        """'none', 'selective', 'selective:core_attn,moe_act', 'full:uniform:2', 'full:block:4'. None is 'none';
+        an empty or blank string is refused (a user's `--recompute ''` is a mistake, not a choice)."""
+        if text is None or text == "none":
             return cls()
+        if not text.strip():
+            raise BadInput(f"--recompute {text!r}: empty; use none, selective[:modules], or full:uniform|block:N "
+                           "(e.g. full:uniform:2)")
         parts = text.split(":")
         if parts[0] == "selective":
             mods = tuple(m for m in (parts[1].split(",") if len(parts) > 1 else []) if m)
+            # 'selective:' names no module (plain 'selective' is the default, core_attn); a second ':' is a typo
+            if len(parts) > 2 or (len(parts) == 2 and not mods):
+                raise BadInput(f"--recompute {text!r}: give comma-separated modules after 'selective:' (e.g. "
+                               f"selective:core_attn,moe_act; choose from {', '.join(SELECTIVE_MODULES)}), or "
+                               "plain 'selective' for core_attn")
             try:
                 return cls("selective", modules=mods)
             except BadInput as exc:
@@ -248,10 +257,10 @@ class Layout:
                 raise BadInput(f"layout {label!r}: give DP or the GPU count (--count) so DP can be derived")
             world = mp * dp
         elif dp is not None and mp * dp != world:
-            raise BadInput(
-                f"layout {label!r} uses TP x PP x CP x DP = {mp * dp} GPUs but --count is {world}; "
-                f"use DP{world // mp if world % mp == 0 else '?'} or --count {mp * dp}"
-            )
+            # a DP to suggest only when one exists: TP x PP x CP must divide the GPU count
+            way = f"use DP{world // mp} or --count {mp * dp}" if world % mp == 0 else (
+                f"use --count {mp * dp}, or degrees whose TP x PP x CP ({mp}) divides {world}")
+            raise BadInput(f"layout {label!r} uses TP x PP x CP x DP = {mp * dp} GPUs but --count is {world}; {way}")
         return cls(world=world, **degrees, **options)
 
     def with_(self, **changes) -> "Layout":
@@ -286,6 +295,8 @@ class Layout:
         bits.append(self.recompute.describe())
         if self.distributed_optimizer:
             bits.append(("precision-aware " if self.precision_aware_optimizer else "") + "distributed optimizer")
+        if self.fsdp:  # changes memory and DP traffic: a summary that left it out would misdescribe the run
+            bits.append("Megatron FSDP (parameters, gradients and optimizer state sharded over DP)")
         name = {"hybridep": "flex (HybridEP)"}.get(self.dispatcher, self.dispatcher)
         bits.append(f"{name} dispatcher" + (" with shared-expert overlap" if self.moe_shared_expert_overlap else ""))
         if self.optimizer_offload:

@@ -20,7 +20,7 @@ import numpy as np
 from ..catalog import ModelSpec, Workload
 from ..errors import IllegalLayout
 from .core import Layout
-from .splits import legal_splits
+from .splits import legal_splits, too_many_stages
 from .table import LayoutTable, split_of
 from ._setting_rules import SETTING_RULES
 
@@ -68,6 +68,9 @@ def _split_message(m: ModelSpec, w: Workload, l: Layout) -> str:
     if l.layer_split:
         return (f"layer split {list(l.layer_split)} has {len(l.layer_split)} stages for PP x VPP = {S} and "
                 f"{sum(l.layer_split)} layers for {m.num_layers}")
+    crowded = too_many_stages(m.num_layers, l.pp, l.vpp)
+    if crowded:
+        return crowded
     alts = legal_splits(m.num_layers, l.pp, l.vpp)
     hint = (f"; give an uneven split (Megatron: --account-for-embedding/loss-in-pipeline-split, "
             f"--decoder-first/last-pipeline-num-layers), e.g. {list(alts[0])}") if alts else ""

@@ -4,7 +4,8 @@ divide evenly, as `Layout.layer_split` tuples (layers per virtual stage, in laye
 `megatron_split` builds the tuple from Megatron's flags (--decoder-first/last-pipeline-num-layers,
 --account-for-embedding/loss-in-pipeline-split) and refuses what Megatron refuses; `split_flags` finds the
 flags that build a tuple (None: only --pipeline-model-parallel-layout can say it); `legal_splits` lists
-the splits Megatron accepts for a model whose layers do not divide, for the space and the published rows.
+the splits Megatron accepts for a model whose layers do not divide, for the space and the published rows;
+`too_many_stages` says why none exists when there are more virtual stages than layers.
 Checked against megatron-core's own layer placement in tests/parity/test_split_parity.py.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from ..errors import BadInput
 
-__all__ = ["megatron_split", "split_flags", "legal_splits"]
+__all__ = ["megatron_split", "split_flags", "legal_splits", "too_many_stages"]
 
 
 def megatron_split(num_layers: int, pp: int, vpp: int = 1, first: int = 0, last: int = 0,
@@ -91,5 +92,17 @@ def legal_splits(num_layers: int, pp: int, vpp: int = 1) -> list[tuple[int, ...]
         except BadInput:
             pass
     base, extra = divmod(num_layers, S)
-    out.append(tuple(base + (k < extra) for k in range(S)))
+    if base:  # fewer layers than virtual stages: the balanced split leaves stages with nothing to run
+        out.append(tuple(base + (k < extra) for k in range(S)))
     return list(dict.fromkeys(out))
+
+
+def too_many_stages(num_layers: int, pp: int, vpp: int = 1) -> str | None:
+    """Why PP x VPP virtual stages cannot hold `num_layers` layers when there are more stages than layers and no
+    split Megatron accepts places them (None otherwise): the rule's message then names the bound, not a split."""
+    S = pp * vpp
+    if S <= num_layers or legal_splits(num_layers, pp, vpp):
+        return None
+    way = f"use VPP <= {num_layers // pp}" if num_layers >= pp else f"use PP <= {num_layers} (and VPP 1)"
+    return (f"PP {pp} x VPP {vpp} = {S} stages for {num_layers} layers: each stage needs at least one layer; "
+            f"{way}")

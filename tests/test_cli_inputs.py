@@ -1,0 +1,173 @@
+"""Bad input at the command line, as a user test met it: one `error:` line on stderr naming the value and a way out,
+exit 2, nothing written or started; and the cases that looked fine but said something untrue (exit 0 for a typo,
+`DP?`, a 400-stage split, options silently ignored)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.cli.main import main
+from autotune.errors import BadInput
+from autotune.layout import Layout, Recompute
+
+EST = ["estimate", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32"]
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPE = str(RECIPES / "qwen3.5-122b-a10b" / "h200" / "attune-tp1-pp4-ep8-rc2.yaml")
+
+
+def run(capsys, *argv):
+    capsys.readouterr()
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def bad(capsys, *argv) -> str:
+    """Run argv, assert the bad-input contract, return the one error line."""
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2, (rc, out, err)
+    assert out == "" and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    return err.strip()
+
+
+@pytest.fixture
+def wide(monkeypatch):
+    from autotune.cli.console import console
+
+    monkeypatch.setattr(console, "width", 400)  # one line per printed line, whatever COLUMNS says
+
+
+@pytest.fixture
+def no_ranks(monkeypatch):
+    """Starting a component rank fails the test: bad input must be refused before anything starts."""
+    import autotune.gates.component as component
+
+    def popen(*a, **k):
+        raise AssertionError("a component rank was started")
+
+    monkeypatch.setattr(component.subprocess, "Popen", popen)
+
+
+# --- 1. check component ----------------------------------------------------------------------------------------
+
+
+def test_check_component_without_torch_names_the_install(capsys, monkeypatch, no_ranks):
+    import autotune.trials.plan as plan
+
+    real = plan.has_module
+    monkeypatch.setattr(plan, "has_module", lambda name: False if name == "torch" else real(name))
+    err = bad(capsys, "check", "component", "--dispatcher", "allgather")
+    assert "torch is not installed" in err and "pip install" in err and "did not finish" not in err
+
+
+@pytest.mark.parametrize("tokens", ["0", "-5"])
+def test_check_component_refuses_non_positive_tokens(capsys, no_ranks, tokens):
+    assert f"--tokens {tokens}" in bad(capsys, "check", "component", "--dispatcher", "allgather", "--tokens", tokens)
+
+
+# --- 2. recipes list ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("--model", "NoSuch"), "unknown model 'NoSuch'"),
+    (("--model", "Qwen3.5-122B"), "did you mean"),
+    (("--gpu", "zzz"), "unknown GPU 'zzz'"),
+    (("--model", ""), "--model ''"),
+])
+def test_recipes_list_refuses_unknown_names(capsys, tmp_path, argv, needle):
+    html = tmp_path / "board.html"
+    assert needle in bad(capsys, "recipes", "list", "--dir", str(RECIPES), *argv, "--html", str(html))
+    assert not html.exists()
+
+
+def test_recipes_list_known_names_without_recipes_say_so_cleanly(capsys):
+    rc, out, err = run(capsys, "recipes", "list", "--dir", str(RECIPES), "--gpu", "H100")
+    assert rc == 0 and err == "" and out.startswith("no recipes for H100; ") and "  " not in out.strip()
+    rc, out, _ = run(capsys, "recipes", "list", "--dir", str(RECIPES), "--model", "Qwen3-235B-A22B", "--gpu", "h100")
+    assert rc == 0 and out.startswith("no recipes for Qwen3-235B-A22B on h100; ")
+
+
+def test_recipes_list_takes_a_model_only_the_recipes_name(capsys, monkeypatch):
+    """The filter compares with recipes' `model:` field: a name they use is known even if the catalog lacks it."""
+    import autotune.catalog as catalog
+
+    monkeypatch.setattr(catalog, "model_names", lambda: ())
+    rc, out, _ = run(capsys, "recipes", "list", "--dir", str(RECIPES), "--model", "qwen3.5-122b-a10b", "--json")
+    assert rc == 0 and {e["model"] for e in json.loads(out)} == {"Qwen3.5-122B-A10B"}
+
+
+# --- 3. a DP to suggest only when one exists -------------------------------------------------------------------
+
+
+def test_layout_count_mismatch_suggests_a_real_dp_or_none(capsys):
+    err = bad(capsys, *EST, "--layout", "TP1 PP5 EP8 DP8")
+    assert "?" not in err and "--count 40" in err and "divides 32" in err
+    with pytest.raises(BadInput, match=r"use DP16 or --count 16"):
+        Layout.parse("TP1 PP2 EP8 DP8", world=32)
+
+
+# --- 4. more virtual stages than layers --------------------------------------------------------------------------
+
+
+def test_more_stages_than_layers_gives_no_split_list(capsys):
+    from autotune.layout.splits import legal_splits, too_many_stages
+
+    err = bad(capsys, *EST, "--layout", "TP1 PP4 VPP100 EP8 DP8")
+    assert "cut" not in err and "[1, 1" not in err and len(err) < 400
+    assert legal_splits(48, 4, 100) == [] and legal_splits(2, 4) == [(0, 1, 1, 0)]  # embedding / loss stages stay
+    assert too_many_stages(48, 4, 100) == ("PP 4 x VPP 100 = 400 stages for 48 layers: each stage needs at least one "
+                                           "layer; use VPP <= 12")
+    assert "use PP <= 48" in too_many_stages(48, 64) and too_many_stages(48, 4, 6) is None
+
+
+# --- 5. estimate ----------------------------------------------------------------------------------------------
+
+
+def test_estimate_refuses_tp_comm_overlap_at_tp1(capsys):
+    assert "--tp-comm-overlap" in bad(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8", "--recompute", "full:uniform:2",
+                                      "--tp-comm-overlap")
+    rc, out, _ = run(capsys, *EST, "--layout", "TP2 PP4 EP8", "--recompute", "full:uniform:2", "--tp-comm-overlap",
+                     "--json")
+    assert rc == 0 and json.loads(out)["layout_detail"]["tp_comm_overlap"] is True
+
+
+@pytest.mark.parametrize("extra,named", [
+    (("--model", "Qwen3-235B-A22B"), "--model"),
+    (("--layout", "TP1 PP4 EP8 DP8", "-n", "32"), "--count, --layout"),
+    (("--recompute", "none"), "--recompute"),  # the default value, given: still ignored, still refused
+    (("--no-distributed-optimizer",), "--no-distributed-optimizer"),
+])
+def test_estimate_recipe_refuses_options_it_would_ignore(capsys, extra, named):
+    err = bad(capsys, "estimate", "--recipe", RECIPE, *extra)
+    assert f"drop {named} " in err and "from the recipe" in err
+
+
+def test_estimate_recipe_keeps_the_options_it_applies(capsys):
+    rc, out, _ = run(capsys, "estimate", "--recipe", RECIPE, "--fsdp", "--json")
+    assert rc == 0 and json.loads(out)["layout_detail"]["fsdp"] is True
+
+
+@pytest.mark.parametrize("text", ["", " ", "selective:", "selective:,", "selective:core_attn:moe_act"])
+def test_estimate_refuses_empty_recompute_specs(capsys, text):
+    assert f"--recompute {text!r}" in bad(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8", "--recompute", text)
+    with pytest.raises(BadInput):
+        Recompute.parse(text)
+
+
+def test_recompute_none_and_plain_selective_still_parse():
+    assert Recompute.parse(None) == Recompute() and Recompute.parse("none") == Recompute()
+    assert Recompute.parse("selective") == Recompute("selective")
+    assert Recompute.parse("selective:core_attn,moe_act,").modules == ("core_attn", "moe_act")
+
+
+def test_estimate_names_fsdp_and_says_when_pp_makes_it_a_no_op(capsys, wide):
+    args = [*EST, "--recompute", "full:uniform:2", "--fsdp"]
+    rc, out, _ = run(capsys, *args, "--layout", "TP1 PP1 EP8 DP32")
+    assert rc == 0 and "Megatron FSDP" in out.splitlines()[0] and "note:" not in out
+    rc, out, _ = run(capsys, *args, "--layout", "TP1 PP4 EP8 DP8")
+    assert rc == 0 and "Megatron FSDP" in out.splitlines()[0]
+    assert "note: --fsdp with PP 4" in out and "as with the distributed optimizer alone" in out
+    rc, out, _ = run(capsys, *args, "--layout", "TP1 PP4 EP8 DP8", "--json")
+    assert rc == 0 and json.loads(out)["notes"][0].startswith("--fsdp with PP 4")
