@@ -54,8 +54,8 @@ class ModelPlanner(Planner):
             if best is None:  # nothing measured or simulated yet: no incumbent to beat (the pick is the reference)
                 out.append(Proposal(ctx.table.row(i), (
                     f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (the planner's 1-sd uncertainty "
-                    f"+/-{sigma[i]:.0%}); no trial yet: the most expected gain per GPU-hour among "
-                    f"{int(open_.sum())} untried ({cost[i]:.1f} GPU-h)")))
+                    f"+/-{sigma[i]:.0%}); no trial yet, so nothing to beat: expected gain over the best prediction "
+                    f"for {cost[i]:.1f} GPU-h, the most per GPU-hour among {int(open_.sum())} untried")))
                 continue
             out.append(Proposal(ctx.table.row(i), (
                 f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (the planner's 1-sd uncertainty +/-{sigma[i]:.0%}); "
