@@ -33,6 +33,8 @@ import math
 
 import numpy as np
 
+from ..trials.spec import TRIAL_STARTUP_S  # a trial's start-up seconds, from the seed page
+
 __all__ = ["prob_improvement", "expected_improvement", "trial_gpu_hours", "ei_per_gpu_hour", "select_batch",
            "chance_any_beats", "stop_reason", "STOP_CHANCE", "MIN_TRIALS", "TRIAL_STARTUP_S"]
 
@@ -40,10 +42,6 @@ STOP_CHANCE = 0.05  # stop when the chance that any untried candidate beats the 
 STOP_SAMPLES = 4000  # joint posterior draws for that chance: its Monte Carlo error is ~0.3% at 5%
 _CHUNK = 500  # drawn in chunks; a chance clearly above STOP_CHANCE (3 standard errors) ends the count early
 MIN_TRIALS = 3  # never stop before a few trials have tested the model
-# Seconds a trial spends outside its timed steps (launch, model build, checkpoint-free warm-up), from the
-# seed page: 8.96 GPU-hours per 20-step trial on 32 H200 is 1,008 s per trial, of which 20 steps of the
-# 2,451 tokens/s/GPU layout (8,192 x 128 tokens per step) are 267 s.
-TRIAL_STARTUP_S = 8.96 * 3600 / 32 - 20 * 8192 * 128 / (2451.4 * 32)
 
 _SQRT2 = math.sqrt(2.0)
 

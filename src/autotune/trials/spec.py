@@ -16,7 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ConfigError
 from ..fsutil import write_text_atomic
 
-__all__ = ["EarlyStop", "TrialSpec", "TrialResult", "StepRecord", "Prediction", "FailureClass", "write_json_atomic", "read_model"]
+__all__ = ["EarlyStop", "TrialSpec", "TrialResult", "StepRecord", "Prediction", "FailureClass", "write_json_atomic", "read_model",
+           "TRIAL_STARTUP_S"]
+
+# Seconds a trial spends outside its timed steps (launch, model build, checkpoint-free warm-up), from the
+# seed page: 8.96 GPU-hours per 20-step trial on 32 H200 is 1,008 s per trial, of which 20 steps of the
+# 2,451 tokens/s/GPU layout (8,192 x 128 tokens per step) are 267 s. The planner prices trials with it and the
+# simulator charges it, so a trial's predicted GPU-hours and the ones it is charged agree.
+TRIAL_STARTUP_S = 8.96 * 3600 / 32 - 20 * 8192 * 128 / (2451.4 * 32)
 
 FailureClass = Literal["ok", "oom", "timeout", "nccl", "nan", "crash", "infra"]
 

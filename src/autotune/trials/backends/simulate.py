@@ -14,7 +14,7 @@ from pathlib import Path
 from ...catalog import ClusterSpec, Workload, load_model
 from ...layout import Layout, LayoutTable
 from ..prediction import prediction_of
-from ..spec import StepRecord, TrialResult, TrialSpec, write_json_atomic
+from ..spec import TRIAL_STARTUP_S, StepRecord, TrialResult, TrialSpec, write_json_atomic
 from .base import Backend, Handle
 
 __all__ = ["SimulateBackend"]
@@ -24,7 +24,7 @@ class SimulateBackend(Backend):
     name = "simulate"
     measured = False
 
-    def __init__(self, delay_s: float = 0.0, startup_s: float = 600.0):
+    def __init__(self, delay_s: float = 0.0, startup_s: float = TRIAL_STARTUP_S):
         self.delay_s = delay_s
         self.startup_s = startup_s  # scheduler admission, image pull, checkpoint load: counted in GPU-hours
 
