@@ -111,6 +111,22 @@ def test_an_empty_space_is_exit_2_with_or_without_json(capsys):
     assert rc == 2 and err2 == err
 
 
+def test_a_dense_space_enumerates_no_moe_or_mla_recompute_modules(capsys):
+    """A dense model's space does not enumerate selective recompute of modules it lacks (moe_act, moe, mla_up_proj):
+    they could only be counted as illegal, which read as if the search had tried them."""
+    rc, out, _ = run(capsys, "space", "--model", "Llama-3.1-70B", "--gpu", "H100", "--count", "32", "--json")
+    d = json.loads(out)
+    assert rc == 0 and not any(k.startswith("illegal: recompute_") for k, v in d["reasons"].items() if v)
+    from autotune.catalog import ClusterSpec, load_model
+    from autotune.layout.axes import recompute_axis
+
+    vals = ["none", "selective:layernorm", "selective:layernorm,moe_act", "selective:mla_up_proj", "full:uniform:1"]
+    h100 = ClusterSpec.of("H100", 8)
+    assert recompute_axis(vals, load_model("Llama-3.1-70B"), h100) == ["none", "selective:layernorm", "full:uniform:1"]
+    assert recompute_axis(vals, load_model("Qwen3-30B-A3B"), h100) == vals[:3] + ["full:uniform:1"]
+    assert recompute_axis(vals, load_model("DeepSeek-V3"), h100) == vals
+
+
 def test_space_without_deepep_drops_flex(capsys):
     rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--no-deepep", "--json", "--top", "50")
     d = json.loads(out)

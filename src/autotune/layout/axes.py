@@ -8,10 +8,23 @@ optimizer, TP communication overlap (userbuffers) and partial CUDA graphs; witho
 
 from __future__ import annotations
 
-from .core import DISPATCHERS
+from .core import DISPATCHERS, Recompute
 
-__all__ = ["moe_dispatcher_axis", "shared_overlap_axis", "precision_aware_axis", "moe_flag_axis", "te_flag_axis",
+__all__ = ["recompute_axis", "moe_dispatcher_axis", "shared_overlap_axis", "precision_aware_axis", "moe_flag_axis", "te_flag_axis",
            "graphs_axis", "graphs_narrowed", "te_narrowed", "capacity_axis"]
+
+
+# selective-recompute modules that exist only in some models (layout/_setting_rules.py says the same per layout)
+_MOE_MODULES = {"moe_act", "moe", "shared_experts"}
+
+
+def recompute_axis(vals, model, cluster):
+    """The space's recompute choices less the selective ones naming modules this model does not have (a dense
+    model's moe_act, a model without MLA's mla_up_proj): they could only be counted as illegal."""
+    def fits(v: str) -> bool:
+        mods = set(Recompute.parse(v).modules)
+        return not ((mods & _MOE_MODULES and not model.is_moe) or ("mla_up_proj" in mods and model.mla is None))
+    return [v for v in vals if fits(v)] or vals
 
 
 def moe_dispatcher_axis(vals, model, cluster):

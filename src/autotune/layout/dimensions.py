@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .axes import (capacity_axis, graphs_axis, graphs_narrowed, moe_dispatcher_axis, moe_flag_axis, precision_aware_axis,
-                   shared_overlap_axis, te_flag_axis, te_narrowed)
+                   recompute_axis, shared_overlap_axis, te_flag_axis, te_narrowed)
 from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
 from .table import LayoutTable
 
@@ -142,7 +142,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
         values=_rc_values,
         # the recompute choice folded into one code, and the selective modules as a bitmask
         features=lambda t: [t.rc_gran * 10000 + t.rc_method * 1000 + t.rc_layers * 10, t.rc_modules],
-        axis=lambda vals, m, c: vals,
+        axis=recompute_axis,
         columns=_rc_columns,
         default=("none",),
     ),
