@@ -48,8 +48,8 @@ def main(argv=None) -> int:
         mm, cluster = load_model(name), ClusterSpec.of(gpu, count)
         sp = load_space(None, mm)
         f, best, median = timed(sp, mm, wl, cluster, args.repeats)
-        chunks = sum(1 for _ in chunks(grid_axes(sp.dimensions.model_dump(), mm, cluster)))
-        print(f"{name + ' / ' + str(count) + ' x ' + gpu:<38} {f['enumerated']:11,d} {chunks:>7} {f['legal']:8,d} "
+        n_chunks = sum(1 for _ in chunks(grid_axes(sp.dimensions.model_dump(), mm, cluster)))
+        print(f"{name + ' / ' + str(count) + ' x ' + gpu:<38} {f['enumerated']:11,d} {n_chunks:>7} {f['legal']:8,d} "
               f"{f['supported and practical']:10,d} {f['kept']:6,d} {best:8.3f} {median:9.3f}")
     return 0
 
