@@ -263,8 +263,16 @@ def test_local_backend_checks_this_machine_before_any_trial(tmp_path, capsys, mo
     assert rc == 2 and "torch is not installed" in err and "--backend simulate" in err and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
     monkeypatch.setattr(plan, "has_module", lambda name: name in ("torch", "megatron.core"))
-    kw, notes = plan.local_software()
-    assert kw == {"has_te": False, "has_deepep": False, "has_hybridep": False} and len(notes) == 3
+    assert plan.local_software() == {"has_te": False, "has_deepep": False, "has_hybridep": False}
+
+
+def test_the_search_says_what_missing_software_took_out_of_the_space(tmp_path, capsys):
+    """--no-deepep (or a machine without DeepEP under --backend local) narrows the space; the search's notes say
+    so, as `autotune space` does (they were never shown by search)."""
+    rc, out = run_json(capsys, "--runs-dir", str(tmp_path), "--trials", "1", "--no-deepep")
+    assert rc == 0
+    assert any("flex dispatcher dropped: DeepEP is not available" in n for n in out["notes"])
+    assert any("hybridep dispatcher dropped" in n for n in out["notes"])
 
 
 def test_commands_in_the_summary_are_not_broken_over_lines(tmp_path, capsys, monkeypatch):

@@ -124,9 +124,8 @@ def search(
         if why:
             raise BadInput(f"--backend local runs megatron-core on this machine, but {why}; or use --backend "
                            "simulate")
-        here, why_not = local_software()
-        software = {**here, **software}
-        notes += [f"this machine: {w}" for w in why_not]
+        software = {**local_software(), **software}
+        notes.append("--backend local: the trials run on this machine, so the space follows the kernels installed here")
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
                                    **software)
     sp = load_space(space_file, m)
@@ -159,6 +158,7 @@ def search(
     with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
         session.prepare()
     funnel = session.driver.candidates.funnel
+    notes += session.driver.candidates.space_notes  # --no-deepep, --no-te, a CPU, this machine's kernels
     notes.append(f"search space {sp.source}: " + " -> ".join(f"{c:,} {s}" for s, c in funnel))
     for note in notes:
         err_console.print(f"note: {note}", markup=False, soft_wrap=True)

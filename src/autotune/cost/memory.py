@@ -35,8 +35,8 @@ from functools import cached_property
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
-from ..layout import SELECTIVE_MODULES, LayoutTable
 from ..catalog.model import SLIDING
+from ..layout import SELECTIVE_MODULES, LayoutTable
 from ._mtp import mtp_stage_activations, mtp_stage_params
 from ._sac import op_sac_kept
 from ._quant import lowp_copies

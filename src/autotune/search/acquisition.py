@@ -93,23 +93,22 @@ def select_batch(pred, std, best: float | None, cost, open_mask, k: int, correla
     pred = np.asarray(pred, dtype=float)
     std = np.array(std, dtype=float)
     open_ = np.array(open_mask, dtype=bool)
-    for i in pending:
+
+    def believe(i: int) -> None:  # take candidate i's prediction as measured
+        nonlocal best, std
         open_[i] = False
         best = float(pred[i]) if best is None else max(best, float(pred[i]))
         if correlation is not None:
             std = std * np.sqrt(1.0 - np.clip(np.asarray(correlation(i), dtype=float), 0.0, 1.0) ** 2)
+
+    for i in pending:
+        believe(i)
     out: list[int] = []
-    for _ in range(k):
-        if not open_.any():
-            break
-        score = np.where(open_, ei_per_gpu_hour(pred, std, best, cost), -np.inf)
-        i = int(np.argmax(score))
+    while len(out) < k and open_.any():
+        i = int(np.argmax(np.where(open_, ei_per_gpu_hour(pred, std, best, cost), -np.inf)))
         out.append(i)
-        open_[i] = False
-        best = float(pred[i]) if best is None else max(best, float(pred[i]))
-        if correlation is not None and len(out) < k:
-            rho = np.clip(np.asarray(correlation(i), dtype=float), 0.0, 1.0)
-            std = std * np.sqrt(1.0 - rho**2)
+        if len(out) < k:
+            believe(i)
     return out
 
 

@@ -85,6 +85,7 @@ class Candidates:
         res = explore(space, model, workload, cluster, self.base_calibration)
         self.result: SpaceResult = res
         self.funnel = res.funnel
+        self.space_notes = list(res.notes)  # what the cluster's software took out of the space, and why
         if len(res.kept) == 0:
             why = ", ".join(f"{k} ({v:,})" for k, v in res.last_reasons.items()) or "nothing enumerated"
             raise BadInput(f"no layout of {model.name} on {cluster.count} x {cluster.gpu.name} "

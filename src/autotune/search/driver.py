@@ -216,9 +216,11 @@ class SearchDriver:
                     stop = None if running else self._exhausted()
                     break
                 for prop in props:
-                    if stop is None and prop is not _REPEAT:
+                    if prop is not _REPEAT:
                         self._dispatch(prop, running)
                     stop = self._stop_reason(len(running))
+                    if stop is not None:  # e.g. the trial budget filled: the rest of the batch is not dispatched
+                        break
                 if stop is None and self._screened_in_a_row >= MAX_SCREENED_IN_A_ROW:
                     stop = (f"planner stalled: its last {MAX_SCREENED_IN_A_ROW} proposals were all screened out "
                             "or already tried; try --planner model")

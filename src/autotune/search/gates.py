@@ -108,12 +108,8 @@ class RecipeGates(GatesStage):
             from ..recipes.convert import layout_of
             from ..recipes.io import load_recipe
 
+            self.check(session.model, session.cluster)  # the CLI checked before any trial; a caller may not have
             lay = layout_of(load_recipe(self.reference_recipe))
-            if lay.world != session.cluster.count:
-                from ..errors import BadInput
-
-                raise BadInput(f"--reference {self.reference_recipe}: its layout is for {lay.world} GPUs, the search "
-                               f"for {session.cluster.count}; give a recipe for the same GPU count")
             return lay, f"the recipe {self.reference_recipe} ({lay.label(session.model.is_moe)})"
         c = session.driver.candidates
         t = c.table

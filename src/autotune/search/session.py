@@ -110,7 +110,7 @@ class SearchSession:
                 study=self.sd.name, runs_dir=str(self.sd.root.parent), study_dir=str(self.sd.root),
                 backend=loop.backend, planner=self.cfg.planner, stop_reason=loop.stop_reason, records=loop.records,
                 ranked=ranked, gpu_hours=loop.gpu_hours, funnel=list(self.driver.candidates.funnel),
-                trials=self._rows(loop.records), notes=self.notes + loop.notes, model_is_moe=self.model.is_moe,
+                trials=self._rows(loop.records), notes=self.notes + self.driver.candidates.space_notes + loop.notes, model_is_moe=self.model.is_moe,
                 summary=ranked[0].layout.summary(self.workload.seq_len) if ranked else "",
             )
             outcome.gates = self.gates.run(self, ranked[:RECIPES_PER_STUDY])

@@ -35,28 +35,18 @@ def has_module(name: str) -> bool:
 def trials_missing() -> str | None:
     """Why real trials cannot run on this machine (torch or megatron-core not installed), or None."""
     for module, what in (("torch", "torch"), ("megatron.core", "megatron-core")):
-        try:
-            ok = has_module(module)
-        except ModuleNotFoundError:  # the parent package is missing
-            ok = False
-        if not ok:
+        if not has_module(module):  # a missing parent package counts as missing too
             return f"{what} is not installed here (pip install torch==2.13.0 'autotune[trials]')"
     return None
 
 
-def local_software() -> tuple[dict[str, bool], list[str]]:
-    """ClusterSpec keyword arguments for the kernels this machine lacks (trials run here: --backend local), and a
-    note per narrowing."""
-    kw, notes = {}, []
-    if not has_module("transformer_engine"):
-        kw["has_te"] = False
-        notes.append("Transformer Engine is not installed here: no context parallelism or precision-aware optimizer")
-    for flag, dispatcher in (("has_deepep", "flex"), ("has_hybridep", "hybridep")):
-        why = flex_backend_missing(dispatcher)
-        if why:
-            kw[flag] = False
-            notes.append(why.split(";")[0])
-    return kw, notes
+def local_software() -> dict[str, bool]:
+    """ClusterSpec keyword arguments for the kernels this machine lacks (trials run here: --backend local); the
+    space's notes say what each removes."""
+    kw = {} if has_module("transformer_engine") else {"has_te": False}
+    kw.update({flag: False for flag, dispatcher in (("has_deepep", "flex"), ("has_hybridep", "hybridep"))
+               if flex_backend_missing(dispatcher)})
+    return kw
 
 
 def flex_backend_missing(dispatcher: str) -> str | None:
