@@ -225,3 +225,44 @@ def test_the_spinner_is_a_terminals_only(monkeypatch):
     with con.working("screening the search space"):
         pass
     assert log.getvalue() == ""
+
+
+COMMANDS = [["estimate"], ["space"], ["search"], ["calibrate"], ["export"], ["dashboard"], ["recipes", "list"],
+            ["trial", "run"], ["check", "convergence"], ["check", "config"], ["check", "component"]]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
+def test_help_at_80_columns_names_every_option_whole(cmd, capsys, monkeypatch):
+    """At 80 columns an option's own name is never cut ('--max-tokens-per-g…' was, when a --x/--no-x pair
+    widened the table), and an example split over lines ends each line but the last in a backslash, so it
+    pastes into a shell whole."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("TERMINAL_WIDTH", raising=False)
+    assert main(cmd + ["--help"]) == 0
+    out = capsys.readouterr().out
+    import re
+
+    assert "Options" in out
+    cut = [line for line in out.splitlines() if re.match(r"^│ (\*\s+)?-[-\w]*…", line)]
+    assert not cut, cut
+    lines = out.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.strip().startswith("autotune ") and lines[i + 1].strip().startswith("--"):
+            assert line.rstrip().endswith("\\"), line
+
+
+def test_reflow_joins_prose_and_keeps_examples():
+    from autotune.cli.main import reflow
+
+    doc = """First line
+    goes on.
+
+    A paragraph
+    split in two.
+
+    Example:
+      autotune x --a 1 \\
+        --b 2
+    """
+    assert reflow(doc) == "First line goes on.\n\nA paragraph split in two.\n\nExample:\n  autotune x --a 1 \\\n    --b 2"
+    assert reflow(None) is None

@@ -48,7 +48,9 @@ def convergence(
 ) -> None:
     """Score a candidate's loss curve against a reference's (correlation, pointwise, final loss, outliers).
 
-    Example: autotune check convergence --candidate runs/s/trials/3/steps.jsonl --reference runs/s/trials/0/steps.jsonl
+    Example:
+      autotune check convergence --candidate runs/s/trials/3/steps.jsonl \\
+        --reference runs/s/trials/0/steps.jsonl
     """
     from ..gates.convergence import convergence_gate, read_losses, with_thresholds
 
@@ -66,8 +68,10 @@ def config(
 ) -> None:
     """List every argument that differs between two recipes, with its class; fail on a numerics change.
 
-    Example: autotune check config --candidate recipes/qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8-flex.yaml
-    --reference recipes/qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8.yaml
+    Example:
+      autotune check config \\
+        --candidate recipes/qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8-flex.yaml \\
+        --reference recipes/qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8.yaml
     """
     from ..gates.arguments import recipe_arguments
     from ..gates.configuration import configuration_gate
@@ -91,7 +95,8 @@ def component(
 ) -> None:
     """One MoE layer with a dispatcher against an FP32 reference, at EP ranks over gloo (CPU) or NCCL.
 
-    Example: autotune check component --dispatcher allgather --reference-dispatcher alltoall
+    Example:
+      autotune check component --dispatcher allgather --reference-dispatcher alltoall
     """
     from ..errors import BadInput
     from ..gates.component import ComponentSpec, component_gate, run_component

@@ -36,7 +36,9 @@ def dashboard(
 ) -> None:
     """Review a study: what was tried, what it cost, where the model was wrong, why each layout lost.
 
-    Examples: autotune dashboard runs/my-study --html report.html · autotune dashboard --optuna
+    Examples:
+      autotune dashboard runs/my-study --html report.html
+      autotune dashboard --optuna
     """
     from ..report.study import load_study
 

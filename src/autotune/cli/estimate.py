@@ -37,7 +37,8 @@ def estimate(
     max_tokens_per_gpu: int = typer.Option(None, "--max-tokens-per-gpu", help="Dynamic batching cap (default: one row)."),
     micro_batch_size: int = typer.Option(None, "--micro-batch-size", help="Fixed rows per micro-batch instead."),
     precision_aware: bool = typer.Option(False, "--precision-aware-optimizer", help="TE precision-aware optimizer."),
-    dist_opt: bool = typer.Option(True, "--distributed-optimizer/--no-distributed-optimizer"),
+    no_dist_opt: bool = typer.Option(False, "--no-distributed-optimizer", help="Replicate the optimizer state "
+                                     "on every DP rank (Megatron's default) instead of sharding it as the seed does."),
     shared_overlap: bool = typer.Option(False, "--shared-expert-overlap", help="--moe-shared-expert-overlap"),
     offload: float = typer.Option(0.0, "--optimizer-offload", help="Fraction of optimizer state on the host."),
     layer_split: str = typer.Option(None, "--layer-split", help="Uneven pipeline split: 'auto' (Megatron's when "
@@ -76,8 +77,9 @@ def estimate(
     """Will this layout fit, and how fast will it be? Memory per stage, peak against capacity, and the
     predicted tokens/s/GPU with the step-time breakdown.
 
-    Example: autotune estimate --model Qwen3.5-122B-A10B --gpu H200 --count 32 --layout "TP1 PP4 EP8 DP8"
-    --recompute full:uniform:2
+    Example:
+      autotune estimate --model Qwen3.5-122B-A10B --gpu H200 --count 32 \\
+        --layout "TP1 PP4 EP8 DP8" --recompute full:uniform:2
     """
     from ..errors import BadInput
 
@@ -93,7 +95,7 @@ def estimate(
         m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
                                        precision, fp8_param_gather)
         lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, seq_len,
-                             precision_aware_optimizer=precision_aware, distributed_optimizer=dist_opt,
+                             precision_aware_optimizer=precision_aware, distributed_optimizer=not no_dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload,
                              ep_overlap=ep_overlap, tp_comm_overlap=tp_overlap, cuda_graphs=cuda_graphs,
                              moe_capacity_factor=capacity, activation_offload_layers=act_offload)
@@ -127,9 +129,7 @@ def estimate(
 def _only_with_recipe(ctx: typer.Context) -> None:
     """Refuse options --recipe would ignore: the recipe names the model, GPUs, workload and layout, and a flag
     beside it that changed nothing would read as applied. Told from defaults by where click took each value."""
-    given = [p.secondary_opts[0] if getattr(p, "secondary_opts", None) and ctx.params.get(p.name) is False
-             else p.opts[0]  # --no-distributed-optimizer is named as the user wrote it
-             for p in ctx.command.params
+    given = [p.opts[0] for p in ctx.command.params
              if p.name not in _WITH_RECIPE and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT")
              not in ("DEFAULT", "DEFAULT_MAP")]
     if given:

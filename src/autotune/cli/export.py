@@ -39,8 +39,9 @@ def export(
 ) -> None:
     """Export the best (or --rank N) recipe of a search as a recipe, a command line or a launch script.
 
-    Examples: autotune export --out launch.sh   (the best recipe of the newest search, as a launch script)
-              autotune export runs/my-study --rank 2 > second.yaml
+    Examples (the best recipe of the newest search as a launch script; the second of one study as YAML):
+      autotune export --out launch.sh
+      autotune export runs/my-study --rank 2 > second.yaml
     """
     if fmt is None:
         fmt = "script" if out is not None and out.suffix == ".sh" else "recipe"

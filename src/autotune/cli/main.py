@@ -5,6 +5,7 @@ one-line messages (exit 2 for bad input, 1 for other failures). Set AUTOTUNE_DEB
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import signal
 import sys
@@ -44,7 +45,25 @@ def _register() -> None:
         mod.register(app)
 
 
+def reflow(text: str | None) -> str | None:
+    """A command's help as rich shows it well at any width: each prose paragraph one line (rich wraps it to
+    the terminal; typer keeps a docstring's own line breaks, which at 80 columns left ragged half-lines), an
+    `Example` paragraph line by line (a command split with a trailing backslash pastes into a shell whole)."""
+    if not text:
+        return text
+    paras = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("Example") else " ".join(p.split("\n")) for p in paras)
+
+
+def _reflow_all(group: typer.Typer) -> None:
+    for cmd in group.registered_commands:
+        cmd.help = reflow(cmd.help or (cmd.callback.__doc__ if cmd.callback else None))
+    for sub in group.registered_groups:
+        _reflow_all(sub.typer_instance)
+
+
 _register()
+_reflow_all(app)
 
 
 class Terminated(KeyboardInterrupt):
