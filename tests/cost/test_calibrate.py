@@ -286,6 +286,25 @@ def test_a_layout_no_recipe_has_takes_its_gpu_and_precisions_recipe_else_what_al
     assert "tp_comm_overlap" not in out["layout"] and "Megatron's defaults" in " ".join(out["read"])
 
 
+def test_a_source_that_says_its_tp_communication_overlaps_is_read_so():
+    """The Megatron-LM README's weak-scaling rows say "TP/DP/PP comm overlap on": with TP > 1 that is
+    --tp-comm-overlap (named in the provenance); at TP 1 there is nothing to overlap; a row that does not say
+    so is left as Megatron's default."""
+    from autotune.cost._presets import row_settings
+    lay = {"tp": 8, "pp": 2, "cp": 1, "vpp": 1, "ep": 1, "micro_batch_size": 1}
+    row = {"source": "Megatron-LM README (weak scaling, MCore r0.8-era)", "model": "GPT 70B (dense)",
+           "notes": "heads=64, hidden=8192; DP=48; TP/DP/PP comm overlap on; end-to-end"}
+    out = row_settings(row, "Megatron-GPT-70B", "H100", "bf16", lay, 384, False)
+    assert out["layout"]["tp_comm_overlap"] is True and "TP comm overlap on" in " ".join(out["read"])
+    assert "tp_comm_overlap" not in row_settings(row, "Megatron-GPT-70B", "H100", "bf16", {**lay, "tp": 1}, 384,
+                                                 False)["layout"]
+    assert "tp_comm_overlap" not in row_settings({**row, "notes": "DP=48"}, "Megatron-GPT-70B", "H100", "bf16", lay,
+                                                 384, False)["layout"]
+    kept, _ = published_measurements()
+    gpt = [m for m in kept if m.model.startswith("Megatron-GPT")]
+    assert len(gpt) == 9 and all(m.layout.tp_comm_overlap == (m.layout.tp > 1) for m in gpt)
+
+
 def test_a_blank_vp_with_pipeline_stages_takes_the_releases_recipe():
     """A page row with PP > 1 and no VP, beside its release's recipes that all run that TP/PP/CP/EP at one VP and
     micro-batch, is read as that recipe (named in the provenance); a row with its VP given is left as published."""

@@ -136,6 +136,10 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     if re.search(r"async ?TP", text, re.I) and not re.search(r"vanilla TP", text, re.I):
         out["layout"]["tp_comm_overlap"] = True
         out["read"].append("async TP as TP communication overlap")
+    if lay["tp"] > 1 and re.search(r"\bTP(/\w+)* comm overlap on", text):
+        # the Megatron-LM README's weak-scaling rows: "TP/DP/PP comm overlap on" (--tp-comm-overlap, TE userbuffers)
+        out["layout"]["tp_comm_overlap"] = True
+        out["read"].append("TP communication overlap (the source: TP comm overlap on)")
     if moe and re.search(r"EP overlap|a2a.overlap|overlap-moe-expert-parallel-comm", text, re.I):
         out["layout"]["ep_overlap"] = True
     if moe and re.search(r"tokendrop|token drop", text, re.I):
