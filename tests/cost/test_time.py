@@ -46,6 +46,38 @@ def test_dense_attention_and_output_terms_by_hand(tiny_dense):
     assert r.step_terms["bubble"][0] == 0  # PP 1
 
 
+def test_attention_on_pytorchs_kernels_runs_at_flashattention2s_speed(tiny_dense):
+    """torchtitan's SDPA (FlashAttention-2) against TE's fused attention: the attention term alone is SDPA_SLOWDOWN
+    slower; nothing else moves. A workload naming a kernel autotune does not know is refused."""
+    from autotune.cost._terms import SDPA_SLOWDOWN
+    from autotune.errors import BadInput
+
+    lay = [Layout(world=8, micro_batch_size=1)]
+    te = _time(tiny_dense, lay)
+    sdpa = _time(tiny_dense, lay, workload=replace(WL, attention_kernel="sdpa"))
+    assert sdpa.mb_terms["compute_attention"][0, 0] == pytest.approx(SDPA_SLOWDOWN * te.mb_terms["compute_attention"][0, 0])
+    assert SDPA_SLOWDOWN > 1
+    for k in ("compute_dense", "compute_output", "memory_bound"):
+        assert sdpa.mb_terms[k][0, 0] == pytest.approx(te.mb_terms[k][0, 0])
+    with pytest.raises(BadInput, match="attention_kernel"):
+        replace(WL, attention_kernel="flash3")
+
+
+def test_published_rows_name_their_attention_kernel():
+    """torchtitan rows run PyTorch's attention, NeMo AutoModel's where its kernels say TorchSDPA or FlexAttn, and
+    Megatron's rows TE's."""
+    from autotune.cost.calibrate import published_measurements
+
+    kept, _ = published_measurements()
+    titan = [m for m in kept if m.source.startswith("torchtitan")]
+    auto = [m for m in kept if m.source.startswith("NeMo AutoModel")]
+    bridge = [m for m in kept if m.source.startswith("Megatron-Bridge")]
+    assert titan and all(m.attention_kernel == "sdpa" for m in titan)
+    assert {m.attention_kernel for m in auto} == {"te", "sdpa"}
+    assert all(m.attention_kernel == "sdpa" for m in auto if "Nemotron-3" in m.model)  # kernels=TE + DeepEP + TorchSDPA
+    assert bridge and all(m.attention_kernel == "te" for m in bridge)
+
+
 def test_tp_comm_by_hand(tiny_dense):
     r = _time(tiny_dense, [Layout(world=8, tp=2, micro_batch_size=1)])
     # AG + RS around attention and MLP, forward and backward: 8 x (tokens x hidden x 2 B) x (TP-1)/TP per layer

@@ -22,6 +22,10 @@ __all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT", "FRA
 # (what autotune emits and runs); the others describe published measurements: torchtitan (torch FSDP2 on an fp32 model,
 # per-op selective activation checkpointing), NeMo AutoModel (torch FSDP2 on a BF16 model), Meta's Llama 3 stack
 FRAMEWORKS = ("megatron", "torchtitan", "automodel", "llama3")
+# whose attention kernel runs: "te" (Transformer Engine's fused attention, cuDNN's Hopper/Blackwell kernels, as
+# Megatron runs it) or "sdpa" (PyTorch's scaled_dot_product_attention on its flash backend, FlashAttention-2, as
+# torchtitan and NeMo AutoModel's TorchSDPA runs do; cost/_terms.py SDPA_SLOWDOWN)
+ATTENTION_KERNELS = ("te", "sdpa")
 # TE linears a low-precision recipe may keep in another format (`quant_overrides`, cost/_quant.py): attention's QKV and
 # output projections, LatentMoE's latent projections, Mamba's out_proj; the formats they may keep
 QUANT_MODULES = ("attention", "latent_proj", "mamba_out_proj")
@@ -89,6 +93,7 @@ class Workload:
     # torchtitan without torch.compile: its Llama's RMSNorm, rotary embedding and SwiGLU run op by op in eager PyTorch
     # (fp32 round trips through HBM) rather than fused (cost/_terms.py EAGER_*_BYTES)
     eager: bool = False
+    attention_kernel: str = "te"  # ATTENTION_KERNELS
     # LoRA fine-tuning: the base weights are frozen (no weight-gradient GEMMs, no gradients, no optimizer state and
     # no DP gradient traffic for them); only the adapters train. The adapters themselves (rank 8-64 on a few
     # linears: well under 1% of the GEMM work and of the parameters) are not counted
@@ -121,6 +126,8 @@ class Workload:
                            f"format one of {', '.join(QUANT_OVERRIDE_FORMATS)}")
         if self.framework not in FRAMEWORKS:
             raise BadInput(f"framework {self.framework!r}: choose one of {', '.join(FRAMEWORKS)}")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise BadInput(f"attention_kernel {self.attention_kernel!r}: choose one of {', '.join(ATTENTION_KERNELS)}")
         if self.optimizer != "adam":
             raise BadInput(f"optimizer {self.optimizer!r}: only adam is modelled; use adam")
         if isinstance(self.packed_doc_len, bool) or not isinstance(self.packed_doc_len, int) or self.packed_doc_len < 0:

@@ -46,7 +46,8 @@ class FitResult:
 def _group_key(m):
     return (m.model, m.gpu, m.count, m.gpus_per_node, m.seq_len, m.global_batch, m.load_balancing_loss, m.grads_fp32,
             m.precision, m.fp8_param_gather, m.force_balance, m.gpu_variant, m.eager, m.lora,
-            m.packed_doc_len)
+            m.packed_doc_len, m.framework, m.attention_kernel, m.optimizer_state_bytes, m.bf16_layers_end,
+            tuple(map(tuple, m.quant_overrides)))
 
 
 def stack_raw(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients) -> RawTime:

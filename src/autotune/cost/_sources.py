@@ -21,7 +21,10 @@ weights, gradients and "selective" recompute apply: catalog.FRAMEWORKS) and the 
     quant_overrides; cost/_quant.py).
   - torchtitan, NeMo AutoModel, the Llama 3 paper: their frameworks (cost/_state.py, cost/_sac.py); torchtitan rows
     that say "fp8 FSDP all-gather" gather parameters in FP8; torchtitan rows whose techniques do not name torch.compile
-    ran eager (Workload.eager; the 2024-12 H100 page's "FSDP" rows beside "FSDP + torch.compile").
+    ran eager (Workload.eager; the 2024-12 H100 page's "FSDP" rows beside "FSDP + torch.compile"); torchtitan's
+    attention, and NeMo AutoModel's where its kernels say TorchSDPA or FlexAttn, runs on PyTorch's kernels
+    (Workload.attention_kernel "sdpa": torchtitan's Llama calls F.scaled_dot_product_attention, whose flash backend
+    is FlashAttention-2), not TE's fused attention.
 Other sources: fp32 gradients (the seed's setting), Megatron's optimizer state.
 
 `known_regression(source, model, gpu)` names a published row its publisher has itself filed as a performance
@@ -83,6 +86,12 @@ def source_settings(row: dict, source: str, model: str, precision: str) -> tuple
     if source.startswith("torchtitan") and not re.search(r"torch\.compile", row.get("notes") or ""):
         out["eager"] = True  # the page's row names torch.compile where it was on (llama3_8b.toml at 9dec370: off)
         read.append("eager PyTorch: no torch.compile (the row's techniques do not name it)")
+    notes = row.get("notes") or ""
+    if source.startswith("torchtitan") or (source.startswith("NeMo AutoModel")
+                                           and re.search(r"TorchSDPA|FlexAttn", notes)):
+        out["attention_kernel"] = "sdpa"
+        read.append("attention on PyTorch's kernels (SDPA's flash backend, FlashAttention-2; FlexAttention runs at "
+                    "about its speed), not TE's fused attention")
     if precision != "bf16" and re.search(r"fp8 fsdp all-gather", (row.get("precision") or "").lower()):
         out["fp8_param_gather"] = True
         read.append("FP8 parameter all-gather (the row says so)")

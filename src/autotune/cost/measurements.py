@@ -70,6 +70,7 @@ class Measurement:
     # kind's calibration
     gpu_variant: str = ""
     eager: bool = False  # see Workload.eager: torchtitan run without torch.compile
+    attention_kernel: str = "te"  # see Workload.attention_kernel: TE's fused attention or PyTorch SDPA's flash
     lora: bool = False  # see Workload.lora: LoRA fine-tuning of a frozen base
     packed_doc_len: int = 0  # see Workload.packed_doc_len: packed fine-tuning rows attend within each document
 
@@ -103,7 +104,7 @@ class Measurement:
                         force_balance=self.force_balance, framework=self.framework,
                         optimizer_state_bytes=self.optimizer_state_bytes, bf16_layers_end=self.bf16_layers_end,
                         quant_overrides=tuple(tuple(o) for o in self.quant_overrides), eager=self.eager,
-                        lora=self.lora, packed_doc_len=self.packed_doc_len)
+                        attention_kernel=self.attention_kernel, lora=self.lora, packed_doc_len=self.packed_doc_len)
 
     @property
     def cluster(self) -> ClusterSpec:
