@@ -22,15 +22,14 @@ import argparse
 import json
 import re
 from collections import Counter, defaultdict
-from dataclasses import replace
 
 import numpy as np
 
 from autotune.catalog import PRECISIONS
 from autotune.cost import evaluate
 from autotune.cost._published import gpu_kind, precision_of
-from autotune.cost.calibrate import (FAMILIES, Calibration, fit_kinds, load_calibration, predict,
-                                     published_measurements, seed_measurements)
+from autotune.cost.calibrate import (FAMILIES, Calibration, calibration_for, fit_kinds, load_calibration, predict,
+                                     published_measurements, seed_measurements, stack_kind)
 from autotune.layout import LayoutTable
 
 
@@ -56,10 +55,11 @@ def spearman(a, b) -> float:
 
 
 def by_kind(rows, cal_of) -> np.ndarray:
+    """Each row predicted with `cal_of(key)`, key its GPU kind and stack (calibrate.stack_kind)."""
     out = np.zeros(len(rows))
-    for kind in {m.gpu for m in rows}:
-        idx = [i for i, m in enumerate(rows) if m.gpu == kind]
-        out[idx] = predict([rows[i] for i in idx], cal_of(kind))
+    for key in {stack_kind(m.gpu, m.framework) for m in rows}:
+        idx = [i for i, m in enumerate(rows) if stack_kind(m.gpu, m.framework) == key]
+        out[idx] = predict([rows[i] for i in idx], cal_of(key))
     return out
 
 
@@ -69,9 +69,7 @@ def held_out(rows, key) -> np.ndarray:
     for k in {key(m) for m in rows}:
         cals = fit_kinds([m for m in rows if key(m) != k], sorted({m.gpu for m in rows}))
         for i in [i for i, m in enumerate(rows) if key(m) == k]:
-            g = rows[i].gpu
-            sib = next((c for kk, c in sorted(cals.items()) if FAMILIES.get(kk) == FAMILIES.get(g)), None)
-            out[i] = predict([rows[i]], cals.get(g) or (replace(sib, gpu=g) if sib else Calibration(g)))[0]
+            out[i] = predict([rows[i]], calibration_for(rows[i], cals))[0]
     return out
 
 

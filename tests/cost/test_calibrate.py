@@ -340,3 +340,26 @@ def test_torchtitan_before_1073_splits_the_local_batch_into_pp_degree_micro_batc
     assert got["layout"]["micro_batch_size"] == 4 and "8 micro-batches of 4 rows" in got["source"]
     later = map_row({**row, "source": "torchtitan benchmarks some_2025_page"})
     assert later["layout"]["micro_batch_size"] == 1  # pipeline_parallel_microbatch_size default
+
+
+def test_other_stacks_rows_fit_their_own_calibration_and_leave_megatrons_alone():
+    """A GPU kind's factors are Megatron's: torchtitan's H100 rows fit "H100+torchtitan" (prior: H100's), and
+    adding or dropping them leaves H100's factors as they were; a row is predicted with its stack's; a stack
+    with no calibration of its own borrows its kind's, and says so."""
+    from autotune.cost.calibrate import calibration_for, stack_kind
+
+    kept, _ = published_measurements()
+    h100 = [m for m in kept if m.gpu == "H100" and not m.regression]
+    titan = [m for m in h100 if m.framework == "torchtitan"]
+    assert titan and len(titan) < len(h100)
+    both = fit_kinds(h100, ["H100"])
+    alone = fit_kinds([m for m in h100 if m.framework != "torchtitan"], ["H100"])
+    assert both["H100"].factors == pytest.approx(alone["H100"].factors)
+    assert "H100+torchtitan" in both and "H100+torchtitan" not in alone
+    assert both["H100+torchtitan"].factors != pytest.approx(both["H100"].factors)
+    assert calibration_for(titan[0], both) is both["H100+torchtitan"]
+    assert calibration_for(titan[0], alone) is alone["H100"]
+    assert stack_kind("H100", "megatron") == "H100" and stack_kind("H100", "torchtitan") == "H100+torchtitan"
+    own = load_calibration("H100")
+    borrowed = load_calibration("H100+nosuchstack")
+    assert borrowed.factors == own.factors and "no nosuchstack rows fitted" in borrowed.provenance

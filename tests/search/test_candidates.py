@@ -49,13 +49,15 @@ def test_trials_on_a_slow_network_move_the_ranking_and_the_breakdowns(cands):
     ratios = [ratio] + [_learn(c, s)[2] for s, c in enumerate(others, start=1)]
     moved = [c.calibration.time.scale["tp_comm"] / base.time.scale.get("tp_comm", 1.0) for c in [cands, *others]]
     # 8 random trials of 1,000+, over 5 draws of the 8 (what one draw can teach depends on its layouts' TP mix).
-    # Measured on the shipped calibration: the ranking's error ratio 0.45-0.98 (mean 0.69), the refitted tp_comm
-    # factor 1.04-1.17x in every draw (mean 1.14; the truth is 3x, the refit's prior log sd 0.2); the draw that
-    # learns least (0.98, 1.04x) has few TP > 1 layouts. Before Megatron's selective recompute was costed by module
+    # Measured on the shipped calibration: the ranking's error ratio 0.60-0.77 (mean 0.67), the refitted tp_comm
+    # factor 1.03-1.05x in every draw (mean 1.04; the truth is 3x, the refit's prior log sd 0.2). Since H100's
+    # factors are fitted on Megatron's rows alone (torchtitan's fit their own), its tp_comm factor is 0.67, not
+    # 0.93: TP communication is a smaller share of each step and moves less. Before that: 0.45-0.98 (mean 0.69)
+    # and 1.04-1.17x (mean 1.14). Before Megatron's selective recompute was costed by module
     # the same draws gave 0.43-0.81 and 1.12-1.25x. Earlier fits of
     # the H100 rows gave 0.44-1.00 and 1.05-1.29x (before the LoRA, packed fine-tuning, Llama 4 and expert-memory
     # changes) and 0.53-0.72 and 1.24-1.65x (before the torchtitan and AutoModel readings). A search that learns
     # nothing gives 1.0 and 1.0.
     assert np.mean(ratios) < 0.8
-    assert np.mean(moved) > 1.08 and min(moved) > 1.0
+    assert np.mean(moved) > 1.02 and min(moved) > 1.0
     assert cands.ev.time.tokens_per_s_per_gpu[untried].mean() < cands.base_pred[untried].mean()

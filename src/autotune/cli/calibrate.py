@@ -20,7 +20,7 @@ from rich.table import Table
 
 from ..catalog import get_gpu
 from ..cost.calibrate import (ENV_VAR, FAMILIES, fit_kinds, load_calibration, predict, published_measurements,
-                              read_measurements, row_report, save_calibrations, seed_measurements)
+                              read_measurements, row_report, save_calibrations, seed_measurements, stack_kind)
 from ..cost.time import STEP_TERMS
 from ..errors import BadInput
 from .common import input_file, output_file
@@ -70,7 +70,8 @@ def calibrate(
     result = {"written": str(path) if path else None, "use": f"export {ENV_VAR}={path}" if path else None,
               "gpus": {}, "skipped": _skip_summary(skipped)}
     for k, cal in cals.items():
-        shown = [m for m in usable if m.gpu == k] or [m for m in usable if FAMILIES.get(m.gpu) == FAMILIES[k]]
+        shown = ([m for m in usable if stack_kind(m.gpu, m.framework) == k]
+                 or [m for m in usable if m.framework == "megatron" and FAMILIES.get(m.gpu) == FAMILIES.get(k)])
         before = load_calibration(k) if path is None or os.environ.get(ENV_VAR) != str(path) else None
         rows_k = row_report(shown, predict(shown, before) if before else [float("nan")] * len(shown),
                             predict(shown, cal))

@@ -6,7 +6,14 @@ factors to measurements (see _fit.py for the estimator); `fit_kinds` is the reci
 file and `autotune calibrate`: GPU kinds of one family (H100 and H200 are the same Hopper SM with different
 HBM) first fit together, then each kind is refined from that pooled fit with its own rows, so a kind with
 few rows (H200: the three seeds) borrows the family's compute factors instead of guessing them.
-Measurements live in measurements.py. No torch, no ray, no scipy.
+
+A GPU kind's factors are Megatron-core's: they come from the rows Megatron ran (what `evaluate` predicts for a
+search). Rows of another training stack (torchtitan, NeMo AutoModel, Llama 3's: Measurement.framework) fit a
+calibration of their own, keyed "<kind>+<framework>" (`stack_kind`), with the kind's Megatron calibration as its
+prior: their stacks' kernels, TP collectives and pipeline schedules differ from Megatron's in ways the physics
+does not name, and one factor set for both was absorbing the difference (measured: fitted without torchtitan's
+rows, H100's tp_comm factor is 0.58 and bubble 0.52; with them, 0.93 and 1.09). `calibration_for(m, cals)` picks
+a row's. Measurements live in measurements.py. No torch, no ray, no scipy.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from .measurements import Measurement, published_measurements, read_measurements
 from .memory import MemoryCoefficients
 from .time import STEP_TERMS, TimeCoefficients
 
-__all__ = ["Calibration", "load_calibration", "fit", "fit_kinds", "save_calibrations", "read_calibrations", "predict",
+__all__ = ["Calibration", "load_calibration", "fit", "fit_kinds", "stack_kind", "calibration_for", "save_calibrations",
+           "read_calibrations", "predict",
            "row_report",
            "Measurement", "published_measurements", "seed_measurements", "read_measurements", "FAMILIES",
            "ENV_VAR", "SHIPPED"]
@@ -42,6 +50,13 @@ FAMILIES = {"H100": "hopper", "H200": "hopper", "H800": "hopper", "B200": "black
 # settings read (_presets.py) and the FP8 casts in the physics, fitting them too cut the leave-one-model-out error
 # from 27% to 23% (bench/throughput_accuracy.py) and leaves no term unconstrained
 FIT_PRECISIONS = ("bf16", "fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8")
+STACK_SEP = "+"
+
+
+def stack_kind(gpu: str, framework: str = "megatron") -> str:
+    """The calibration key of a GPU kind under a training stack: the kind itself for Megatron, else
+    "<kind>+<framework>" (module docstring)."""
+    return gpu if framework == "megatron" else f"{gpu}{STACK_SEP}{framework}"
 
 
 @dataclass(frozen=True)
@@ -122,6 +137,11 @@ def load_calibration(gpu: str) -> Calibration:
     own = _find(gpu)
     if own is not None:
         return own
+    if STACK_SEP in gpu:  # a stack with no calibration of its own: its GPU kind's (Megatron's)
+        kind, framework = gpu.split(STACK_SEP, 1)
+        base = load_calibration(kind)
+        return replace(base, gpu=gpu,
+                       provenance=f"{kind}'s calibration (no {framework} rows fitted): {base.provenance}")
     fam = next((f for k, f in FAMILIES.items() if k.lower() == gpu.lower()), None)
     for other in [k for k, f in FAMILIES.items() if f == fam and k.lower() != gpu.lower()]:
         base = _find(other)
@@ -197,10 +217,15 @@ def fit_kinds(measurements: list[Measurement], kinds: list[str] | None = None, *
     """One calibration per GPU kind: pooled per family, then refined per kind (see module docstring); only
     rows of FIT_PRECISIONS, and none its publisher filed as a release's performance regression (m.regression).
     `fit_kw` goes to every `fit` (prior_sigma, noise_sigma, terms)."""
-    by_kind: dict[str, list[Measurement]] = {}
-    for m in (m for m in measurements if m.precision in FIT_PRECISIONS and not m.regression):
-        by_kind.setdefault(m.gpu, []).append(m)
-    wanted = kinds or sorted(by_kind)
+    by_kind: dict[str, list[Measurement]] = {}  # Megatron's rows per GPU kind
+    by_stack: dict[tuple[str, str], list[Measurement]] = {}  # other stacks' rows per (kind, framework)
+    usable = [m for m in measurements if m.precision in FIT_PRECISIONS and not m.regression]
+    for m in usable:
+        if m.framework == "megatron":
+            by_kind.setdefault(m.gpu, []).append(m)
+        else:
+            by_stack.setdefault((m.gpu, m.framework), []).append(m)
+    wanted = kinds or sorted({m.gpu for m in usable})
     out: dict[str, Calibration] = {}
     for family in sorted({FAMILIES.get(k, k) for k in wanted}):
         members = [k for k in FAMILIES if FAMILIES[k] == family] or [family]
@@ -221,4 +246,24 @@ def fit_kinds(measurements: list[Measurement], kinds: list[str] | None = None, *
             shown = own or pool  # the shipped report: each row against uncalibrated factors and the final ones
             rows = row_report(shown, predict(shown, Calibration(k)), predict(shown, cal))
             out[k] = replace(cal, report={**cal.report, "rows": rows, "rows_shown": "own" if own else "family pool"})
+    for (k, framework), own in sorted(by_stack.items()):
+        if k not in wanted:
+            continue
+        base = out.get(k) or Calibration(k)
+        name = stack_kind(k, framework)
+        cal = fit(own, base=replace(base, gpu=name), **fit_kw,
+                  provenance=f"{name}: {len(own)} {framework} rows, prior from {k}'s Megatron calibration")
+        rows = row_report(own, predict(own, Calibration(name)), predict(own, cal))
+        out[name] = replace(cal, report={**cal.report, "rows": rows, "rows_shown": "own"})
     return out
+
+
+def calibration_for(m: Measurement, cals: dict[str, Calibration]) -> Calibration:
+    """The calibration of `cals` a measurement is predicted with: its stack's, else its GPU kind's, else a
+    fitted kind's of its family (same SM), else factors of 1."""
+    for key in (stack_kind(m.gpu, m.framework), m.gpu):
+        if key in cals:
+            return cals[key]
+    sib = next((c for k, c in sorted(cals.items()) if STACK_SEP not in k and FAMILIES.get(k) == FAMILIES.get(m.gpu)),
+               None)
+    return replace(sib, gpu=m.gpu) if sib else Calibration(m.gpu)
