@@ -40,6 +40,10 @@ def calibrate(
     """Fit per-GPU-kind factors on the time terms (least squares on log step time, with a prior toward 1);
     with --out, save them for estimate, space and search ($AUTOTUNE_CALIBRATION=FILE).
 
+    A GPU kind's factors are Megatron-core's, fitted on its rows; rows another stack ran (a measurement's
+    framework: torchtitan, automodel, llama3) fit factors of their own, shown as GPU+framework, with the kind's
+    as their prior.
+
     Example: autotune calibrate --gpu H200 --measurements my_runs.csv --out calib.json
     """
     if measurements and Path(measurements).suffix.lower() in (".csv", ".json"):  # else read_measurements says which
