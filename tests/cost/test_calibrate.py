@@ -201,6 +201,18 @@ def test_cli_fits_writes_and_prints(capsys, tmp_path):
     assert rc == 0 and "fitted factors" in out and "AUTOTUNE_CALIBRATION" in out
 
 
+def test_cli_shows_other_stacks_apart_with_every_term_named_at_80_columns(capsys, monkeypatch):
+    """H100's published rows include torchtitan's, NeMo AutoModel's and Llama 3's: their factors are a second table
+    (GPU+framework), so the first keeps every term's name whole at 80 columns (one table of all of them cut it)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    rc, out, _ = run(capsys, "calibrate", "--gpu", "H100")
+    assert rc == 0 and "other training stacks' factors" in out and "torchtitan" in out
+    from autotune.cost.time import STEP_TERMS
+    assert all(f"│ {term} " in out for term in STEP_TERMS)
+    rc, out, _ = run(capsys, "calibrate", "--gpu", "H100", "--json")
+    assert {"H100", "H100+torchtitan", "H100+automodel"} <= set(json.loads(out)["gpus"])
+
+
 def test_cli_without_out_shows_the_fit_and_writes_nothing(capsys, tmp_path, monkeypatch):
     """Nothing is written outside runs/ unless --out says where (it used to default to ~/.config/autotune)."""
     monkeypatch.chdir(tmp_path)

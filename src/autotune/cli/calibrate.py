@@ -95,16 +95,24 @@ def _skip_summary(skipped: list) -> dict:
 
 def _render(result: dict) -> None:
     kinds = list(result["gpus"])
-    t = Table(title="fitted factors (x the physics estimate of each term; 1 = not moved)")
-    t.add_column("term")
-    for k in kinds:
-        t.add_column(k, justify="right")
-    for term in STEP_TERMS:
-        vals = [result["gpus"][k]["factors"][term] for k in kinds]
-        fitted = [term in result["gpus"][k]["fitted_terms"] for k in kinds]
-        t.add_row(term, *[f"{v:.2f}" if f else "[dim]1.00[/]" if v == 1 else f"[dim]{v:.2f}[/]"
-                          for v, f in zip(vals, fitted)])
-    console.print(t)
+    # the GPU kinds (Megatron's factors) in one table, other stacks' (GPU+framework) in another: one table of
+    # every column cut the term names at 100 columns
+    for title, cols in (("fitted factors (x the physics estimate of each term; 1 = not moved)",
+                         [k for k in kinds if "+" not in k]),
+                        ("other training stacks' factors (GPU+framework; prior: that GPU's)",
+                         [k for k in kinds if "+" in k])):
+        if not cols:
+            continue
+        t = Table(title=title)
+        t.add_column("term", no_wrap=True)
+        for k in cols:
+            t.add_column(k.replace("+", "+\n"), justify="right")
+        for term in STEP_TERMS:
+            vals = [result["gpus"][k]["factors"][term] for k in cols]
+            fitted = [term in result["gpus"][k]["fitted_terms"] for k in cols]
+            t.add_row(term, *[f"{v:.2f}" if f else "[dim]1.00[/]" if v == 1 else f"[dim]{v:.2f}[/]"
+                              for v, f in zip(vals, fitted)])
+        console.print(t)
     for k in kinds:
         prov = result["gpus"][k]["provenance"]
         r = Table(title=escape(prov if prov.startswith(f"{k}:") else f"{k}: {prov}"))
