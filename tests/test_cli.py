@@ -1,6 +1,7 @@
 """The estimate, space, models and gpus commands as a user meets them: JSON shapes, errors, exit codes."""
 
 import json
+import re
 
 import pytest
 
@@ -240,8 +241,6 @@ def test_help_at_80_columns_names_every_option_whole(cmd, capsys, monkeypatch):
     monkeypatch.delenv("TERMINAL_WIDTH", raising=False)
     assert main(cmd + ["--help"]) == 0
     out = capsys.readouterr().out
-    import re
-
     assert "Options" in out
     cut = [line for line in out.splitlines() if re.match(r"^│ (\*\s+)?-[-\w]*…", line)]
     assert not cut, cut

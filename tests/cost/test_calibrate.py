@@ -213,6 +213,24 @@ def test_cli_shows_other_stacks_apart_with_every_term_named_at_80_columns(capsys
     assert {"H100", "H100+torchtitan", "H100+automodel"} <= set(json.loads(out)["gpus"])
 
 
+def test_cli_says_when_only_another_stacks_factors_were_fitted(capsys, tmp_path):
+    """A user's torchtitan rows fit "H100+torchtitan", which no search reads: the fit says H100's Megatron factors
+    stay as they are; with Megatron rows beside them it says nothing."""
+    row = {"model": "Llama-3.1-8B", "gpu": "H100", "count": 8, "layout": "TP1 PP1 EP1 DP8", "seq_len": 8192,
+           "global_batch": 64, "tokens_per_s_per_gpu": 6000.0, "framework": "torchtitan", "attention_kernel": "sdpa"}
+    f = tmp_path / "mine.json"
+    f.write_text(json.dumps([row]))
+    rc, out, _ = run(capsys, "calibrate", "--gpu", "H100", "--no-published", "--no-seeds", "--measurements", str(f),
+                     "--json")
+    d = json.loads(out)
+    assert rc == 0 and set(d["gpus"]) == {"H100+torchtitan"} and "no Megatron rows for H100" in d["notes"][0]
+    f.write_text(json.dumps([row, {**row, "framework": "megatron", "attention_kernel": "te"}]))
+    rc, out, _ = run(capsys, "calibrate", "--gpu", "H100", "--no-published", "--no-seeds", "--measurements", str(f),
+                     "--json")
+    d = json.loads(out)
+    assert rc == 0 and set(d["gpus"]) == {"H100", "H100+torchtitan"} and "notes" not in d
+
+
 def test_cli_without_out_shows_the_fit_and_writes_nothing(capsys, tmp_path, monkeypatch):
     """Nothing is written outside runs/ unless --out says where (it used to default to ~/.config/autotune)."""
     monkeypatch.chdir(tmp_path)

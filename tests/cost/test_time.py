@@ -55,8 +55,14 @@ def test_attention_on_pytorchs_kernels_runs_at_flashattention2s_speed(tiny_dense
     lay = [Layout(world=8, micro_batch_size=1)]
     te = _time(tiny_dense, lay)
     sdpa = _time(tiny_dense, lay, workload=replace(WL, attention_kernel="sdpa"))
-    assert sdpa.mb_terms["compute_attention"][0, 0] == pytest.approx(SDPA_SLOWDOWN * te.mb_terms["compute_attention"][0, 0])
-    assert SDPA_SLOWDOWN > 1
+    attention = te.mb_terms["compute_attention"][0, 0]
+    assert sdpa.mb_terms["compute_attention"][0, 0] == pytest.approx(SDPA_SLOWDOWN * attention)
+    # end to end on a real model (the tiny one's step is bound by its host launches, whatever the kernel)
+    llama = load_model("Llama-3.1-8B")
+    wl = Workload(seq_len=8192, global_batch=64)
+    fast, slow = (_time(llama, lay, workload=replace(wl, attention_kernel=k)).tokens_per_s_per_gpu[0]
+                  for k in ("te", "sdpa"))
+    assert slow < 0.95 * fast
     for k in ("compute_dense", "compute_output", "memory_bound"):
         assert sdpa.mb_terms[k][0, 0] == pytest.approx(te.mb_terms[k][0, 0])
     with pytest.raises(BadInput, match="attention_kernel"):

@@ -19,8 +19,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import get_gpu
-from ..cost.calibrate import (ENV_VAR, FAMILIES, fit_kinds, load_calibration, predict, published_measurements,
-                              read_measurements, row_report, save_calibrations, seed_measurements, stack_kind)
+from ..cost.calibrate import (ENV_VAR, FAMILIES, STACK_SEP, fit_kinds, load_calibration, predict,
+                              published_measurements, read_measurements, row_report, save_calibrations,
+                              seed_measurements, stack_kind)
 from ..cost.time import STEP_TERMS
 from ..errors import BadInput
 from .common import input_file, output_file
@@ -81,6 +82,10 @@ def calibrate(
                             predict(shown, cal))
         result["gpus"][k] = {"provenance": cal.provenance, "factors": cal.factors,
                              "fitted_terms": cal.report.get("fitted_terms", []), "rows": rows_k}
+    stacks_only = sorted({k.split(STACK_SEP)[0] for k in cals if STACK_SEP in k} - set(cals))
+    if stacks_only:  # a user's torchtitan rows calibrate torchtitan's factors, which no search reads
+        result["notes"] = [f"no Megatron rows for {', '.join(stacks_only)}: estimate, space and search predict "
+                           "Megatron-core and keep its current factors; only the other stacks' were fitted"]
     if json_out:
         print_json(result)
     else:
@@ -98,15 +103,15 @@ def _render(result: dict) -> None:
     # the GPU kinds (Megatron's factors) in one table, other stacks' (GPU+framework) in another: one table of
     # every column cut the term names at 100 columns
     for title, cols in (("fitted factors (x the physics estimate of each term; 1 = not moved)",
-                         [k for k in kinds if "+" not in k]),
+                         [k for k in kinds if STACK_SEP not in k]),
                         ("other training stacks' factors (GPU+framework; prior: that GPU's)",
-                         [k for k in kinds if "+" in k])):
+                         [k for k in kinds if STACK_SEP in k])):
         if not cols:
             continue
         t = Table(title=title)
         t.add_column("term", no_wrap=True)
         for k in cols:
-            t.add_column(k.replace("+", "+\n"), justify="right")
+            t.add_column(k.replace(STACK_SEP, STACK_SEP + "\n"), justify="right")
         for term in STEP_TERMS:
             vals = [result["gpus"][k]["factors"][term] for k in cols]
             fitted = [term in result["gpus"][k]["fitted_terms"] for k in cols]
@@ -128,6 +133,8 @@ def _render(result: dict) -> None:
         top = "; ".join(f"{n} x {why}" for why, n in list(sk["reasons"].items())[:4])
         console.print(f"skipped {sk['count']} rows the model cannot represent ({top}; --json lists all reasons)",
                       markup=False)
+    for note in result.get("notes", ()):
+        console.print(f"note: {note}", markup=False)
     if result["written"]:
         console.print(f"wrote {escape(result['written'])}; to use it: [bold]{escape(result['use'])}[/]")
     else:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..catalog import param_counts
 from ..cost import MEMORY_TERMS, TERM_MEANINGS, evaluate
+from ..errors import BadInput
 from ..layout import LayoutTable, format_args, layout_args, validate
 from ..layout.args import precision_args
 from .common import (BatchOpt, GradsOpt, JsonOpt, PerNodeOpt, PrecisionOpt, SeqOpt, layout_options, recipe_inputs,
@@ -81,8 +82,6 @@ def estimate(
       autotune estimate --model Qwen3.5-122B-A10B --gpu H200 --count 32 \\
         --layout "TP1 PP4 EP8 DP8" --recompute full:uniform:2
     """
-    from ..errors import BadInput
-
     measured = None
     if recipe:
         _only_with_recipe(ctx)
@@ -133,14 +132,11 @@ def _only_with_recipe(ctx: typer.Context) -> None:
              if p.name not in _WITH_RECIPE and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT")
              not in ("DEFAULT", "DEFAULT_MAP")]
     if given:
-        from ..errors import BadInput
-
         raise BadInput(f"--recipe takes the model, GPU, count, layout and workload from the recipe; drop "
                        f"{', '.join(given)} (only --layer-split, --fsdp and --json go with --recipe) or drop --recipe")
 
 
 def _split(text: str, num_layers: int, lay) -> tuple[int, ...]:
-    from ..errors import BadInput
     from ..layout.splits import legal_splits
 
     if text == "auto":

@@ -83,10 +83,10 @@ def source_settings(row: dict, source: str, model: str, precision: str) -> tuple
             continue
         out.update(settings)
         read.append(why)
-    if source.startswith("torchtitan") and not re.search(r"torch\.compile", row.get("notes") or ""):
+    notes = row.get("notes") or ""
+    if source.startswith("torchtitan") and not re.search(r"torch\.compile", notes):
         out["eager"] = True  # the page's row names torch.compile where it was on (llama3_8b.toml at 9dec370: off)
         read.append("eager PyTorch: no torch.compile (the row's techniques do not name it)")
-    notes = row.get("notes") or ""
     if source.startswith("torchtitan") or (source.startswith("NeMo AutoModel")
                                            and re.search(r"TorchSDPA|FlexAttn", notes)):
         out["attention_kernel"] = "sdpa"

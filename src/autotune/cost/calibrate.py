@@ -35,9 +35,8 @@ from .measurements import Measurement, published_measurements, read_measurements
 from .memory import MemoryCoefficients
 from .time import STEP_TERMS, TimeCoefficients
 
-__all__ = ["Calibration", "load_calibration", "fit", "fit_kinds", "stack_kind", "calibration_for", "save_calibrations",
-           "read_calibrations", "predict",
-           "row_report",
+__all__ = ["Calibration", "load_calibration", "fit", "fit_kinds", "stack_kind", "calibration_for", "STACK_SEP",
+           "save_calibrations", "read_calibrations", "predict", "row_report",
            "Measurement", "published_measurements", "seed_measurements", "read_measurements", "FAMILIES",
            "ENV_VAR", "SHIPPED"]
 
@@ -249,10 +248,11 @@ def fit_kinds(measurements: list[Measurement], kinds: list[str] | None = None, *
     for (k, framework), own in sorted(by_stack.items()):
         if k not in wanted:
             continue
-        base = out.get(k) or Calibration(k)
+        base = out.get(k)
         name = stack_kind(k, framework)
-        cal = fit(own, base=replace(base, gpu=name), **fit_kw,
-                  provenance=f"{name}: {len(own)} {framework} rows, prior from {k}'s Megatron calibration")
+        prior = f"prior from {k}'s Megatron calibration" if base else f"prior: factors of 1 (no Megatron rows of {k})"
+        cal = fit(own, base=replace(base or Calibration(k), gpu=name), **fit_kw,
+                  provenance=f"{name}: {len(own)} {framework} rows, {prior}")
         rows = row_report(own, predict(own, Calibration(name)), predict(own, cal))
         out[name] = replace(cal, report={**cal.report, "rows": rows, "rows_shown": "own"})
     return out
