@@ -10,6 +10,10 @@ over numpy columns: no per-layout Python loops. Shapes and why:
     loses `grouped` of one dense GEMM's speed when G is large (per-group tails), nothing when G = 1: it is one GEMM;
     and every local expert's GEMM is a kernel of its own that pays a fixed `expert_gemm_s` (launch gap, last-wave
     tail) that does not shrink on a faster GPU: small experts with few tokens each run far below peak.
+  - a low-precision recipe runs the large-shape GEMM at its format's peak but speeds up only part of what the shape
+    loses (`lowp_overhead_share`: results stay BF16, weight gradients accumulate in FP32), and under its casts'
+    bytes pays one cast kernel per local expert (`quant_kernel_s`; three under current scaling, none under delayed
+    scaling, whose casts Transformer Engine fuses): FP8 gains little on small-expert MoE models, as measured.
   - backward is 2x forward for GEMMs (1x, the data gradient only, for LoRA's frozen base), ~2.5x for flash
     attention (over each packed document, not the row, when rows are packed); full recompute re-runs the forward of
     every layer of a recompute region, with its TP and EP collectives; Megatron's selective recompute re-runs the
@@ -191,6 +195,18 @@ def attention_efficiency(c, model: ModelSpec) -> float:
     return c.attention * (1 + x) / (1 + x * 128.0 / max(d, 1))
 
 
+def _linear_s(passes, lin_peak, peak, c, eff, mix):
+    """Seconds per FLOP of TE linears at efficiency `eff` (passes included): the large-shape GEMM at the recipe's
+    peak (`mix`: linears it keeps in another format), plus what the shape loses, of which a low-precision recipe
+    speeds up `lowp_overhead_share` (_coefficients.py: the BF16 results and FP32 gradient accumulation stay)."""
+    if lin_peak == peak:
+        return passes / (peak * eff) * mix
+    ideal = passes / (lin_peak * c.gemm)
+    lost = passes / (peak * eff) - passes / (peak * c.gemm)
+    share = c.lowp_overhead_share
+    return ideal * mix + lost * (1.0 - share + share * peak / lin_peak * mix)
+
+
 def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, peak, S, moe_stage):
     """Forward x 3 (forward + 2x backward) of each kind of work, per micro-batch per stage; the frozen linears of
     LoRA x 2 (forward + data gradient: no weight gradient, `gemm_passes`)."""
@@ -201,7 +217,7 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
     # (the (n, 1) and scalar factors are multiplied first: one pass over each (n, S) array)
     mix = linear_time_scale(model, workload, t, S, cluster.gpu, c, lin_peak)  # linears the recipe keeps in BF16 / MXFP8
-    mb = {"compute_dense": fl.dense * (passes / (lin_peak * gemm_efficiency(c, h / tp, rows))) * mix[0],
+    mb = {"compute_dense": fl.dense * _linear_s(passes, lin_peak, peak, c, gemm_efficiency(c, h / tp, rows), mix[0]),
           "compute_attention": fl.attention * (3.5 * (SDPA_SLOWDOWN if workload.attention_kernel == "sdpa" else 1.0)
                                                / (peak * attention_efficiency(c, model))),
           "compute_linear_attention": fl.linear_attention * (3 / (peak * c.linear_attention))
@@ -214,7 +230,7 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         exp_eff = grouped * gemm_efficiency(c, np.minimum(e.width(h), e.ffn_hidden_size / etp), copies / local)
         # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
         # layer per micro-batch; 4 without wgrad), each paying a fixed `expert_gemm_s` whatever the GPU's speed
-        mb["compute_experts"] = (fl.experts * (passes / (lin_peak * exp_eff)) * mix[1]
+        mb["compute_experts"] = (fl.experts * _linear_s(passes, lin_peak, peak, c, exp_eff, mix[1])
                                  + moe_stage * (2 * passes * c.expert_gemm_s * local))
     else:
         mb["compute_experts"] = 0.0
@@ -287,6 +303,10 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         q_pair, q_of = stage_sums_by_pair(lt.act * QUANT_PARTS[None, :], t.pp, t.vpp, S, t.split)
         q_bytes = cast_bytes(workload, g, c)
         mb["quantize"] = fold_activations(q_pair, q_of, div) * (tokens * q_bytes / (g.hbm_gbps * 1e9))
+        if model.is_moe and workload.precision != "fp8-delayed":  # per-expert cast kernels (quant_kernel_s)
+            local = np.maximum(1.0, model.moe.num_experts / t.ep[:, None])
+            kernels = 3.0 if workload.amax_pass else 1.0  # amax, scale, cast under per-tensor current scaling
+            mb["quantize"] = mb["quantize"] + moe_stage * (4 * kernels * c.quant_kernel_s * local)
 
     # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
     full = (t.rc_gran == 2)[:, None]
