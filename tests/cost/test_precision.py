@@ -91,8 +91,8 @@ def test_mxfp8_gathers_parameters_in_bf16_and_every_recipe_pays_its_weight_cast(
 
 def test_grouped_casts_pay_one_kernel_per_local_expert():
     """Transformer Engine 2.x quantizes a grouped linear's input one expert at a time (three kernels under current
-    scaling, one blockwise or MXFP8) except under delayed scaling, whose casts it fuses: fewer local experts, less
-    time; a dense model pays none."""
+    scaling, one blockwise or MXFP8) except under delayed scaling and NVFP4, whose grouped casts it fuses: fewer
+    local experts, less time; a dense model pays none."""
     def q(precision, lay=SEED, model=QWEN, gpu="H200", **coef):
         return ev(precision, gpu=gpu, lay=lay, model=model, **coef).time.step_terms["quantize"][0]
 
@@ -102,6 +102,8 @@ def test_grouped_casts_pay_one_kernel_per_local_expert():
     ep16 = Layout(world=32, tp=1, pp=4, ep=16, recompute=Recompute("full", "uniform", 2), max_tokens_per_gpu=8192)
     per16 = q("fp8-blockwise", lay=ep16) - q("fp8-blockwise", lay=ep16, quant_kernel_s=0.0)
     assert per16 == pytest.approx(kernels["fp8-blockwise"] / 2)  # 16 local experts instead of 32
+    assert q("nvfp4", gpu="B200") == pytest.approx(q("nvfp4", gpu="B200", quant_kernel_s=0.0))
+    assert q("mxfp8", gpu="B200") > q("mxfp8", gpu="B200", quant_kernel_s=0.0)
     dense = Layout(world=32, tp=8, pp=4, max_tokens_per_gpu=8192)
     llama = "Llama-3.1-70B"
     assert q("fp8-tensorwise", lay=dense, model=llama) == pytest.approx(

@@ -13,7 +13,8 @@ over numpy columns: no per-layout Python loops. Shapes and why:
   - a low-precision recipe runs the large-shape GEMM at its format's peak but speeds up only part of what the shape
     loses (`lowp_overhead_share`: results stay BF16, weight gradients accumulate in FP32), and under its casts'
     bytes pays one cast kernel per local expert (`quant_kernel_s`; three under current scaling, none under delayed
-    scaling, whose casts Transformer Engine fuses): FP8 gains little on small-expert MoE models, as measured.
+    scaling or NVFP4, whose grouped casts Transformer Engine fuses: GROUPED_CASTS): FP8 gains little on
+    small-expert MoE models, as measured.
   - backward is 2x forward for GEMMs (1x, the data gradient only, for LoRA's frozen base), ~2.5x for flash
     attention (over each packed document, not the row, when rows are packed); full recompute re-runs the forward of
     every layer of a recompute region, with its TP and EP collectives; Megatron's selective recompute re-runs the
@@ -45,7 +46,7 @@ from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
 
-__all__ = ["microbatch_terms", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "attention_efficiency", "MB_TERMS",
+__all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "attention_efficiency", "MB_TERMS",
            "STEP_TERMS", "TERM_MEANINGS", "DERIVED", "DEPS", "link_bandwidths", "OVERLAPS", "WINDOW"]
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
@@ -195,6 +196,13 @@ def attention_efficiency(c, model: ModelSpec) -> float:
     return c.attention * (1 + x) / (1 + x * 128.0 / max(d, 1))
 
 
+# recipes whose grouped linears cast every expert's split in one fused kernel set, in the Transformer Engine releases
+# the published rows ran: delayed scaling (multi_cast_transpose, TE 2.x) and NVFP4 (split_quantize_nvfp4_impl's group
+# amax and cast, from TE 2.11, December 2025; NVFP4 recipes reached Megatron-Bridge in 26.x). Current scaling,
+# blockwise FP8 and MXFP8 quantize one split at a time until TE 2.17's group_quantize (July 2026)
+GROUPED_CASTS = ("fp8-delayed", "nvfp4")
+
+
 def _linear_s(passes, lin_peak, peak, c, eff, mix):
     """Seconds per FLOP of TE linears at efficiency `eff` (passes included): the large-shape GEMM at the recipe's
     peak (`mix`: linears it keeps in another format), plus what the shape loses, of which a low-precision recipe
@@ -303,7 +311,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         q_pair, q_of = stage_sums_by_pair(lt.act * QUANT_PARTS[None, :], t.pp, t.vpp, S, t.split)
         q_bytes = cast_bytes(workload, g, c)
         mb["quantize"] = fold_activations(q_pair, q_of, div) * (tokens * q_bytes / (g.hbm_gbps * 1e9))
-        if model.is_moe and workload.precision != "fp8-delayed":  # per-expert cast kernels (quant_kernel_s)
+        if model.is_moe and workload.precision not in GROUPED_CASTS:  # per-expert cast kernels (quant_kernel_s)
             local = np.maximum(1.0, model.moe.num_experts / t.ep[:, None])
             kernels = 3.0 if workload.amax_pass else 1.0  # amax, scale, cast under per-tensor current scaling
             mb["quantize"] = mb["quantize"] + moe_stage * (4 * kernels * c.quant_kernel_s * local)
