@@ -286,3 +286,30 @@ def test_commands_in_the_summary_are_not_broken_over_lines(tmp_path, capsys, mon
     assert rc == 0
     assert f"autotune export {tmp_path / 'narrow'} --rank 1" in out
     assert f"(optuna-dashboard sqlite:///{tmp_path / 'narrow'}/study.db)" in out
+
+
+@pytest.mark.parametrize("precision, gpu, cls, flags", [
+    ("mxfp8", "B200", "fp8", ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]),
+    ("nvfp4", "B200", "fp4", ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]),
+])
+def test_a_low_precision_search_emits_recipes_that_keep_their_recipe(tmp_path, capsys, precision, gpu, cls, flags):
+    """--precision mxfp8 / nvfp4 end to end: the gates and the recipes took the workload's precision for a recipe
+    class (bf16, fp8, ...) and the search died after its trials. A recipe names the class (fp8, fp4); its run block
+    the FP8 / FP4 recipe, which reading it back, `estimate --recipe` and the Megatron export keep."""
+    from autotune.recipes.convert import workload_of
+    from autotune.recipes.io import load_recipe
+
+    capsys.readouterr()
+    rc = main(["search", "--model", "Qwen3-30B-A3B", "--gpu", gpu, "--count", "16", "--precision", precision,
+               "--trials", "2", "--runs-dir", str(tmp_path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["recipes"]
+    recipe = load_recipe(out["recipes"][0])
+    assert recipe.workload.precision == cls
+    assert " ".join(flags) in recipe.run.replace("\\\n", " ").replace("  ", " ")
+    assert workload_of(recipe).precision == precision
+    assert main(["estimate", "--recipe", out["recipes"][0]]) == 0
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / out["study"]), "--format", "megatron"]) == 0
+    argv = capsys.readouterr().out.split()
+    assert "--bf16" in argv and argv[argv.index(flags[2]) + 1] == flags[3]

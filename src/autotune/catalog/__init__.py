@@ -7,7 +7,8 @@ from .hardware import GPUS, ClusterSpec, GpuSpec, get_gpu
 from .model import LinearAttentionSpec, MambaSpec, MlaSpec, ModelSpec, MoeSpec, from_hf_config
 from .params import ParamCounts, ParamItem, layer_items, padded_vocab, param_counts
 from .registry import load_model, model_names
-from .workload import FP4_RECIPES, FP8_RECIPES, FRAMEWORKS, PRECISIONS, QUANT, Workload
+from .workload import (FP4_RECIPES, FP8_RECIPES, FRAMEWORKS, PRECISIONS, QUANT, Workload, precision_of_class,
+                       recipe_precision)
 
 __all__ = [
     "GPUS",
@@ -33,4 +34,6 @@ __all__ = [
     "QUANT",
     "PRECISIONS",
     "FRAMEWORKS",
+    "recipe_precision",
+    "precision_of_class",
 ]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from ..errors import BadInput
 
-__all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT", "FRAMEWORKS", "QUANT_MODULES"]
+__all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT", "FRAMEWORKS", "QUANT_MODULES",
+           "recipe_precision", "precision_of_class"]
 
 # the training framework whose memory behaviour the cost model applies (cost/_state.py, cost/_sac.py): Megatron-core
 # (what autotune emits and runs); the others describe published measurements: torchtitan (torch FSDP2 on an fp32 model,
@@ -54,6 +55,20 @@ QUANT: dict[str, tuple[str, bool]] = {
     "bf16": ("bf16", False), "fp8-delayed": ("fp8", False), "fp8-tensorwise": ("fp8", True),
     "fp8-blockwise": ("fp8", False), "mxfp8": ("fp8", False), "nvfp4": ("fp4", True),
 }
+# a recipe's workload section names the precision class (the TE linears' GEMM format: bf16, fp8, fp4); the recipe
+# within it (delayed, tensorwise, blockwise, mxfp8, nvfp4) is in its run block's --fp8-recipe / --fp4-recipe. A
+# class with no such flags is Megatron's default recipe for it (--fp8-recipe delayed, --fp4-recipe nvfp4)
+_CLASS_DEFAULT = {"bf16": "bf16", "fp8": "fp8-delayed", "fp4": "nvfp4"}
+
+
+def recipe_precision(precision: str) -> str:
+    """The recipe's precision class of a workload precision: bf16, fp8 or fp4."""
+    return QUANT[precision][0] if precision in QUANT else precision
+
+
+def precision_of_class(cls: str) -> str:
+    """The workload precision a recipe's precision class means without recipe flags (fp16 / fp32 stay as they are)."""
+    return _CLASS_DEFAULT.get(cls, cls)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import fields
 
-from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
+from ..catalog import ClusterSpec, ModelSpec, Workload, load_model, precision_of_class
 from ..errors import AutotuneError, BadInput
 from ..layout import Layout, Recompute, layout_from_args
 from ..layout.args import precision_from_args
@@ -119,7 +119,7 @@ def workload_of(recipe: Recipe) -> Workload:
     kw: dict = dict(
         seq_len=w.row_tokens,
         global_batch=w.global_batch,
-        precision=w.precision,
+        precision=precision_of_class(w.precision),
         steps=r.steps_per_run,
         window=(r.window[0], r.window[1]),
         load_balancing_loss=load_balancing_of(recipe),
@@ -127,7 +127,7 @@ def workload_of(recipe: Recipe) -> Workload:
     types = {f.name: f.type for f in fields(Workload)}
     flags = run_flags(recipe.run)
     kw["grads_fp32"] = "--accumulate-allreduce-grads-in-fp32" in flags
-    if "--fp8-format" in flags:  # the run block's FP8 flags are what Megatron runs; the section agrees or is stale
+    if "--fp8-format" in flags or "--fp4-format" in flags:  # what Megatron runs; the section agrees or is stale
         kw["precision"], kw["fp8_param_gather"] = precision_from_args(flags)
     for flag, value in flags.items():
         name = _WORKLOAD_FLAGS.get(flag)

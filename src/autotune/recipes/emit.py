@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from pydantic import ValidationError
 
-from ..catalog import ClusterSpec, ModelSpec, Workload, param_counts
+from ..catalog import ClusterSpec, ModelSpec, Workload, param_counts, recipe_precision
 from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import BadInput, ConfigError
 from ..launch import SEED_ENV, build_run_block, loss_mask_for, num, workload_args
@@ -135,7 +135,7 @@ def recipe_from_candidate(
         "status": status,
         "stack": dict(stack),
         "workload": {"row_tokens": workload.seq_len, "rows": "SFT conversations", "global_batch": workload.global_batch,
-                     "precision": workload.precision, "dataset": dataset},
+                     "precision": recipe_precision(workload.precision), "dataset": dataset},
         "layout": _layout_section(layout, workload, moe),
         "result": result,
         "correctness": dict(gates) if gates is not None else dict(NOT_RUN),

@@ -17,10 +17,12 @@ import re
 import shlex
 from pathlib import Path
 
+from ..catalog import recipe_precision
 from ..errors import BadInput, ConfigError
 from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
 from ..layout import layout_args
+from ..layout.args import precision_args
 from .convert import is_moe, run_layout, workload_of
 from .run_block import run_block_problems
 from .schema import Recipe
@@ -30,7 +32,7 @@ __all__ = ["FORMATS", "SLIME_PLACEHOLDER", "resolve_source", "slime_command", "m
 
 FORMATS = ("recipe", "slime", "megatron", "script")
 SLIME_PLACEHOLDER = ENTRY_PLACEHOLDER
-_PRECISION_FLAG = {"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16", "fp32": None}
+_PRECISION_FLAG = {"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16", "fp4": "--bf16", "fp32": None}
 
 
 def resolve_source(run_dir: str | Path | None, rank: int = 1, runs_root: Path = Path("runs")) -> Path:
@@ -88,8 +90,9 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
         ("--global-batch-size", str(work.global_batch)),
         ("--train-iters", str(work.steps)),
     ]
-    if _PRECISION_FLAG.get(work.precision):
-        pairs.append((_PRECISION_FLAG[work.precision], None))
+    if _PRECISION_FLAG.get(recipe_precision(work.precision)):
+        pairs.append((_PRECISION_FLAG[recipe_precision(work.precision)], None))
+    pairs += precision_args(work.precision, work.fp8_param_gather)  # the FP8 / FP4 recipe the run block names
     pairs += [
         ("--optimizer", work.optimizer), ("--lr", num(work.lr)), ("--lr-decay-style", "cosine"),
         ("--min-lr", num(work.min_lr)), ("--lr-warmup-fraction", num(work.warmup_fraction)),

@@ -114,7 +114,10 @@ class WorkloadSection(Section):
     row_tokens: int = Field(gt=0, description="Tokens per row (sequence length).")
     rows: str = Field(description="What a row is, e.g. SFT conversations.")
     global_batch: int = Field(gt=0, description="Rows per optimizer step.")
-    precision: Literal["bf16", "fp8", "fp16", "fp32"] = Field(description="Training precision.")
+    precision: Literal["bf16", "fp8", "fp4", "fp16", "fp32"] = Field(
+        description="Training precision: the format of the linears' GEMMs (fp8 and fp4 train in BF16 around them); "
+        "which FP8 or FP4 recipe (delayed, tensorwise, blockwise, mxfp8; nvfp4) is the run block's --fp8-recipe or "
+        "--fp4-recipe.")
     dataset: Dataset | None = Field(
         description="The published rows measured on; null when no published rows were read (a prediction, or "
         "autotune's synthetic proxy rows)."
