@@ -1,6 +1,7 @@
 """The space funnel: enumerated and screened in chunks (same answer whatever the chunk size, spaces beyond one
 table's cap), and its memory stage: GPU memory (with the margin) and, for offloaded optimizers, host memory."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -79,3 +80,20 @@ def test_too_many_survivors_to_evaluate_is_a_one_line_error(monkeypatch):
     with pytest.raises(ConfigError, match=r"more than 5,000 layouts of Qwen3-30B-A3B on 16 x H200 survive "
                                           r"screening .* list fewer values per dimension"):
         explore(load_space(None, m), m, Workload(), ClusterSpec.of("H200", 16))
+
+
+def test_space_cli_screens_at_the_precision_a_search_would_run(capsys):
+    """`autotune space --precision` shows the funnel and ranking a `search --precision` screens with."""
+    from autotune.cli.main import main
+
+    args = ["space", "--model", "Qwen3-30B-A3B", "--gpu", "B200", "--count", "16", "--top", "3", "--json"]
+    capsys.readouterr()
+    out = {}
+    for p in ("bf16", "mxfp8"):
+        assert main(args + ["--precision", p]) == 0
+        out[p] = json.loads(capsys.readouterr().out)
+    assert out["mxfp8"]["precision"] == "mxfp8" and out["bf16"]["precision"] == "bf16"
+    speed = {p: out[p]["top"][0]["throughput"]["tokens_per_s_per_gpu"] for p in out}
+    assert speed["mxfp8"] > speed["bf16"]
+    assert main(args + ["--gpu", "H100", "--precision", "mxfp8"]) == 2
+    assert "Blackwell only" in capsys.readouterr().err

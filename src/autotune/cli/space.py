@@ -9,7 +9,7 @@ from rich.table import Table
 from ..errors import BadInput
 from ..space import explore, load_space
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
-                     PerNodeOpt, SeqOpt, SpaceOpt, missing_software, resolve)
+                     PerNodeOpt, PrecisionOpt, SeqOpt, SpaceOpt, missing_software, resolve)
 from .console import console, print_json, screening
 from .estimate import report
 
@@ -24,6 +24,7 @@ def space(
     seq_len: int = SeqOpt,
     global_batch: int = BatchOpt,
     grads: str = GradsOpt,
+    precision: str = PrecisionOpt,
     space_file: str = SpaceOpt,
     top: int = typer.Option(20, "--top", help="How many of the best layouts to show."),
     no_deepep: bool = NoDeepEPOpt,
@@ -39,7 +40,7 @@ def space(
     """
     if top < 1:
         raise BadInput(f"--top {top}: must be at least 1")
-    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
+    m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
                                    **missing_software(no_deepep, no_hybridep, no_te))
     sp = load_space(space_file, m)
     with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
@@ -47,14 +48,17 @@ def space(
     best = [report(m, cluster, workload, res.table.row(int(i)), res.evaluation, int(i)) for i in res.kept[:top]]
     if json_out:
         print_json({
-            "model": m.name, "gpu": cluster.gpu.name, "count": cluster.count, "space": sp.source,
+            "model": m.name, "gpu": cluster.gpu.name, "count": cluster.count, "precision": workload.precision,
+            "space": sp.source,
             "funnel": [{"stage": s, "count": c} for s, c in res.funnel],
             "reasons": res.reasons, "notes": res.notes, "top": best,
         })
         if not best:  # the same exit code as the tables: a script must not read an empty space as a result
             raise BadInput(_nothing_survives(res))
         return
-    console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on {cluster.count} x {cluster.gpu.name}")
+    prec = "" if workload.precision == "bf16" else f" in {workload.precision}"
+    console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on {cluster.count} x {cluster.gpu.name}"
+                  f"{prec}")
     f = Table(title="pruning funnel")
     f.add_column("stage")
     f.add_column("layouts", justify="right")
