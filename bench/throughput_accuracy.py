@@ -195,6 +195,7 @@ def main() -> None:
         print(f"\nthe same, without the {int(flagged.sum())} known-regression rows:")
         table(~flagged)
     settings(rows, mape, cal, lomo)
+    precision_pairs(rows, meas, cal, lomo, flagged)
     print("\nrows predicted not to fit (they ran): predicted peak / HBM (GiB)")
     for i in np.flatnonzero(peak > cap):
         print(f"  {rows[i].label()[:70]:<71}{rows[i].precision:<15}{peak[i] / 2**30:5.0f}/{cap[i] / 2**30:<4.0f} "
@@ -265,6 +266,39 @@ def settings(rows, mape, cal, lomo) -> None:
     for name, on in checks:
         mask = np.array([bool(on(m)) for m in rows])
         print(f"{name:<36}{int(mask.sum()):>5}{mape(cal, mask):>9.1f}%{mape(lomo, mask):>6.1f}%")
+
+
+def precision_pairs(rows, meas, cal, lomo, flagged) -> None:
+    """Rows of one page and release that differ in precision alone (same model, GPU count, layout, sequence):
+    what the publisher measured a recipe to buy against what the model predicts, calibrated and held out.
+    Within a page the software is one stack, so the ratio isolates the precision's cost terms."""
+    groups = defaultdict(list)
+    for i, m in enumerate(rows):
+        if not flagged[i]:
+            lay = m.layout
+            groups[(publication(m), m.model, m.gpu, m.count, m.seq_len, lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep,
+                    lay.etp)].append(i)
+    pairs = []
+    order = {p: k for k, p in enumerate(("bf16", "fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4"))}
+    for idx in groups.values():
+        for a in idx:
+            for b in idx:
+                if order.get(rows[a].precision, 9) < order.get(rows[b].precision, 9):
+                    pairs.append((a, b))
+    if not pairs:
+        return
+    print("\nprecision pairs (one page and release, the same layout): faster / slower precision, tokens/s ratio")
+    print(f"  {'model':<26}{'GPUs':>10} {'pair':<29}{'measured':>9}{'pred':>7}{'LOMO':>7}  page")
+    logs = []
+    for a, b in sorted(pairs, key=lambda ab: (rows[ab[0]].model, rows[ab[0]].gpu)):
+        ma, mb = rows[a], rows[b]
+        r_meas, r_cal, r_lomo = meas[b] / meas[a], cal[b] / cal[a], lomo[b] / lomo[a]
+        logs.append((np.log(r_cal / r_meas), np.log(r_lomo / r_meas)))
+        print(f"  {ma.model[:25]:<26}{ma.count:>5}x{ma.gpu:<6}{mb.precision + ' / ' + ma.precision:<29}"
+              f"{r_meas:>9.2f}{r_cal:>7.2f}{r_lomo:>7.2f}  {publication(ma)[:40]}")
+    arr = np.abs(np.array(logs))
+    print(f"  {len(pairs)} pairs; mean |log(predicted / measured ratio)| calibrated {arr[:, 0].mean():.3f}, "
+          f"LOMO {np.nanmean(arr[:, 1]):.3f}")
 
 
 def other_gpus() -> None:
