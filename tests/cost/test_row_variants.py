@@ -91,7 +91,7 @@ def _ev(model, w, gpu, layout, **coef):
 
 def test_nvfp4_runs_the_linears_at_the_fp4_peak_and_pays_an_amax_pass():
     lay = Layout(world=8, tp=1)
-    whole = {"lowp_overhead_share": 1.0}  # the GEMM's shape loss sped up like its math: times scale with the peak
+    whole = {"gemm_width": 1e-9, "gemm_rows": 1e-9}  # no shape loss: the GEMM times scale with the peak alone
     fp4 = _ev("Llama-3.1-8B", Workload(precision="nvfp4"), "B200", lay, **whole).time.mb_terms
     mx = _ev("Llama-3.1-8B", Workload(precision="mxfp8"), "B200", lay, **whole).time.mb_terms
     b = GPUS["B200"]
@@ -100,7 +100,7 @@ def test_nvfp4_runs_the_linears_at_the_fp4_peak_and_pays_an_amax_pass():
     assert fp4["compute_dense"][0, 0] == pytest.approx(mx["compute_dense"][0, 0] * ratio)
     shipped = [_ev("Llama-3.1-8B", Workload(precision=p), "B200", lay).time.mb_terms["compute_dense"][0, 0]
                for p in ("nvfp4", "mxfp8")]
-    assert shipped[1] * ratio < shipped[0] < shipped[1]  # the BF16 results and FP32 accumulation do not speed up
+    assert shipped[1] * ratio < shipped[0] < shipped[1]  # the shape loss shrinks less than the math
     assert fp4["compute_attention"][0, 0] == pytest.approx(mx["compute_attention"][0, 0])  # attention stays BF16
     assert fp4["quantize"][0, 0] > mx["quantize"][0, 0]  # two-level scaling: an amax per tensor
 

@@ -96,13 +96,14 @@ class TimeCoefficients:
     # launch gap (~3-5 us) and a partly filled last wave (half a wave of a 20-60 us expert GEMM): ~10 us
     expert_gemm_s: float = 1e-5
     # share of a GEMM's shape loss (gemm_efficiency below its large-shape value: the operand and result traffic a
-    # narrow or short GEMM cannot hide) that a low-precision recipe speeds up as it does the math. Counted per pass,
+    # narrow or short GEMM cannot hide) that is low-precision operands, which shrink with the format's bytes
+    # (_terms.OPERAND_BYTES: FP8 about half of BF16's, NVFP4 with its scales 0.28) while the rest stays. Counted per pass,
     # reading the loss as HBM traffic (gemm_rows = 256 is H100's ridge point for reading the weights, peak x gemm /
     # HBM bandwidth = 989 x 0.75 / 3,350 = 221): the weights are read in FP8 by the forward and the data-gradient
     # GEMMs, but the weight-gradient GEMM accumulates into FP32 main_grad (Megatron's gradient-accumulation fusion),
     # so 2 of 3 passes; the activations are read in FP8 (forward and data-gradient inputs, both weight-gradient
     # operands) and written in BF16 (forward and data-gradient outputs): again about 2 of 3. Taking all of it as
-    # sped up (1.0) overstated FP8's gain on small-expert MoE models: measured pairs of one layout and source in
+    # sped up with the peak overstated FP8's gain on small-expert MoE models: measured pairs of one layout and source in
     # BF16 and FP8 (Megatron-LM's moe_recipes README) gave Qwen3-30B-A3B 0.99x on 32 H100 (blockwise) and 0.97x on
     # 16 GB200 (MXFP8), predicted 1.06x and 1.11x
     lowp_overhead_share: float = 2.0 / 3.0

@@ -10,8 +10,9 @@ over numpy columns: no per-layout Python loops. Shapes and why:
     loses `grouped` of one dense GEMM's speed when G is large (per-group tails), nothing when G = 1: it is one GEMM;
     and every local expert's GEMM is a kernel of its own that pays a fixed `expert_gemm_s` (launch gap, last-wave
     tail) that does not shrink on a faster GPU: small experts with few tokens each run far below peak.
-  - a low-precision recipe runs the large-shape GEMM at its format's peak but speeds up only part of what the shape
-    loses (`lowp_overhead_share`: results stay BF16, weight gradients accumulate in FP32), and under its casts'
+  - a low-precision recipe runs the large-shape GEMM at its format's peak, but of what the shape loses only the
+    operand traffic (`lowp_overhead_share`) shrinks, with the format's bytes (results stay BF16, weight gradients
+    accumulate in FP32), and under its casts'
     bytes pays one cast kernel per local expert (`quant_kernel_s`; three under current scaling, none under delayed
     scaling or NVFP4, whose grouped casts Transformer Engine fuses: GROUPED_CASTS): FP8 gains little on
     small-expert MoE models, as measured.
@@ -35,7 +36,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..catalog import ClusterSpec, ModelSpec, Workload
+from ..catalog import QUANT, ClusterSpec, ModelSpec, Workload
 from ..catalog.model import FULL, SLIDING
 from ..layout import LayoutTable
 from ._comm import a2a_time, contiguous_spread, group_bw, link_bandwidths, ring_bw, routing_load
@@ -203,16 +204,25 @@ def attention_efficiency(c, model: ModelSpec) -> float:
 GROUPED_CASTS = ("fp8-delayed", "nvfp4")
 
 
-def _linear_s(passes, lin_peak, peak, c, eff, mix):
+# HBM bytes per element of a GEMM operand in each format, scales included (MXFP8: an E8M0 byte per 32; NVFP4: an
+# E4M3 byte per 16), against BF16's 2: how much faster a shape-bound GEMM's operand traffic gets
+OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0 + 1 / 32, "fp4": 0.5 + 1 / 16}
+
+
+def _linear_s(passes, lin_peak, peak, c, eff, mix, fmt="bf16"):
     """Seconds per FLOP of TE linears at efficiency `eff` (passes included): the large-shape GEMM at the recipe's
-    peak (`mix`: linears it keeps in another format), plus what the shape loses, of which a low-precision recipe
-    speeds up `lowp_overhead_share` (_coefficients.py: the BF16 results and FP32 gradient accumulation stay)."""
+    peak (`mix`: linears it keeps in another format), plus what the shape loses. Of that loss (operand and result
+    traffic) the operands, `lowp_overhead_share` of it, shrink with the format's bytes (OPERAND_BYTES); the BF16
+    results and FP32 gradient accumulation stay (_coefficients.py)."""
     if lin_peak == peak:
         return passes / (peak * eff) * mix
     ideal = passes / (lin_peak * c.gemm)
     lost = passes / (peak * eff) - passes / (peak * c.gemm)
+    r = lin_peak / peak  # the format's GEMM speed over BF16's; mix = q + (1 - q) r with q the FLOPs in the format
+    q = np.clip((r - mix) / (r - 1.0), 0.0, 1.0) if r > 1 else 1.0
+    ops = 1.0 - q * (1.0 - OPERAND_BYTES[fmt] / 2.0)
     share = c.lowp_overhead_share
-    return ideal * mix + lost * (1.0 - share + share * peak / lin_peak * mix)
+    return ideal * mix + lost * (1.0 - share + share * ops)
 
 
 def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, peak, S, moe_stage):
@@ -225,7 +235,8 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
     # (the (n, 1) and scalar factors are multiplied first: one pass over each (n, S) array)
     mix = linear_time_scale(model, workload, t, S, cluster.gpu, c, lin_peak)  # linears the recipe keeps in BF16 / MXFP8
-    mb = {"compute_dense": fl.dense * _linear_s(passes, lin_peak, peak, c, gemm_efficiency(c, h / tp, rows), mix[0]),
+    fmt = QUANT[workload.precision][0]
+    mb = {"compute_dense": fl.dense * _linear_s(passes, lin_peak, peak, c, gemm_efficiency(c, h / tp, rows), mix[0], fmt),
           "compute_attention": fl.attention * (3.5 * (SDPA_SLOWDOWN if workload.attention_kernel == "sdpa" else 1.0)
                                                / (peak * attention_efficiency(c, model))),
           "compute_linear_attention": fl.linear_attention * (3 / (peak * c.linear_attention))
@@ -238,7 +249,7 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         exp_eff = grouped * gemm_efficiency(c, np.minimum(e.width(h), e.ffn_hidden_size / etp), copies / local)
         # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
         # layer per micro-batch; 4 without wgrad), each paying a fixed `expert_gemm_s` whatever the GPU's speed
-        mb["compute_experts"] = (fl.experts * _linear_s(passes, lin_peak, peak, c, exp_eff, mix[1])
+        mb["compute_experts"] = (fl.experts * _linear_s(passes, lin_peak, peak, c, exp_eff, mix[1], fmt)
                                  + moe_stage * (2 * passes * c.expert_gemm_s * local))
     else:
         mb["compute_experts"] = 0.0

@@ -30,7 +30,7 @@ one row, and the log of one residual's size alone varies by about 1.1 (a chi-squ
 freedom), so this overstates the true spread. A random-effects fit (each model's residuals
 N(0, (s k_m)^2) with log k_m ~ N(0, sd^2); s and sd by maximum likelihood, k_m integrated out) gives sd 0.57
 (within 2 log-likelihood units: about 0.3 to 1.0) against 1.08 on the rows of that day (0.46 against 1.04 before
-the Megatron-LM README rows' TP overlap, torchtitan's attention kernel and the per-stack calibrations; 1.14 since
+the Megatron-LM README rows' TP overlap, torchtitan's attention kernel and the per-stack calibrations; 1.10 since
 the low-precision GEMM and per-expert cast terms). The wider value is kept on purpose, as a
 heavier-tailed hyperprior: measured in bench/search_efficiency.py (model-guided, 30 seeds per cell), the
 fitted 0.46 reached the goal in fewer runs summed over the 18 cells (1,556 points against 1,583), most where
@@ -54,11 +54,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.1586, "feature": 0.0599, "interaction": 0.0881, "noise": 0.0653, "tp": 0.056, "pp": 0.0777,
-    "vpp": 0.0461, "cp": 0.0745, "ep": 0.0581, "recompute": 0.0664, "recompute_1": 0.0631, "dispatcher": 0.0478,
-    "max_tokens_per_gpu": 0.0574, "precision_aware_optimizer": 0.0574, "moe_shared_expert_overlap": 0.0536,
-    "ep_overlap": 0.0672, "tp_comm_overlap": 0.056, "cuda_graphs": 0.0561, "moe_capacity_factor": 0.0552,
-    "ep_x_nodes": 0.0828, "pp_x_recompute": 0.1065, "tp_x_hidden": 0.0707, "scale_sd": 1.1431,
+    "intercept": 0.1583, "feature": 0.0595, "interaction": 0.0874, "noise": 0.0657, "tp": 0.0553, "pp": 0.0772,
+    "vpp": 0.0459, "cp": 0.0735, "ep": 0.0577, "recompute": 0.0663, "recompute_1": 0.0626, "dispatcher": 0.0475,
+    "max_tokens_per_gpu": 0.0569, "precision_aware_optimizer": 0.0569, "moe_shared_expert_overlap": 0.0533,
+    "ep_overlap": 0.0674, "tp_comm_overlap": 0.0555, "cuda_graphs": 0.0553, "moe_capacity_factor": 0.0549,
+    "ep_x_nodes": 0.082, "pp_x_recompute": 0.1059, "tp_x_hidden": 0.0699, "scale_sd": 1.0989,
 }
 
 
