@@ -65,7 +65,7 @@ TERM_MEANINGS = {
     "recompute": "forward work re-run for recomputation",
     "memory_bound": "HBM-bound elementwise work: norms, activations, rotary, permutes",
     "expert_memory": "routed experts' per-expert elementwise traffic",
-    "quantize": "casts of linear inputs and gradients to the low-precision format",
+    "quantize": "casts of linear inputs and gradients to the low-precision format (per expert where TE splits them)",
     "tp_comm": "tensor-parallel all-gathers / reduce-scatters left exposed",
     "cp_comm": "context-parallel attention exchange left exposed",
     "ep_comm": "expert dispatch and combine (all-to-all) left exposed",
