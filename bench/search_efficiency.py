@@ -12,7 +12,7 @@ A "reality" is the shipped cost model with errors of a stated family, plus 2% no
                RMS (search/priors.lomo_residuals: measured, not chosen here)
   lomo+own     lomo, with part of that error each layout's own (shared with no other layout): the
                calibration rows' residual that no feature group explains (priors.PRIOR_WIDTHS["noise"],
-               0.068 on the shipped rows, less the trial noise: 0.065), the features' spreads scaled to the
+               0.066 on the shipped rows, less the trial noise: 0.063), the features' spreads scaled to the
                rest of the RMS
 
 The loop is the product's: planners are driven through PlanContext/Planner; measured trials refit the
