@@ -194,3 +194,24 @@ def test_settings_label_tells_layouts_of_one_label_apart():
     assert settings_label(b).endswith("moe shared expert overlap, optimizer offload 0.5")
     assert settings_label(dataclasses.replace(a, distributed_optimizer=False)).endswith("no distributed optimizer")
     assert full_label(Layout(world=8), moe=False) == "TP1 PP1 DP8 [no recompute]"
+
+
+def test_precision_switches_round_trip_for_every_precision_and_class():
+    """One table gives Megatron's precision flags to the recipe export and the configuration gate: a workload
+    precision reads back as itself, a recipe's class as Megatron's default recipe for it, FP8 and FP4 train in BF16
+    around their GEMMs, and an unknown precision is a one-line error naming the choices once each."""
+    from autotune.catalog import PRECISIONS, precision_of_class, recipe_precision
+    from autotune.errors import BadInput
+    from autotune.layout.args import precision_from_args, precision_switches
+
+    for p in PRECISIONS:
+        flags = dict(precision_switches(p))
+        assert "--bf16" in flags and precision_from_args(flags)[0] == p
+        cls = recipe_precision(p)
+        assert precision_from_args(dict(precision_switches(cls)))[0] == precision_of_class(cls)
+    assert dict(precision_switches("fp8-tensorwise", fp8_param_gather=True))["--fp8-recipe"] == "tensorwise"
+    assert "--fp8-param-gather" in dict(precision_switches("fp8-tensorwise", fp8_param_gather=True))
+    assert precision_switches("fp16") == [("--fp16", None)] and precision_switches("fp32") == []
+    with pytest.raises(BadInput) as err:
+        precision_switches("int8")
+    assert str(err.value).count("bf16") == 1 and "mxfp8" in str(err.value)

@@ -130,7 +130,7 @@ def test_low_precision_speeds_up_only_part_of_a_narrow_gemms_loss():
     no_loss = {"gemm_width": 1e-9, "gemm_rows": 1e-9, "grouped": 1.0}
     assert gain(*small, **no_loss) == pytest.approx(ideal)  # no shape loss: the peak ratio alone
     assert gain(*small, lowp_overhead_share=1.0) > gain(*small, lowp_overhead_share=0.0)
-    assert gain(*small) < 0.95 * gain(*small, lowp_overhead_share=1.0)  # 1.65x against 1.80x
+    assert gain(*small) < 0.95 * gain(*small, lowp_overhead_share=1.0)  # 1.68x against 1.84x
 
 
 def test_per_tensor_fp8_casts_write_no_transpose_on_blackwell():

@@ -64,7 +64,8 @@ def test_precision_change_fails(capsys, tmp_path):
         doc["workload"]["precision"] = "fp8"
     p = _edited(tmp_path, "fp8", fp8)
     res = configuration_gate(recipe_arguments(p), recipe_arguments(BASE))
-    assert res.status == "fail" and _classes(res) == {"--fp8-format": "numerics"}
+    # the fp8 class without recipe flags is Megatron's default recipe for it: --fp8-format hybrid --fp8-recipe delayed
+    assert res.status == "fail" and _classes(res) == {"--fp8-format": "numerics", "--fp8-recipe": "numerics"}
     rc, out, _ = cli(capsys, "check", "config", "--candidate", p, "--reference", BASE, "--json")
     assert rc == 1 and json.loads(out)["status"] == "fail"
 

@@ -57,8 +57,8 @@ def space(
             raise BadInput(_nothing_survives(res))
         return
     prec = "" if workload.precision == "bf16" else f" in {workload.precision}"
-    console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on {cluster.count} x {cluster.gpu.name}"
-                  f"{prec}")
+    console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on "
+                  f"{cluster.count} x {cluster.gpu.name}{prec}")
     f = Table(title="pruning funnel")
     f.add_column("stage")
     f.add_column("layouts", justify="right")

@@ -100,22 +100,23 @@ class TimeCoefficients:
     expert_gemm_s: float = 1e-5
     # share of a GEMM's shape loss (gemm_efficiency below its large-shape value: the operand and result traffic a
     # narrow or short GEMM cannot hide) that is low-precision operands, which shrink with the format's bytes
-    # (_terms.OPERAND_BYTES: FP8 about half of BF16's, NVFP4 with its scales 0.28) while the rest stays. Counted per pass,
-    # reading the loss as HBM traffic (gemm_rows = 256 is H100's ridge point for reading the weights, peak x gemm /
-    # HBM bandwidth = 989 x 0.75 / 3,350 = 221): the weights are read in FP8 by the forward and the data-gradient
-    # GEMMs, but the weight-gradient GEMM accumulates into FP32 main_grad (Megatron's gradient-accumulation fusion),
-    # so 2 of 3 passes; the activations are read in FP8 (forward and data-gradient inputs, both weight-gradient
-    # operands) and written in BF16 (forward and data-gradient outputs): again about 2 of 3. Taking all of it as
-    # sped up with the peak overstated FP8's gain on small-expert MoE models: measured pairs of one layout and source in
-    # BF16 and FP8 (Megatron-LM's moe_recipes README) gave Qwen3-30B-A3B 0.99x on 32 H100 (blockwise) and 0.97x on
-    # 16 GB200 (MXFP8), predicted 1.06x and 1.11x
+    # (_terms.OPERAND_BYTES: FP8 about half of BF16's, NVFP4 with its scales 0.28); the rest stays. Read as HBM
+    # traffic (gemm_rows = 256 is H100's ridge point for reading the weights: peak x gemm / HBM bandwidth = 989 x
+    # 0.75 / 3,350 = 221) and counted per pass: the forward and data-gradient GEMMs read the weights in FP8, the
+    # weight-gradient GEMM accumulates into FP32 main_grad (Megatron's gradient-accumulation fusion): 2 of 3; the
+    # activations are read in FP8 (forward and data-gradient inputs, both weight-gradient operands) and written in
+    # BF16 (forward and data-gradient outputs): again about 2 of 3. Speeding all of it up with the peak overstated
+    # FP8's gain on small-expert MoE models: pairs of one layout and source in BF16 and FP8 (Megatron-LM's
+    # moe_recipes README) measured Qwen3-30B-A3B at 0.99x on 32 H100 (blockwise) and 0.97x on 16 GB200 (MXFP8),
+    # predicted 1.06x and 1.11x
     lowp_overhead_share: float = 2.0 / 3.0
-    # fixed GPU time of one quantize kernel per local expert: Transformer Engine 2.x's GroupedLinear splits its input
-    # per expert and quantizes the splits one kernel each (split_quantize -> multi_tensor_quantize_impl,
-    # transformer_engine/pytorch/csrc/extensions/cast.cpp, v2.8: "Currently only have fused kernel for FP8 delayed
-    # scaling"; per-tensor current scaling runs an amax, a scale and a cast kernel, quantizer.cpp); four casts per
-    # expert per MoE layer and micro-batch (fc1 and fc2 inputs, their output gradients). Each small bandwidth-bound
-    # kernel pays a launch gap (~3-5 us, as `expert_gemm_s`'s) on top of its bytes, which `quantize` already counts
+    # fixed GPU time of one quantize kernel per local expert: Transformer Engine's GroupedLinear splits its input per
+    # expert and quantizes the splits one kernel each (split_quantize -> multi_tensor_quantize_impl,
+    # transformer_engine/pytorch/csrc/extensions/cast.cpp, v2.8 to v2.16: "Currently only have fused kernel for FP8
+    # delayed scaling"; NVFP4's splits are grouped from v2.11: _terms.GROUPED_CASTS); per-tensor current scaling
+    # runs an amax, a scale and a cast kernel (quantizer.cpp). Four casts per expert per MoE layer and micro-batch
+    # (fc1 and fc2 inputs, their output gradients); each small bandwidth-bound kernel pays a launch gap (~3-5 us,
+    # as `expert_gemm_s`'s) on top of its bytes, which `quantize` already counts
     quant_kernel_s: float = 4e-6
     scale: dict = field(default_factory=dict)  # term -> calibrated factor (missing = 1)
 

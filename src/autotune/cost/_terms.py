@@ -12,10 +12,9 @@ over numpy columns: no per-layout Python loops. Shapes and why:
     tail) that does not shrink on a faster GPU: small experts with few tokens each run far below peak.
   - a low-precision recipe runs the large-shape GEMM at its format's peak, but of what the shape loses only the
     operand traffic (`lowp_overhead_share`) shrinks, with the format's bytes (results stay BF16, weight gradients
-    accumulate in FP32), and under its casts'
-    bytes pays one cast kernel per local expert (`quant_kernel_s`; three under current scaling, none under delayed
-    scaling or NVFP4, whose grouped casts Transformer Engine fuses: GROUPED_CASTS): FP8 gains little on
-    small-expert MoE models, as measured.
+    accumulate in FP32); besides its casts' bytes it pays one cast kernel per local expert (`quant_kernel_s`; three
+    under current scaling, none under delayed scaling or NVFP4, whose grouped casts Transformer Engine fuses:
+    GROUPED_CASTS): FP8 gains little on small-expert MoE models, as measured.
   - backward is 2x forward for GEMMs (1x, the data gradient only, for LoRA's frozen base), ~2.5x for flash
     attention (over each packed document, not the row, when rows are packed); full recompute re-runs the forward of
     every layer of a recompute region, with its TP and EP collectives; Megatron's selective recompute re-runs the
@@ -47,8 +46,9 @@ from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
 
-__all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "attention_efficiency", "MB_TERMS",
-           "STEP_TERMS", "TERM_MEANINGS", "DERIVED", "DEPS", "link_bandwidths", "OVERLAPS", "WINDOW"]
+__all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency",
+           "attention_efficiency", "MB_TERMS", "STEP_TERMS", "TERM_MEANINGS", "DERIVED", "DEPS", "link_bandwidths",
+           "OVERLAPS", "WINDOW"]
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
             "recompute", "memory_bound", "expert_memory", "quantize", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead",
@@ -209,7 +209,7 @@ GROUPED_CASTS = ("fp8-delayed", "nvfp4")
 OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0 + 1 / 32, "fp4": 0.5 + 1 / 16}
 
 
-def _linear_s(passes, lin_peak, peak, c, eff, mix, fmt="bf16"):
+def _linear_s(passes, lin_peak, peak, c, eff, mix, fmt):
     """Seconds per FLOP of TE linears at efficiency `eff` (passes included): the large-shape GEMM at the recipe's
     peak (`mix`: linears it keeps in another format), plus what the shape loses. Of that loss (operand and result
     traffic) the operands, `lowp_overhead_share` of it, shrink with the format's bytes (OPERAND_BYTES); the BF16
@@ -236,7 +236,8 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     # (the (n, 1) and scalar factors are multiplied first: one pass over each (n, S) array)
     mix = linear_time_scale(model, workload, t, S, cluster.gpu, c, lin_peak)  # linears the recipe keeps in BF16 / MXFP8
     fmt = QUANT[workload.precision][0]
-    mb = {"compute_dense": fl.dense * _linear_s(passes, lin_peak, peak, c, gemm_efficiency(c, h / tp, rows), mix[0], fmt),
+    dense_eff = gemm_efficiency(c, h / tp, rows)
+    mb = {"compute_dense": fl.dense * _linear_s(passes, lin_peak, peak, c, dense_eff, mix[0], fmt),
           "compute_attention": fl.attention * (3.5 * (SDPA_SLOWDOWN if workload.attention_kernel == "sdpa" else 1.0)
                                                / (peak * attention_efficiency(c, model))),
           "compute_linear_attention": fl.linear_attention * (3 / (peak * c.linear_attention))

@@ -22,7 +22,7 @@ from .time import STEP_TERMS, TimeResult
 
 __all__ = ["uncertainty", "HELD_OUT", "PRIOR", "BORROWED", "FLOOR"]
 
-HELD_OUT = 2.0  # held-out / in-sample error ratio (bench LOMO vs in-sample MAPE: 12.7 / 9.0%, 11.7 / 7.9% since 4 Dec)
+HELD_OUT = 2.0  # held-out / in-sample error ratio (bench LOMO vs in-sample MAPE: 12.7 / 9.0%, 11.9 / 7.8% now)
 PRIOR = 0.2  # log-factor prior width of calibrate.fit: one sigma for a term no row has constrained
 BORROWED = 0.10  # a kind on a sibling's factors (same SM, other memory / network): measured nothing itself
 FLOOR = 0.07  # calibrate.fit's row noise: run-to-run and software-version spread

@@ -14,25 +14,19 @@ import shlex
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..catalog import recipe_precision
 from ..errors import ConfigError
+from ..layout.args import format_args, precision_switches
 
 __all__ = ["MODEL_ARGS", "parse_arguments", "recipe_arguments", "candidate_arguments", "precision_arguments"]
 
 MODEL_ARGS = "${MODEL_ARGS[@]}"
-# Megatron's precision switches per recipe precision class (slime passes them through): fp8 and fp4 put their GEMMs
-# on top of bf16, in Megatron's default format when the run block names none (it names the recipe: layout/args.py)
-_PRECISION = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"],
-              "fp4": ["--bf16", "--fp4-format", "e2m1"], "fp32": []}
 _AUX_ON = "0.001"  # the coefficient the runner uses when the load-balancing loss is on
 
 
 def precision_arguments(precision: str) -> list[str]:
-    """The switches of a recipe's precision class, or of a workload precision's class (mxfp8 -> fp8)."""
-    precision = recipe_precision(precision)
-    if precision not in _PRECISION:
-        raise ConfigError(f"precision {precision!r}: choose one of {', '.join(_PRECISION)}")
-    return list(_PRECISION[precision])
+    """Megatron's precision switches (slime passes them through) for a recipe's precision class or a workload
+    precision (layout/args.precision_switches): filled in where the run block names none of its own."""
+    return format_args(precision_switches(precision))
 
 
 def _split(cmd: str) -> tuple[dict[str, str], list[str]]:

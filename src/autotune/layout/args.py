@@ -11,13 +11,14 @@ import re
 import shlex
 from typing import Iterable, Literal
 
-from ..catalog.workload import FP4_RECIPES, FP8_RECIPES
+from ..catalog.workload import FP4_RECIPES, FP8_RECIPES, precision_of_class, recipe_precision
 from ..errors import BadInput
 from .core import FLEX_DISPATCHERS, Layout, Recompute
 from .setting_args import graphs_of, setting_args
 from .splits import megatron_split, split_flags
 
-__all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_from_args"]
+__all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_switches",
+           "precision_from_args"]
 
 Style = Literal["slime", "megatron"]
 
@@ -133,6 +134,21 @@ def precision_args(precision: str, fp8_param_gather: bool = False) -> list[tuple
     if fp8_param_gather:
         a.append(("--fp8-param-gather", None))
     return a
+
+
+# Megatron's base switch per precision class: FP8 and FP4 train in BF16 around their GEMMs; fp32 has none
+_BASE_SWITCH = {"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16", "fp4": "--bf16", "fp32": None}
+
+
+def precision_switches(precision: str, fp8_param_gather: bool = False) -> list[tuple[str, str | None]]:
+    """Every Megatron precision flag of a workload precision (mxfp8) or a recipe's precision class (fp8: Megatron's
+    default recipe for it): the base switch, then the FP8 / FP4 recipe's flags (precision_args)."""
+    cls = recipe_precision(precision)
+    if cls not in _BASE_SWITCH:
+        choices = dict.fromkeys([*_BASE_SWITCH, *FP8_RECIPES, *FP4_RECIPES])
+        raise BadInput(f"precision {precision!r}: choose one of {', '.join(choices)}")
+    base = [(_BASE_SWITCH[cls], None)] if _BASE_SWITCH[cls] else []
+    return base + (precision_args(precision_of_class(precision), fp8_param_gather) if cls in ("fp8", "fp4") else [])
 
 
 def precision_from_args(flags: dict) -> tuple[str, bool]:

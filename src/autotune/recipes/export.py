@@ -17,12 +17,11 @@ import re
 import shlex
 from pathlib import Path
 
-from ..catalog import recipe_precision
 from ..errors import BadInput, ConfigError
 from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
 from ..layout import layout_args
-from ..layout.args import precision_args
+from ..layout.args import precision_switches
 from .convert import is_moe, run_layout, workload_of
 from .run_block import run_block_problems
 from .schema import Recipe
@@ -32,7 +31,6 @@ __all__ = ["FORMATS", "SLIME_PLACEHOLDER", "resolve_source", "slime_command", "m
 
 FORMATS = ("recipe", "slime", "megatron", "script")
 SLIME_PLACEHOLDER = ENTRY_PLACEHOLDER
-_PRECISION_FLAG = {"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16", "fp4": "--bf16", "fp32": None}
 
 
 def resolve_source(run_dir: str | Path | None, rank: int = 1, runs_root: Path = Path("runs")) -> Path:
@@ -90,9 +88,7 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
         ("--global-batch-size", str(work.global_batch)),
         ("--train-iters", str(work.steps)),
     ]
-    if _PRECISION_FLAG.get(recipe_precision(work.precision)):
-        pairs.append((_PRECISION_FLAG[recipe_precision(work.precision)], None))
-    pairs += precision_args(work.precision, work.fp8_param_gather)  # the FP8 / FP4 recipe the run block names
+    pairs += precision_switches(work.precision, work.fp8_param_gather)  # --bf16 and the run block's FP8/FP4 recipe
     pairs += [
         ("--optimizer", work.optimizer), ("--lr", num(work.lr)), ("--lr-decay-style", "cosine"),
         ("--min-lr", num(work.min_lr)), ("--lr-warmup-fraction", num(work.warmup_fraction)),
