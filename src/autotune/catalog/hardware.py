@@ -22,7 +22,8 @@ from pathlib import Path
 from ..errors import BadInput, ConfigError, UnknownName
 from .registry import suggest
 
-__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "GPU_VARIANTS", "VARIANT_KINDS", "get_gpu", "load_gpu_file"]
+__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "GPU_VARIANTS", "VARIANT_KINDS", "get_gpu", "load_gpu_file",
+           "is_catalog_gpu"]
 
 GB = 1e9
 GiB = 1024**3
@@ -139,6 +140,12 @@ def get_gpu(name: str) -> GpuSpec:
     hint = suggest(name, list(GPUS))
     hint = f" (did you mean {hint}?)" if hint else ""
     raise UnknownName(f"unknown GPU {name!r}{hint}: choose one of {', '.join(GPUS)}; `autotune gpus` lists them")
+
+
+def is_catalog_gpu(g: GpuSpec) -> bool:
+    """Whether `g` is a catalog GPU as the catalog has it (its name then stands for it in files and trials); a user's
+    file is not, even under a catalog name."""
+    return {**GPUS, **GPU_VARIANTS}.get(g.name) == g
 
 
 @dataclass(frozen=True)

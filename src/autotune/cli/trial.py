@@ -97,7 +97,7 @@ def run(
         output_dir("--out", out)
     spec = read_model(TrialSpec, spec_path)
     try:
-        get_gpu(spec.gpu)
+        spec.gpu_of()
     except BadInput as exc:
         raise ConfigError(f"{spec_path}: field gpu: {exc}") from None
     if nproc is not None and nproc != spec.count:

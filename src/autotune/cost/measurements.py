@@ -11,13 +11,14 @@ in the search driver. No torch, no ray.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
-from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
+from ..catalog import ClusterSpec, GpuSpec, ModelSpec, Workload, load_model
 from ..errors import BadInput, ConfigError
 from ..layout import Layout, Recompute, violations
 from ..layout.splits import legal_splits, split_flags
@@ -73,6 +74,9 @@ class Measurement:
     attention_kernel: str = "te"  # see Workload.attention_kernel: TE's fused attention or PyTorch SDPA's flash
     lora: bool = False  # see Workload.lora: LoRA fine-tuning of a frozen base
     packed_doc_len: int = 0  # see Workload.packed_doc_len: packed fine-tuning rows attend within each document
+    # a GPU the catalog lacks (a search's trials on a user's --gpu FILE): its figures; `gpu` then names it for the
+    # calibration (a kind the calibration lacks falls back as calibrate.calibration_for says)
+    gpu_spec: GpuSpec | None = None
 
     def __post_init__(self):
         for name in ("count", "gpus_per_node", "seq_len", "global_batch"):
@@ -108,7 +112,7 @@ class Measurement:
 
     @property
     def cluster(self) -> ClusterSpec:
-        return ClusterSpec.of(self.gpu_variant or self.gpu, self.count, self.gpus_per_node)
+        return ClusterSpec.of(self.gpu_spec or self.gpu_variant or self.gpu, self.count, self.gpus_per_node)
 
     @property
     def spec(self) -> ModelSpec:
@@ -120,12 +124,21 @@ class Measurement:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["layout"] = self.layout.to_dict()
+        if self.gpu_spec is None:
+            del d["gpu_spec"]
+        else:
+            d["gpu_spec"] = dataclasses.asdict(self.gpu_spec)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Measurement":
         d = dict(d)
         lay = d.pop("layout")
+        if isinstance(d.get("gpu_spec"), dict):
+            try:
+                d["gpu_spec"] = GpuSpec(**d["gpu_spec"])
+            except TypeError as exc:
+                raise BadInput(f"measurement of {d.get('model')!r}: gpu_spec: {exc}; give GpuSpec's fields") from None
         if isinstance(lay, str):  # "TP1 PP4 EP8 DP8" plus optional flat options
             opts = {k: d.pop(k) for k in list(d) if k in Layout.__dataclass_fields__ and k != "world"}
             if isinstance(opts.get("recompute"), str):

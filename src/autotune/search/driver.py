@@ -25,7 +25,7 @@ from ..layout.describe import settings_label
 from ..layout.dimensions import layout_key
 from ..space import SearchSpace
 from ..trials.backends import Backend, Handle
-from ..trials.spec import EarlyStop, TrialResult, TrialSpec, read_model, write_json_atomic
+from ..trials.spec import EarlyStop, TrialGpu, TrialResult, TrialSpec, read_model, write_json_atomic
 from .acquisition import stop_reason, trial_gpu_hours
 from .candidates import Candidates
 from .planners import Planner, PlannerOptions, Proposal, TrialRecord, get_planner
@@ -306,8 +306,8 @@ class SearchDriver:
         steps = self.cfg.steps or self.workload.steps
         spec = TrialSpec(
             study=self.sd.name, number=number, model=self.model.source.removeprefix("catalog:") or self.model.name,
-            gpu=self.cluster.gpu.name, count=self.cluster.count, gpus_per_node=self.cluster.gpus_per_node,
-            layout=lay.to_dict(), workload=_jsonable(dataclasses.asdict(self.workload)),
+            gpu=self.cluster.gpu.name, gpu_spec=TrialGpu.of(self.cluster.gpu), count=self.cluster.count,
+            gpus_per_node=self.cluster.gpus_per_node, layout=lay.to_dict(), workload=_jsonable(dataclasses.asdict(self.workload)),
             steps=steps, warmup_steps=min(self.workload.window[0], max(1, steps // 3)), seed=self.cfg.seed,
             timeout_s=self.cfg.timeout_s, predicted=prediction,
         )

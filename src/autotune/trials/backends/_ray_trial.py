@@ -62,10 +62,8 @@ class Trial:
 
     @property
     def accelerator(self) -> bool:
-        from ...catalog import get_gpu
-
         try:
-            return get_gpu(self.spec.gpu).is_accelerator
+            return self.spec.gpu_of().is_accelerator
         except ValueError:  # a GPU the catalog does not know is still a GPU
             return self.spec.gpu.lower() != "cpu"
 

@@ -53,7 +53,6 @@ def _predicted_rank_bytes(spec: TrialSpec) -> float | None:
     """The model's peak bytes per rank for this trial: the spec's prediction, else the memory model's."""
     if spec.predicted is not None:
         return float(spec.predicted.peak_bytes)
-    from ...catalog import ClusterSpec
     from ...cost import estimate_memory
     from ...errors import AutotuneError
     from ...layout import LayoutTable
@@ -61,7 +60,7 @@ def _predicted_rank_bytes(spec: TrialSpec) -> float | None:
 
     try:  # a hand-written spec (`autotune trial run`): evaluate the memory model for its one layout
         plan = plan_trial(spec)
-        cluster = ClusterSpec.of(spec.gpu, spec.count, spec.gpus_per_node)
+        cluster = spec.cluster()
     except AutotuneError:  # a spec the runner will reject with its own one-line reason
         return None
     mem = estimate_memory(plan.model, plan.workload, cluster, LayoutTable.from_layouts([plan.layout]))

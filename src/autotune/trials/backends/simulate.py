@@ -11,7 +11,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from ...catalog import ClusterSpec, Workload, load_model
+from ...catalog import Workload, load_model
 from ...layout import Layout, LayoutTable
 from ..prediction import prediction_of
 from ..spec import TRIAL_STARTUP_S, StepRecord, TrialResult, TrialSpec, write_json_atomic
@@ -62,7 +62,7 @@ class SimulateBackend(Backend):
         names = {f.name for f in fields(Workload)}
         wl = {k: (tuple(v) if k == "window" else v) for k, v in spec.workload.items() if k in names}
         workload = Workload(**wl)
-        cluster = ClusterSpec.of(spec.gpu, spec.count, spec.gpus_per_node)
+        cluster = spec.cluster()
         lay = Layout.from_dict(spec.layout)
         ev = evaluate(model, workload, cluster, LayoutTable.from_layouts([lay]))
         peak = int(ev.memory.peak[0])

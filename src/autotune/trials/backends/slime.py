@@ -39,7 +39,7 @@ def launch_script(spec: TrialSpec, *, entry: str = "train_async.py", python: str
                   slime_dir: str | None = None, env: dict[str, str] | None = None,
                   model_args: list[str] | None = None) -> str:
     """The bash script a Ray Job runs for this trial (the seed's run block plus MODEL_ARGS)."""
-    from ...catalog import ClusterSpec, Workload, load_model
+    from ...catalog import Workload, load_model
     from ...layout import Layout
     from ...launch import build_run_block, loss_mask_for
 
@@ -48,7 +48,7 @@ def launch_script(spec: TrialSpec, *, entry: str = "train_async.py", python: str
     w = dict(spec.workload)
     w["window"] = tuple(w.get("window", (0, 0)))
     workload = dataclasses.replace(Workload(**w), steps=spec.steps)  # the trial's step count wins
-    cluster = ClusterSpec.of(spec.gpu, spec.count, spec.gpus_per_node)
+    cluster = spec.cluster()
     run = build_run_block(layout, workload, cluster, loss_mask=loss_mask_for(model.name), moe=model.is_moe)
     if _ENTRY_PLACEHOLDER not in run:
         raise AutotuneError(f"the run block has no {_ENTRY_PLACEHOLDER!r} to replace; launch/run_block.py changed its format")
