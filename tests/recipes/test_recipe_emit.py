@@ -169,3 +169,40 @@ def test_gradient_dtype_is_written_and_read_back(seed):
     assert bf16.layout.summary.endswith("; bf16 gradient reduction")
     assert recipe_name("autotune", layout, Workload(grads_fp32=False)).endswith("-g16")
     assert not recipe_name("autotune", layout, Workload()).endswith("-g16")
+
+
+def test_derived_numbers_follow_the_printed_throughput():
+    """MFU and $ are derived from tokens/s/GPU as the recipe prints it (2 decimals), as the checks recompute them:
+    derived from the unrounded number, a few throughputs printed an MFU the recipe's own check (and `export`)
+    refused."""
+    from autotune.catalog import param_counts
+    from autotune.cost.flops import mfu_of
+
+    model, cluster = load_model("Qwen3.5-122B-A10B"), ClusterSpec.of("H200", 32)
+    n, peak = param_counts(model).active, cluster.gpu.bf16_tflops
+    # throughputs whose MFU rounds differently from the unrounded and the printed number (found, not assumed)
+    edge = [t for t in (2000 + k * 0.0013 for k in range(200_000))
+            if round(float(mfu_of(t, n, peak)), 4) != round(float(mfu_of(round(t, 2), n, peak)), 4)]
+    assert edge, "no throughput at a rounding edge in the range scanned"
+    for tps in edge[:3]:
+        _, _, _, recipe = _candidate(tokens_per_s_per_gpu=tps)
+        assert check_recipe(recipe) == [], tps
+
+
+@pytest.mark.parametrize("precision, cls", [("bf16", None), ("mxfp8", "FP8"), ("nvfp4", "FP4")])
+def test_low_precision_recipes_may_pass_the_bf16_peak_and_say_so(precision, cls):
+    """MFU is taken on the dense BF16 peak (the seed's definition), so an FP8 / FP4 recipe can pass 1: the schema
+    takes it and the note says why (an NVFP4 search on GB300 died writing its recipes at MFU 1.05)."""
+    model, cluster = load_model("Llama-3.1-70B"), ClusterSpec.of("GB300", 16)
+    layout = Layout(world=16, tp=4, pp=2, micro_batch_size=1)
+    from autotune.catalog import param_counts
+
+    fast = 1.2 * cluster.gpu.bf16_tflops * 1e12 / (6 * param_counts(model).active)  # MFU 1.2
+    recipe = recipe_from_candidate(model, cluster, layout, Workload(precision=precision), status="predicted",
+                                   tokens_per_s_per_gpu=fast, step_time_cv_percent=None, gpu_hours=None,
+                                   window=(5, 19), steps_per_run=20, stack=STACK,
+                                   measured="2026-12-04")
+    assert recipe.result.mfu == pytest.approx(1.2, abs=1e-3) and check_recipe(recipe) == []
+    note = recipe.result.mfu_note
+    assert "not measured" in note
+    assert (f"{cls} GEMMs run above" in note) if cls else ("BF16 peak" not in note)

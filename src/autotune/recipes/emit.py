@@ -79,6 +79,9 @@ def _layout_section(layout: Layout, workload: Workload, moe: bool) -> dict:
     }
 
 
+LOW_PRECISION_CLASSES = ("fp8", "fp4")  # recipe precision classes whose GEMMs run above the BF16 peak MFU is taken on
+
+
 def recipe_from_candidate(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -108,14 +111,19 @@ def recipe_from_candidate(
     workload = replace(workload, steps=steps_per_run, window=(window[0], window[1]))
     moe = model.is_moe
     n_active = param_counts(model).active
-    tps = float(tokens_per_s_per_gpu)
+    tps = round(float(tokens_per_s_per_gpu), 2)  # as printed: the derived numbers below follow it (checks.py)
     gpu = cluster.gpu
+    cls = recipe_precision(workload.precision)
+    caveats = [mfu_note] if mfu_note else [
+        *(["predicted by autotune's cost model, not measured"] if status == "predicted" else []),
+        *([f"against the dense BF16 peak (the seed's definition); {cls.upper()} GEMMs run above that peak"]
+          if cls in LOW_PRECISION_CLASSES else [])]
     result = {
-        "tokens_per_s_per_gpu": round(tps, 2),
+        "tokens_per_s_per_gpu": tps,
         "usd_per_million_tokens": round(float(usd_per_million_tokens(gpu.usd_per_hour, tps)), 2) if tps > 0 else 0.0,
         "step_time_cv_percent": None if step_time_cv_percent is None else round(float(step_time_cv_percent), 2),
         "mfu": round(float(mfu_of(tps, n_active, gpu.bf16_tflops)), 4),
-        "mfu_note": mfu_note if mfu_note or status != "predicted" else "predicted by autotune's cost model, not measured",
+        "mfu_note": "; ".join(caveats) or None,
         "active_params": {"count": n_active, "source": model.source or model.name},
         "measured": _dt.date.fromisoformat(measured) if isinstance(measured, str) else measured,
         "steps_per_run": steps_per_run,

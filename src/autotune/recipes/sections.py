@@ -196,7 +196,8 @@ class Result(Section):
     tokens_per_s_per_gpu: float = Field(gt=0, description="Training tokens per second per GPU over the scored window.")
     usd_per_million_tokens: float = Field(ge=0, description="GPU price per hour / (tokens/s/GPU x 3600) x 1e6 (derived; checked).")
     step_time_cv_percent: float | None = Field(ge=0, description="Coefficient of variation of step time over the window, %; null for a prediction.")
-    mfu: float = Field(ge=0, le=1, description="tokens/s/GPU x 6 x N / dense BF16 peak (derived; checked).")
+    mfu: float = Field(ge=0, le=8, description="tokens/s/GPU x 6 x N / dense BF16 peak (derived; checked). Above 1 only "
+                       "for FP8 / FP4 recipes, whose GEMMs run above the BF16 peak (up to 6x it in the catalog).")
     mfu_note: str | None = Field(description="Caveat on the MFU figure; null for none.")
     active_params: ActiveParams = Field(description="N used for MFU.")
     measured: Date = Field(description="Date of the measurement (or prediction), YYYY-MM-DD.")

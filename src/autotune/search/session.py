@@ -22,7 +22,7 @@ from ..layout.describe import settings_label
 from ..space import SearchSpace
 from ..trials.backends import Backend
 from ..trials.prediction import prediction_of
-from ..trials.spec import TrialResult, read_model
+from ..trials.spec import TRIAL_STARTUP_S, TrialResult, read_model
 from .driver import SearchConfig, SearchDriver
 from .gates import GateOutcome, GatesStage, RecipeGates
 from .outputs import Publication
@@ -111,7 +111,7 @@ class SearchSession:
                 backend=loop.backend, planner=self.cfg.planner, stop_reason=loop.stop_reason, records=loop.records,
                 ranked=ranked, gpu_hours=loop.gpu_hours, funnel=list(self.driver.candidates.funnel),
                 trials=self._rows(loop.records), notes=self.notes + self.driver.candidates.space_notes + loop.notes, model_is_moe=self.model.is_moe,
-                summary=ranked[0].layout.summary(self.workload.seq_len) if ranked else "",
+                summary=ranked[0].layout.summary(self.workload.seq_len, self.model.is_moe) if ranked else "",
             )
             outcome.gates = self.gates.run(self, ranked[:RECIPES_PER_STUDY])
             outcome.reference = best_known_recipe(self.model, self.cluster, self.workload)
@@ -186,7 +186,8 @@ class SearchSession:
             gpu_hours=res.gpu_hours if res else None,
             window=window, steps_per_run=steps,
             stack=_stack(res, self.cluster), measured=dt.date.today().isoformat(),
-            gpu_hours_note="predicted: GPUs x (20 steps + 10 min startup)" if not measured else None,
+            gpu_hours_note=(f"predicted: GPUs x ({self.cfg.steps or wl.steps} steps + {TRIAL_STARTUP_S / 60:.1f} min "
+                            "startup)") if not measured else None,
             gates=gate.section if gate is not None and gate.section else None,
             notes=self._notes(rec, res),
         )
