@@ -313,3 +313,55 @@ def test_a_low_precision_search_emits_recipes_that_keep_their_recipe(tmp_path, c
     assert main(["export", str(tmp_path / out["study"]), "--format", "megatron"]) == 0
     argv = capsys.readouterr().out.split()
     assert "--bf16" in argv and argv[argv.index(flags[2]) + 1] == flags[3]
+
+
+def test_a_gpu_from_a_file_runs_its_trials_on_its_own_figures(tmp_path, capsys):
+    """--gpu FILE: the trials ran on the catalog GPU of the file's name (none: the search died after trial 0; a
+    catalog name: the catalog's memory, every trial out of memory). The spec carries the whole GPU."""
+    from autotune.trials.spec import TrialResult, TrialSpec, read_model
+
+    text = ("name: {name}\nmemory_gb_nominal: 192\nbf16_tflops: 1300\nfp8_tflops: 2600\nhbm_gbps: 5300\n"
+            "nvlink_gbps: 448\nusd_per_hour: 5\n")
+    for name in ("MyGPU", "H100"):  # a name the catalog lacks, and a catalog name with other figures
+        gpu = tmp_path / f"{name}.yaml"
+        gpu.write_text(text.format(name=name))
+        capsys.readouterr()
+        rc = main(["search", "--model", "Llama-3.1-8B", "--gpu", str(gpu), "--count", "8", "--trials", "2",
+                   "--runs-dir", str(tmp_path), "--study", name.lower(), "--json"])
+        out = json.loads(capsys.readouterr().out)
+        assert rc == 0 and out["recipes"], name
+        spec = read_model(TrialSpec, tmp_path / name.lower() / "trials" / "0" / "trial_spec.json")
+        assert spec.gpu == name and spec.gpu_spec.memory_gb_nominal == 192
+        res = read_model(TrialResult, tmp_path / name.lower() / "trials" / "0" / "trial_result.json")
+        assert res.status == "ok" and res.prediction.capacity_bytes > 150 * 2**30  # the file's 192 GB, not 80
+
+
+def test_resume_finds_the_study_by_what_it_was_created_for(tmp_path, capsys):
+    """--resume without --study: the latest study for this model, GPU and count, whatever its name (a prefix match
+    took 'x16' studies for a count of 1 and missed studies named with --study)."""
+    base = ["search", "--model", "Qwen3.5-0.8B", "--gpu", "H100", "--runs-dir", str(tmp_path), "--trials", "2"]
+    assert main([*base, "--count", "16", "--json"]) == 0
+    capsys.readouterr()
+    rc = main([*base, "--count", "1", "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--resume: no study for Qwen3.5-0.8B on 1 x H100" in err
+    assert main([*base, "--count", "8", "--study", "mine", "--json"]) == 0
+    capsys.readouterr()
+    assert main([*base[:-1], "3", "--count", "8", "--resume", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["study"] == "mine" and out["dispatched"] == 3
+
+
+def test_export_takes_the_newest_study_that_wrote_recipes(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([*ARGS, "--trials", "1", "--study", "done", "--json"]) == 0
+    newer = tmp_path / "runs" / "broken"
+    newer.mkdir()
+    (newer / "study.db").write_bytes(b"")
+    capsys.readouterr()
+    assert main(["export"]) == 0
+    assert "runs/done/" in capsys.readouterr().err
+    (tmp_path / "runs" / "done").rename(tmp_path / "gone")
+    assert main(["export"]) == 2
+    err = capsys.readouterr().err
+    assert "no study under ./runs has written recipes yet" in err and len(err.strip().splitlines()) == 1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import BadInput
+from ..errors import AutotuneError, BadInput
 from ..search.driver import SearchConfig
 from ..report.live import LiveView
 from ..search.gates import RecipeGates
@@ -31,9 +31,20 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
 
 
-def _latest_study(runs: Path, prefix: str) -> str | None:
-    cands = sorted((p for p in runs.glob(f"{prefix}*") if (p / "study.db").exists()), key=lambda p: p.stat().st_mtime)
-    return cands[-1].name if cands else None
+def _latest_study(runs: Path, model: str, gpu: str, count: int) -> str | None:
+    """The most recently changed study under `runs` created for this model, GPU and count, whatever its name."""
+    if not runs.is_dir():
+        return None
+    dbs = sorted((p for p in runs.glob("*/study.db") if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for db in dbs:
+        try:
+            sd = StudyDir(runs, db.parent.name)
+        except AutotuneError:  # a folder whose name is no study name
+            continue
+        attrs = sd.attrs() or {}
+        if (attrs.get("model"), attrs.get("gpu"), attrs.get("count")) == (model, gpu, count):
+            return sd.name
+    return None
 
 
 def search(
@@ -134,7 +145,7 @@ def search(
     runs = Path(runs_dir)
     prefix = f"{_slug(m.name)}-{_slug(cluster.gpu.name)}x{cluster.count}"
     if study is None:
-        study = _latest_study(runs, prefix) if resume else None
+        study = _latest_study(runs, m.name, cluster.gpu.name, cluster.count) if resume else None
         if resume and study is None:
             raise BadInput(f"--resume: no study for {m.name} on {cluster.count} x {cluster.gpu.name} under {runs}/; "
                            "run without --resume to start one")

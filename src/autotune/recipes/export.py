@@ -37,11 +37,16 @@ def resolve_source(run_dir: str | Path | None, rank: int = 1, runs_root: Path = 
     """The recipe file to export: a recipe file as given, or RUN_DIR/recipes/rank-NN-*.yaml."""
     if rank < 1:
         raise BadInput(f"--rank {rank}: ranks start at 1")
-    if run_dir is None:
+    if run_dir is None:  # the newest study that has written recipes (a failed or running one may be newer)
         dirs = [d for d in runs_root.iterdir() if d.is_dir()] if runs_root.is_dir() else []
         if not dirs:
             raise BadInput(f"no run directory under ./{runs_root}: run `autotune search` first, or pass a run directory or recipe file")
-        run_dir = max(dirs, key=lambda d: d.stat().st_mtime)
+        done = [d for d in dirs if any(((published_dir(d) or d) / "recipes").glob("rank-*.yaml"))]
+        if not done:
+            newest = max(dirs, key=lambda d: d.stat().st_mtime)
+            raise BadInput(f"no study under ./{runs_root} has written recipes yet (the newest, {newest}, has none): "
+                           "let a search finish, or pass a run directory or recipe file")
+        run_dir = max(done, key=lambda d: d.stat().st_mtime)
     src = Path(run_dir)
     if src.is_file():
         return src

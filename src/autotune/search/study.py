@@ -115,6 +115,20 @@ class StudyDir:
     def exists(self) -> bool:
         return self.db_path.exists()
 
+    def attrs(self) -> dict | None:
+        """The study's recorded attributes (model, gpu, count, workload, ...) without creating anything; None when
+        there is no readable study here."""
+        import optuna
+        from sqlalchemy.exc import SQLAlchemyError
+
+        if not self.exists() or not self.db_path.read_bytes()[:16].startswith(b"SQLite format 3"):
+            return None
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            return dict(optuna.load_study(study_name=self.name, storage=self.storage_url).user_attrs)
+        except (SQLAlchemyError, RuntimeError, ValueError, KeyError):
+            return None
+
     def lock(self) -> None:
         if not self.root.exists():
             try:
