@@ -265,3 +265,38 @@ def test_reflow_joins_prose_and_keeps_examples():
     """
     assert reflow(doc) == "First line goes on.\n\nA paragraph split in two.\n\nExample:\n  autotune x --a 1 \\\n    --b 2"
     assert reflow(None) is None
+
+
+def test_a_predicted_recipe_is_not_reported_as_measured(capsys, tmp_path):
+    """estimate --recipe on a search's recipe (status: predicted): its number is the model's own, so it is shown
+    as the recipe's prediction; a dense model's summary names no token dispatcher."""
+    rc, out, _ = run(capsys, "search", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "8", "--trials", "1",
+                     "--runs-dir", str(tmp_path), "--json")
+    recipe = json.loads(out)["recipes"][0]
+    rc, out, _ = run(capsys, "estimate", "--recipe", recipe, "--json")
+    d = json.loads(out)
+    assert rc == 0 and "measured" not in d and abs(d["recipe_predicted"]["error_percent"]) < 0.01
+    assert "dispatcher" not in d["summary"]
+    rc, out, _ = run(capsys, "estimate", "--recipe", recipe)
+    assert "the recipe's prediction" in out and "measured" not in out
+
+
+def test_a_recipe_of_a_config_json_model_reads_back(capsys, tmp_path, monkeypatch):
+    """A search on a config.json model: its recipe records the file its parameters were counted from, and
+    estimate --recipe finds the model there (it said the model was not in the catalog)."""
+    import shutil
+
+    from autotune.catalog.registry import _data_dir
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(_data_dir() / "Llama-3.1-8B.json", tmp_path / "mine.json")
+    rc, out, _ = run(capsys, "search", "--model", str(tmp_path / "mine.json"), "--gpu", "H100", "--count", "8",
+                     "--trials", "1", "--json")
+    assert rc == 0
+    recipe = json.loads(out)["recipes"][0]
+    rc, out, err = run(capsys, "estimate", "--recipe", recipe, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["model"] == "mine"
+    (tmp_path / "mine.json").unlink()  # gone: one line, exit 2
+    rc, _, err = run(capsys, "estimate", "--recipe", recipe)
+    assert rc == 2 and "mine" in err and len(err.strip().splitlines()) == 1

@@ -82,11 +82,12 @@ def estimate(
       autotune estimate --model Qwen3.5-122B-A10B --gpu H200 --count 32 \\
         --layout "TP1 PP4 EP8 DP8" --recompute full:uniform:2
     """
-    measured = None
+    measured, recipe_status = None, None
     if recipe:
         _only_with_recipe(ctx)
         doc, m, cluster, workload, lay = recipe_inputs(recipe)
         measured = (doc.get("result") or {}).get("tokens_per_s_per_gpu")
+        recipe_status = doc.get("status")
     else:
         missing = [f for f, v in (("--model", model), ("--gpu", gpu), ("--count", count), ("--layout", layout)) if v is None]
         if missing:
@@ -116,9 +117,10 @@ def estimate(
     out = report(m, cluster, workload, lay, ev, 0)
     if notes:
         out["notes"] = notes
-    if measured is not None:
-        out["measured"] = {"tokens_per_s_per_gpu": float(measured),
-                           "error_percent": 100.0 * (out["throughput"]["tokens_per_s_per_gpu"] / float(measured) - 1)}
+    if measured is not None:  # a predicted recipe's number is the model's own: shown as the recipe's, not measured
+        key = "recipe_predicted" if recipe_status == "predicted" else "measured"
+        out[key] = {"tokens_per_s_per_gpu": float(measured),
+                    "error_percent": 100.0 * (out["throughput"]["tokens_per_s_per_gpu"] / float(measured) - 1)}
     if json_out:
         print_json(out)
     else:
@@ -161,7 +163,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         "total_params": counts.total,
         "layout": lay.label(m.is_moe),
         "layout_detail": lay.to_dict(),
-        "summary": lay.summary(workload.seq_len),
+        "summary": lay.summary(workload.seq_len, m.is_moe),
         "precision": workload.precision,
         "lora": workload.lora,
         "packed_doc_len": workload.packed_doc_len,
@@ -228,8 +230,9 @@ def render(out: dict) -> None:
     line = (f"predicted [bold]{thr['tokens_per_s_per_gpu']:,.1f}[/] tokens/s/GPU (68%: {lo:,.0f}-{hi:,.0f}), "
             f"MFU {thr['mfu']:.1%}, "
             f"${thr['usd_per_million_tokens']:.2f} per 1M tokens, step {thr['step_time_s']:.2f} s")
-    if "measured" in out:
-        line += f"; measured {out['measured']['tokens_per_s_per_gpu']:,.1f} ({out['measured']['error_percent']:+.1f}%)"
+    for key, what in (("measured", "measured"), ("recipe_predicted", "the recipe's prediction")):
+        if key in out:
+            line += f"; {what} {out[key]['tokens_per_s_per_gpu']:,.1f} ({out[key]['error_percent']:+.1f}%)"
     console.print(line)
 
 

@@ -284,8 +284,8 @@ class Layout:
             d["layer_split"] = tuple(d["layer_split"] or ())
         return cls(recompute=rc, **d)
 
-    def summary(self, seq_len: int = 8192) -> str:
-        """A one-line description in the seed's words."""
+    def summary(self, seq_len: int = 8192, moe: bool = True) -> str:
+        """A one-line description in the seed's words (a dense model's without the token dispatcher: it has none)."""
         bits = [f"TP {self.tp}, PP {self.pp}" + (f", VPP {self.vpp}" if self.vpp > 1 else "")]
         bits[0] += f", CP {self.cp}, EP {self.ep}, ETP {self.etp}, DP {self.dp}"
         if self.max_tokens_per_gpu:
@@ -298,7 +298,8 @@ class Layout:
         if self.fsdp:  # changes memory and DP traffic: a summary that left it out would misdescribe the run
             bits.append("Megatron FSDP (parameters, gradients and optimizer state sharded over DP)")
         name = {"hybridep": "flex (HybridEP)"}.get(self.dispatcher, self.dispatcher)
-        bits.append(f"{name} dispatcher" + (" with shared-expert overlap" if self.moe_shared_expert_overlap else ""))
+        if moe:
+            bits.append(f"{name} dispatcher" + (" with shared-expert overlap" if self.moe_shared_expert_overlap else ""))
         if self.optimizer_offload:
             bits.append(f"optimizer offload {self.optimizer_offload:.0%}")
         extras = [("EP communication overlap", self.ep_overlap), ("TP communication overlap", self.tp_overlap),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import fields
+from pathlib import Path
 
 from ..catalog import ClusterSpec, ModelSpec, Workload, load_model, precision_of_class
 from ..errors import AutotuneError, BadInput
@@ -59,11 +60,20 @@ def run_flags(run: str) -> dict[str, str | None]:
 
 
 def model_of(recipe: Recipe) -> ModelSpec | None:
-    """The catalog's ModelSpec for the recipe's model, or None when the catalog does not know it."""
+    """The recipe's ModelSpec: the catalog's, else the config.json its active parameters were counted from (when that
+    file is still there and describes the model the recipe names), else None."""
     try:
         return load_model(recipe.model)
     except AutotuneError:
+        pass
+    source = recipe.result.active_params.source
+    if not source or source.startswith("catalog:") or not Path(source).exists():
         return None
+    try:
+        spec = load_model(source)
+    except AutotuneError:
+        return None
+    return spec if spec.name == recipe.model else None
 
 
 def is_moe(recipe: Recipe) -> bool:
