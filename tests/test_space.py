@@ -97,3 +97,36 @@ def test_space_cli_screens_at_the_precision_a_search_would_run(capsys):
     assert speed["mxfp8"] > speed["bf16"]
     assert main(args + ["--gpu", "H100", "--precision", "mxfp8"]) == 2
     assert "Blackwell only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("keep_within: 5", "prune.keep_within: Input should be less than or equal to 1, got 5"),
+    ("keep_within: 0", "prune.keep_within: Input should be greater than 0, got 0"),
+    ("memory_margin: -1", "prune.memory_margin: Input should be greater than or equal to 0, got -1"),
+    ("memory_margin: 1.5", "prune.memory_margin: Input should be less than 1, got 1.5"),
+    ("ep_tp_within_nodes: 0", "prune.ep_tp_within_nodes: Input should be greater than or equal to 1, got 0"),
+])
+def test_prune_settings_out_of_range_are_one_line_errors(tmp_path, setting, needle):
+    """A negative memory margin let layouts that run out of memory through; keep_within 5 blamed a layout rule."""
+    f = tmp_path / "space.yaml"
+    f.write_text(f"extends: default\nprune:\n  {setting}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_space(str(f))
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_tp_comm_overlap_asked_where_it_cannot_act_is_one_layout_not_two(tmp_path):
+    """TP communication overlap needs TP > 1: with both values listed, a TP 1 row asking for it would be the same
+    layout as the one without (a trial spent twice), so it is screened out as redundant; shown as it takes effect."""
+    from autotune.layout.describe import settings_label
+
+    m, c = load_model("Qwen3-30B-A3B"), ClusterSpec.of("H100", 16)
+    f = tmp_path / "space.yaml"
+    f.write_text("extends: default\ndimensions:\n  tp_comm_overlap: [false, true]\n")
+    res = explore(load_space(str(f)), m, Workload(), c)
+    t = res.table
+    assert not (t.tp_comm_overlap & (t.tp == 1)).any() and (t.tp_comm_overlap & (t.tp > 1)).any()
+    assert res.reasons["redundant: TP communication overlap needs TP > 1 (the same layout without it is in the space)"]
+    only_on = explore(load_space(None, m), m, Workload(), c)  # the default space lists it on only: TP 1 stays
+    tp1 = np.flatnonzero(only_on.table.tp == 1)
+    assert len(tp1) and "tp comm overlap" not in settings_label(only_on.table.row(int(tp1[0])))

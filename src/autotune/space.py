@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from pydantic import (BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError,
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError,
                       create_model, field_validator)
 
 from .catalog import ClusterSpec, ModelSpec, Workload
@@ -71,11 +71,11 @@ Dimensions = create_model(
 
 
 class Prune(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     tp_within_node: bool = True
-    ep_tp_within_nodes: int = 8
-    memory_margin: float = 0.03
-    keep_within: float = 0.70
+    ep_tp_within_nodes: int = Field(default=8, ge=1)  # nodes an EP x ETP x TP group may span
+    memory_margin: float = Field(default=0.03, ge=0, lt=1)  # HBM share kept free: 0 (none) to below 1
+    keep_within: float = Field(default=0.70, gt=0, le=1)  # keep layouts predicted at least this share of the best
 
 
 class SearchSpace(BaseModel):
@@ -201,6 +201,8 @@ def _parse(data: dict, label: str) -> SearchSpace:
             if len(loc) > 2 and loc[2].isdigit():  # one value of a list (and the union member pydantic tried)
                 key = ".".join(loc[:2])
                 msg = f"{msg}, got {err['input']!r}"
+            elif not isinstance(err.get("input"), (dict, list)) and "input" in err:
+                msg = f"{msg}, got {err['input']!r}"
         raise ConfigError(f"search space {label}: {key}: {msg}{allowed}") from None
 
 
@@ -261,9 +263,12 @@ def _first_reason(masks: list[tuple[str, np.ndarray]], n: int) -> tuple[np.ndarr
     return alive, counts
 
 
-def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: ClusterSpec, p: "Prune"):
+def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: ClusterSpec, p: "Prune",
+            tp_overlap_both: bool = False):
     """Which rows of `t` are legal, and which of those the cluster supports and the placement rules keep:
-    (legal mask, kept mask, {reason: rows removed for it}, {reason: legal rows removed for it})."""
+    (legal mask, kept mask, {reason: rows removed for it}, {reason: legal rows removed for it}).
+    `tp_overlap_both`: the space lists TP communication overlap on and off, so a row asking for it where it cannot
+    take effect (TP 1) duplicates the row without it."""
     legal_masks = [(f"illegal: {r.code}", m) for r, m in zip(RULES, check(model, workload, t).values())]
     legal, reasons = _first_reason(legal_masks, len(t))
     soft = [("needs DeepEP (flex dispatcher) which the cluster lacks", ~((t.dispatcher == 2) & (not cluster.has_deepep))),
@@ -275,7 +280,9 @@ def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: Clust
                  (f"EP x ETP x TP spans more than {p.ep_tp_within_nodes} nodes",
                   t.ep * t.etp * np.maximum(t.tp // t.etp, 1) <= p.ep_tp_within_nodes * cluster.node_size),
                  ("redundant: without EP or ETP the dispatcher choice changes nothing",
-                  ~((t.ep * t.etp == 1) & (t.dispatcher != 0)))]
+                  ~((t.ep * t.etp == 1) & (t.dispatcher != 0))),
+                 ("redundant: TP communication overlap needs TP > 1 (the same layout without it is in the space)",
+                  ~(tp_overlap_both & t.tp_comm_overlap & ~t.sp_eff))]
     kept, later = _first_reason([("legal", legal)] + soft + practical, len(t))
     later.pop("legal", None)
     return legal, kept, reasons, later
@@ -299,7 +306,8 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     for chunk in chunks(axes):
         rows, cols = grid_columns(chunk, workload)
         t = LayoutTable.from_columns(cluster.count, rows, sp=True, **cols)
-        legal, kept, r_legal, r_later = _screen(t, model, workload, cluster, p)
+        legal, kept, r_legal, r_later = _screen(t, model, workload, cluster, p,
+                                                tp_overlap_both=len(set(space.dimensions.tp_comm_overlap)) > 1)
         n, n_legal = n + rows, n_legal + int(legal.sum())
         _add(reasons, r_legal)
         _add(later, r_later)

@@ -30,7 +30,7 @@ def settings_label(lay: Layout, moe: bool = True) -> str:
     for d in DIMENSIONS:
         if d.name in _DEGREES or d.name in _ALWAYS:
             continue
-        v = d.encode(lay)
+        v = lay.tp_overlap if d.name == "tp_comm_overlap" else d.encode(lay)  # as it takes effect (TP > 1)
         if d.default and v == d.default[0]:
             continue
         words = d.name.replace("_", " ")
