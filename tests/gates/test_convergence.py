@@ -100,6 +100,7 @@ def _write(path, text):
     ('{"a": 1.0}', "step 'a' is not an integer"),
     ('{"0": "low"}', "is not a number"),
     ("[]", "no steps"),
+    ("[null, null, null, null]", "no step has a loss (4 step(s), every loss null)"),
     ('"a string"', "expected {step: loss}"),
 ])
 def test_bad_loss_files_are_config_errors(tmp_path, text, needle):

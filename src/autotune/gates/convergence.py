@@ -101,6 +101,9 @@ def _collect(pairs, source: str) -> LossCurve:
         curve.losses[s] = float(loss)
     if not curve.losses and not curve.missing_loss:
         raise ConfigError(f"{source}: no steps; pass the runner's steps.jsonl or a JSON {{step: loss}} file")
+    if not curve.losses:  # nothing to compare: a file without losses, not a curve that fails the gate
+        raise ConfigError(f"{source}: no step has a loss ({len(curve.missing_loss)} step(s), every loss null); pass "
+                          "the steps.jsonl of a trial that recorded its loss")
     return curve
 
 

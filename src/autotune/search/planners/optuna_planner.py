@@ -58,6 +58,7 @@ class OptunaPlanner(Planner):
     def __init__(self, options: PlannerOptions | None = None):
         opts = options or PlannerOptions()
         self.sampler = make_sampler(opts.sampler, opts.seed)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created in memory" on stderr
         self.mirror = optuna.create_study(direction="maximize", sampler=self.sampler)
         self.dists: dict | None = None
         self.pending: dict[str, optuna.Trial] = {}  # layout key -> mirror trial asked, not yet told
