@@ -63,3 +63,25 @@ def test_a_real_cpu_trial_stops_once_steady(tmp_path):
     assert res.stopped_early.startswith("steady")
     times = [s.time_s for s in res.steps[2:5]]
     assert res.tokens_per_s_per_gpu == pytest.approx(sum(s.tokens for s in res.steps[2:5]) / sum(times))
+
+
+def test_the_collector_runs_between_steps_not_inside_them():
+    """manual_gc (Megatron's --manual-gc): off while steps are timed, back as it was afterwards, even on an error."""
+    import gc
+
+    from autotune.runner.loop import manual_gc
+
+    assert gc.isenabled()
+    with manual_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), manual_gc():
+        raise RuntimeError("a failed step")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with manual_gc():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()

@@ -16,11 +16,13 @@ after the all-reduce, so every rank stops at the same step.
 
 from __future__ import annotations
 
+import gc
 import math
 import resource
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -30,7 +32,7 @@ from ..trials.spec import StepRecord, TrialResult
 from .build import Built
 from ..trials.plan import TrialPlan
 
-__all__ = ["train", "summarize", "peak_memory_bytes", "steady_window", "mean_half_width_percent", "clearly_losing", "early_stop_reason"]
+__all__ = ["train", "manual_gc", "summarize", "peak_memory_bytes", "steady_window", "mean_half_width_percent", "clearly_losing", "early_stop_reason"]
 
 _Z = {0.9: 1.2816, 0.95: 1.6449, 0.975: 1.96, 0.99: 2.3263, 0.995: 2.5758, 0.999: 3.0902}
 
@@ -143,6 +145,21 @@ def _forward_step(data_iterator, model):
     return output, loss_func
 
 
+@contextmanager
+def manual_gc():
+    """Python's collector off while steps are timed; the young generations collected by hand between steps and
+    everything once before the first (Megatron's --manual-gc, for the same reason: a collection that lands inside
+    a step stretches that step alone, on one rank, and the slowest rank's time is the step's)."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def train(plan: TrialPlan, built: Built, source, cuda: bool, on_step: Callable[[StepRecord], None],
           stopped: dict | None = None) -> list[StepRecord]:
     """Run the timed steps; with spec.early_stop, `stopped` receives {"reason", "window"} on an early end."""
@@ -157,51 +174,53 @@ def train(plan: TrialPlan, built: Built, source, cuda: bool, on_step: Callable[[
     counts_loss = ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank() == 0
     world = torch.distributed.get_world_size()
     records = []
-    for step in range(plan.spec.steps):
-        rows = source.rows(step, dp_rank * per_rank, per_rank)
-        micro = _microbatches(plan, rows, device)
-        data = [iter(micro) for _ in range(vpp)] if vpp > 1 else iter(micro)
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for chunk in built.chunks:
-            chunk.zero_grad_buffer()
-        built.optimizer.zero_grad()
-        losses = forward_backward(
-            forward_step_func=_forward_step, data_iterator=data,
-            model=built.chunks if vpp > 1 else built.chunks[0], num_microbatches=plan.num_microbatches,
-            # The full row length: the schedule divides by CP (and by TP under SP) itself.
-            seq_length=plan.workload.seq_len, micro_batch_size=plan.rows_per_microbatch, forward_only=False)
-        _, grad_norm, _ = built.optimizer.step()
-        built.scheduler.step(increment=1)
-        if cuda:
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - start
+    with manual_gc():
+        for step in range(plan.spec.steps):
+            rows = source.rows(step, dp_rank * per_rank, per_rank)
+            micro = _microbatches(plan, rows, device)
+            data = [iter(micro) for _ in range(vpp)] if vpp > 1 else iter(micro)
+            if cuda:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for chunk in built.chunks:
+                chunk.zero_grad_buffer()
+            built.optimizer.zero_grad()
+            losses = forward_backward(
+                forward_step_func=_forward_step, data_iterator=data,
+                model=built.chunks if vpp > 1 else built.chunks[0], num_microbatches=plan.num_microbatches,
+                # The full row length: the schedule divides by CP (and by TP under SP) itself.
+                seq_length=plan.workload.seq_len, micro_batch_size=plan.rows_per_microbatch, forward_only=False)
+            _, grad_norm, _ = built.optimizer.step()
+            built.scheduler.step(increment=1)
+            if cuda:
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            gc.collect(1)  # untimed; ranks realign in the collectives below before the next step's clock starts
 
-        # Outside the timed part: global loss, slowest rank, every rank's peak memory.
-        local = torch.zeros(2, dtype=torch.float64)
-        if counts_loss and losses:
-            local = torch.stack([d["lm loss"].double().cpu() for d in losses]).sum(0)
-        on_dev = local.to(device)
-        torch.distributed.all_reduce(on_dev)
-        slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
-        torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX)
-        peaks = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
-        torch.distributed.all_gather(peaks, torch.tensor([peak_memory_bytes(cuda)], dtype=torch.int64, device=device))
-        total, count = on_dev.tolist()
-        loss = total / count if count else float("nan")
-        norm = None if grad_norm is None else float(grad_norm)
-        record = StepRecord(step=step, time_s=float(slowest.item()), tokens=plan.tokens_per_step, lm_loss=loss,
-                            grad_norm=norm, peak_memory_bytes=[int(p.item()) for p in peaks])
-        records.append(record)
-        on_step(record)
-        if not math.isfinite(loss) or (norm is not None and not math.isfinite(norm)):
-            raise NonFiniteLoss(f"step {step}: lm loss {loss}, grad norm {norm}")
-        early = early_stop_reason(plan, [r.time_s for r in records])
-        if early is not None:
-            if stopped is not None:
-                stopped.update(reason=early[0], window=early[1])
-            break
+            # Outside the timed part: global loss, slowest rank, every rank's peak memory.
+            local = torch.zeros(2, dtype=torch.float64)
+            if counts_loss and losses:
+                local = torch.stack([d["lm loss"].double().cpu() for d in losses]).sum(0)
+            on_dev = local.to(device)
+            torch.distributed.all_reduce(on_dev)
+            slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
+            torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX)
+            peaks = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+            torch.distributed.all_gather(peaks, torch.tensor([peak_memory_bytes(cuda)], dtype=torch.int64, device=device))
+            total, count = on_dev.tolist()
+            loss = total / count if count else float("nan")
+            norm = None if grad_norm is None else float(grad_norm)
+            record = StepRecord(step=step, time_s=float(slowest.item()), tokens=plan.tokens_per_step, lm_loss=loss,
+                                grad_norm=norm, peak_memory_bytes=[int(p.item()) for p in peaks])
+            records.append(record)
+            on_step(record)
+            if not math.isfinite(loss) or (norm is not None and not math.isfinite(norm)):
+                raise NonFiniteLoss(f"step {step}: lm loss {loss}, grad norm {norm}")
+            early = early_stop_reason(plan, [r.time_s for r in records])
+            if early is not None:
+                if stopped is not None:
+                    stopped.update(reason=early[0], window=early[1])
+                break
     return records
 
 
