@@ -123,6 +123,34 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path):
     assert json.dumps(failed[0].params, sort_keys=True) in labels  # the interrupted layout ran again
 
 
+@pytest.mark.slow
+def test_a_trial_stopped_with_the_driver_runs_again_on_resume(tmp_path):
+    """SIGTERM (or Ctrl-C) stops the running trials with the driver: each is marked cancelled, not the layout's
+    crash, so --resume runs it again instead of keeping it as a finished failure that used up the budget."""
+    from autotune.trials.spec import TrialResult, read_model
+
+    cmd = [sys.executable, "-m", "autotune.cli.main", *ARGS, "--runs-dir", str(tmp_path), "--study", "t",
+           "--trials", "4", "--sim-delay", "1.5", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    spec = tmp_path / "t" / "trials" / "1" / "trial_spec.json"
+    deadline = time.time() + 60
+    while not spec.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert spec.exists(), "the driver never reached trial 1"
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    res = read_model(TrialResult, tmp_path / "t" / "trials" / "1" / "trial_result.json")
+    assert res.cancelled and res.status == "crash"
+    done = subprocess.run([*cmd[:-2], "0", "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    study, after = _completed(tmp_path / "t" / "study.db", "t")
+    assert len(after) == 4 and json.loads(done.stdout)["dispatched"] == 4
+    requeued = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert [(t.number, t.user_attrs.get("status")) for t in requeued] == [(1, "requeued")]
+    assert json.dumps(requeued[0].params, sort_keys=True) in [json.dumps(t.params, sort_keys=True) for t in after]
+
+
 def test_second_driver_refuses(tmp_path, capsys):
     holder = StudyDir(tmp_path, "busy")
     holder.lock()

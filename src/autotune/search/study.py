@@ -327,10 +327,11 @@ class Study:
                 self._s.tell(ft.number, state=self._TS.FAIL)
                 rep.abandoned += 1
                 continue
-            if result_of(ft.number) is not None:
+            res = result_of(ft.number)
+            if res is not None and not getattr(res, "cancelled", False):
                 on_disk.append((ft.number, a))
                 rep.told += 1
-            else:
+            else:  # never finished, or stopped with the driver (an interrupt): not the layout's doing, run it again
                 self.update(ft.number, {"status": "requeued", "reason": "the driver stopped while it ran"})
                 self._s.tell(ft.number, state=self._TS.FAIL)
                 rep.requeued.append(Layout.from_dict(a.layout))

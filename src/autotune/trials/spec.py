@@ -182,6 +182,8 @@ class TrialResult(_Strict):
     gpu_hours: float | None = None
     attempts: int = 1
     stopped_early: str | None = None  # why the trial ended before its step cap ("steady: ...", "losing: ...")
+    # stopped by the search driver (an interrupt, SIGTERM), not by the layout: a resumed study runs it again
+    cancelled: bool = False
 
     @property
     def ok(self) -> bool:

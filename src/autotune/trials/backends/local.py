@@ -239,7 +239,7 @@ class LocalBackend(Backend):
         run.trial.returncodes = [p.returncode for p in run.procs]
         run.trial.killed_by_us.update(range(len(run.procs)))
         base = TrialResult(study=run.trial.spec.study, number=run.trial.spec.number, status="crash",
-                           reason="cancelled", steps=run.trial._steps())
+                           reason="cancelled", steps=run.trial._steps(), cancelled=True)
         self._finish(run, "crash", "cancelled", base)
 
     def close(self) -> None:

@@ -167,7 +167,9 @@ class RayBackend(Backend):
         trial: Trial = handle.token
         if trial.result is None:
             self._teardown(trial, kill=True)
-            self._finish(trial, "crash", "cancelled by the search driver", retry=False)
+            self._finish(trial, "crash", "cancelled by the search driver", retry=False,
+                         base=TrialResult(study=trial.spec.study, number=trial.spec.number, status="crash",
+                                          cancelled=True))
 
     def close(self) -> None:
         for trial in self._trials:

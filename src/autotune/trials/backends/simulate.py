@@ -27,9 +27,12 @@ class SimulateBackend(Backend):
     def __init__(self, delay_s: float = 0.0, startup_s: float = TRIAL_STARTUP_S):
         self.delay_s = delay_s
         self.startup_s = startup_s  # scheduler admission, image pull, checkpoint load: counted in GPU-hours
+        self._live: list[Handle] = []  # submitted, not finished (closing cancels them, as a real backend's)
 
     def submit(self, spec: TrialSpec, trial_dir: Path) -> Handle:
-        return Handle(spec, trial_dir, token={"started": time.monotonic(), "result": None})
+        handle = Handle(spec, trial_dir, token={"started": time.monotonic(), "result": None})
+        self._live.append(handle)
+        return handle
 
     def poll(self, handle: Handle) -> TrialResult | None:
         if handle.token["result"] is not None:
@@ -48,12 +51,20 @@ class SimulateBackend(Backend):
             f"simulated trial {handle.spec.number}: cost-model prediction, no training step was run\n")
         write_json_atomic(d / "trial_result.json", result)
         handle.token["result"] = result
+        if handle in self._live:
+            self._live.remove(handle)
         return result
 
     def cancel(self, handle: Handle) -> None:
         if handle.token["result"] is None:
             self._finish(handle, TrialResult(study=handle.spec.study, number=handle.spec.number, status="crash",
-                                             source="predicted", backend=self.name, reason="cancelled"))
+                                             source="predicted", backend=self.name, reason="cancelled",
+                                             cancelled=True))
+
+    def close(self) -> None:
+        """The driver is leaving (an interrupt, SIGTERM): trials still 'running' end as cancelled."""
+        for handle in list(self._live):
+            self.cancel(handle)
 
     def _simulate(self, spec: TrialSpec) -> TrialResult:
         from ...cost import evaluate

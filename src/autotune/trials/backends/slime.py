@@ -162,7 +162,7 @@ class SlimeBackend(Backend):
         job: _Job = handle.token
         if job.result is None:
             self.client.stop_job(job.job_id)
-            self._finish(job, "crash", "cancelled by the search driver")
+            self._finish(job, "crash", "cancelled by the search driver", cancelled=True)
 
     def _fetch_log(self, job: _Job) -> str:
         text = self.client.get_job_logs(job.job_id)
@@ -170,7 +170,8 @@ class SlimeBackend(Backend):
         job.last_log_fetch = time.monotonic()
         return text
 
-    def _finish(self, job: _Job, status: str, reason: str | None, log: str | None = None) -> None:
+    def _finish(self, job: _Job, status: str, reason: str | None, log: str | None = None,
+                cancelled: bool = False) -> None:
         spec = job.spec
         if log is None:
             log = self._fetch_log(job)
@@ -187,7 +188,7 @@ class SlimeBackend(Backend):
             study=spec.study, number=spec.number, status=status, backend=self.name, reason=reason,
             steps=steps, peak_memory_bytes=max(peak.values()) if peak else None, attempts=job.attempt,
             wall_s=round(wall, 3), gpu_hours=spec.count * wall / 3600, log_tail="\n".join(log.splitlines()[-40:]),
-            stack={"launcher": f"slime via Ray Job {job.job_id} at {self.address}"}, **metrics,
+            stack={"launcher": f"slime via Ray Job {job.job_id} at {self.address}"}, cancelled=cancelled, **metrics,
         )
         write_json_atomic(job.trial_dir / "trial_result.json", job.result)
 
