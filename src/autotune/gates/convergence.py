@@ -101,9 +101,6 @@ def _collect(pairs, source: str) -> LossCurve:
         curve.losses[s] = float(loss)
     if not curve.losses and not curve.missing_loss:
         raise ConfigError(f"{source}: no steps; pass the runner's steps.jsonl or a JSON {{step: loss}} file")
-    if not curve.losses:  # nothing to compare: a file without losses, not a curve that fails the gate
-        raise ConfigError(f"{source}: no step has a loss ({len(curve.missing_loss)} step(s), every loss null); pass "
-                          "the steps.jsonl of a trial that recorded its loss")
     return curve
 
 
@@ -138,7 +135,11 @@ def read_losses(path: str | Path) -> LossCurve:
                 raise ConfigError(f"loss file {p}: expected {{step: loss}} or a list of losses")
     except json.JSONDecodeError as exc:
         raise ConfigError(f"loss file {p}: not JSON ({exc.msg}: line {exc.lineno} column {exc.colno}); pass steps.jsonl or {{step: loss}}") from None
-    return _collect(pairs, str(p))
+    curve = _collect(pairs, str(p))
+    if not curve.losses:  # a file given to compare that has nothing to compare: bad input, not a failed gate
+        raise ConfigError(f"{p}: no step has a loss ({len(curve.missing_loss)} step(s), every loss null); pass "
+                          "the steps.jsonl of a trial that recorded its loss")
+    return curve
 
 
 def _coverage(cand: LossCurve, ref: LossCurve) -> list[str]:
