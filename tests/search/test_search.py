@@ -393,3 +393,50 @@ def test_export_takes_the_newest_study_that_wrote_recipes(tmp_path, capsys, monk
     assert main(["export"]) == 2
     err = capsys.readouterr().err
     assert "no study under ./runs has written recipes yet" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("timeout_s, warned", [(60.0, True), (3600.0, False)])
+def test_a_trial_predicted_to_outlast_its_timeout_is_said_before_it_runs(tmp_path, timeout_s, warned):
+    """A real trial whose predicted steps take longer than --trial-timeout would only end as a timeout, after
+    the whole timeout (a CPU search's default trial: ~5,600 s of steps against 3,600 s): the note says so up front.
+    The cluster is a test double: the simulator's numbers reported as measured."""
+    from autotune.search.driver import SearchConfig, SearchDriver
+    from autotune.space import load_space
+    from autotune.trials.backends.simulate import SimulateBackend
+
+    class Measured(SimulateBackend):
+        measured = True
+
+    model = load_model("Qwen3.5-122B-A10B")
+    d = SearchDriver(model, ClusterSpec.of("H200", 32), Workload(), load_space(None, model), Measured(),
+                     StudyDir(tmp_path, "slow"), SearchConfig(trials=1, timeout_s=timeout_s))
+    events = []
+    d.emit = lambda kind, data: events.append((kind, data))
+    d.run()
+    notes = [data["text"] for kind, data in events if kind == "note"]
+    assert any(f"more than --trial-timeout {timeout_s:,.0f} s" in n for n in notes) == warned
+
+
+def test_the_peak_shown_for_a_measured_trial_is_the_one_it_measured(tmp_path):
+    """The ranked table's peak column showed the model's predicted peak on measured rows; it is the trial's own
+    (the prediction stays beside it). The cluster is a test double reporting 90% of the predicted peak."""
+    from autotune.search.driver import SearchConfig
+    from autotune.search.session import SearchSession
+    from autotune.space import load_space
+    from autotune.trials.backends.simulate import SimulateBackend
+
+    class Measured(SimulateBackend):
+        measured = True
+
+        def _simulate(self, spec):
+            res = super()._simulate(spec)
+            return res.model_copy(update={"source": "measured", "peak_memory_bytes": int(res.peak_memory_bytes * 0.9)})
+
+    model = load_model("Qwen3.5-122B-A10B")
+    s = SearchSession(model, ClusterSpec.of("H200", 32), Workload(), load_space(None, model), Measured(),
+                      StudyDir(tmp_path, "peak"), SearchConfig(trials=2))
+    s.prepare()
+    rows = s.run().to_json()["trials"]
+    assert rows and all(r["state"] == "measured" for r in rows)
+    for r in rows:
+        assert r["peak_memory_bytes"] == pytest.approx(0.9 * r["predicted_peak_memory_bytes"], rel=1e-6)

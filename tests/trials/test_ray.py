@@ -26,9 +26,12 @@ def backend():
     from autotune.trials.backends import get_backend
 
     b = get_backend("ray", num_cpus=2, grace_s=3.0)
+    session = b._own_tmp  # no RAY_TMPDIR, no runs dir: a private folder under /tmp for Ray's sockets
+    assert session and Path(session).is_dir() or "RAY_TMPDIR" in os.environ
     yield b
     b.close()
     assert not ray.is_initialized()
+    assert session is None or not Path(session).exists()  # Ray's shutdown leaves its session behind: removed
 
 
 def parent_pid(pid: int) -> int:

@@ -291,6 +291,14 @@ class SearchDriver:
         self.emit("dispatched", {"number": number, "layout": attrs.label, "predicted": pred, "why": attrs.why,
                                  "settings": settings_label(lay, self.model.is_moe),
                                  "peak_memory_bytes": prediction.peak_bytes})
+        step_s = prediction.step_time_s or 0.0
+        if self.backend.measured and step_s * spec.steps > spec.timeout_s:  # it would end as a timeout: say why now
+            note = (f"trial {number} is predicted to take {step_s * spec.steps:,.0f} s for its {spec.steps} steps "
+                    f"({step_s:,.1f} s each), more than --trial-timeout {spec.timeout_s:,.0f} s: it will likely be "
+                    "stopped as a timeout; use fewer --steps, a smaller --seq-len / --global-batch, or a longer "
+                    "--trial-timeout")
+            self.notes.append(note)
+            self.emit("note", {"text": note})
         budget = self.cfg.budget_gpu_hours
         if budget is not None:  # the budget stops the search after the trial that crosses it: say so up front
             cost = float(trial_gpu_hours([pred], self.workload.tokens_per_step, self.cluster.count, spec.steps)[0])

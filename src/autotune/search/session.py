@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..cost import evaluate
+from ..errors import AutotuneError
 from ..killpoints import kill_point
 from ..layout import LayoutTable
 from ..layout.describe import settings_label
@@ -121,8 +122,19 @@ class SearchSession:
             self.driver.close()
 
     # --- stages ----------------------------------------------------------------------------------------
+    def _measured_peak(self, rec: TrialRecord) -> int | None:
+        """The peak memory a measured trial recorded (max over ranks), or None."""
+        path = self.sd.trial_dir(rec.number) / "trial_result.json"
+        if rec.source != "measured" or not path.exists():
+            return None
+        try:
+            return read_model(TrialResult, path).peak_memory_bytes
+        except AutotuneError:
+            return None
+
     def _rows(self, records: list[TrialRecord]) -> list[dict]:
-        """One JSON row per trial, with MFU, $ per 1M tokens and predicted peak from one evaluation."""
+        """One JSON row per trial, with MFU, $ per 1M tokens from one evaluation, and the peak memory: measured where
+        the trial measured it, else predicted (both kept)."""
         if not records:
             return []
         c = self.driver.candidates
@@ -140,7 +152,8 @@ class SearchSession:
                 "state": r.status if r.status != "ok" else ("measured" if r.source == "measured" else "predicted"),
                 "predicted": r.predicted, "measured": r.value if r.source == "measured" else None, "value": r.value,
                 "mfu": p.mfu, "usd_per_million_tokens": p.usd_per_million_tokens,
-                "peak_memory_bytes": int(p.peak_bytes),
+                "peak_memory_bytes": int(self._measured_peak(r) or p.peak_bytes),
+                "predicted_peak_memory_bytes": int(p.peak_bytes),
             })
         return rows
 

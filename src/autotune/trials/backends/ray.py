@@ -22,10 +22,12 @@ driver's finally blocks run and shut Ray down) instead of Ray's exit mid-call an
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -124,17 +126,19 @@ class RayBackend(Backend):
         self.runner_module = runner_module  # a stand-in runner for tests or a site-specific one
         self._trials: list[Trial] = []
         self._owns_ray = False
+        self._own_tmp: str | None = None  # a session folder this backend made, removed when it closes
         previous = signal.getsignal(signal.SIGTERM)
         if not ray.is_initialized():
             if address:
                 probe_address(address)
                 ray.init(address=address, runtime_env=runtime_env, logging_level="ERROR")
             else:
-                # The session dir: $RAY_TMPDIR if set, else under the runs dir; Ray's unix socket
-                # paths must stay short, so a long one falls back to /tmp.
+                # The session dir: $RAY_TMPDIR if set, else under the study's folder (`runs_dir`); Ray's unix
+                # socket paths must stay short, so a long one falls back to a private folder under /tmp, removed
+                # when the backend closes (Ray's shutdown leaves its session folders behind)
                 tmp = os.environ.get("RAY_TMPDIR") or (str(Path(runs_dir).resolve() / ".ray") if runs_dir else "")
                 if not tmp or (len(tmp) > 40 and "RAY_TMPDIR" not in os.environ):
-                    tmp = f"/tmp/autotune-ray-{os.getuid()}"
+                    tmp = self._own_tmp = tempfile.mkdtemp(prefix="autotune-ray-", dir="/tmp")
                 Path(tmp).mkdir(parents=True, exist_ok=True)
                 ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(tmp), logging_level="ERROR")
             self._owns_ray = True
@@ -179,6 +183,9 @@ class RayBackend(Backend):
         if self._owns_ray:
             _ray().shutdown()
             self._owns_ray = False
+        if self._own_tmp:
+            shutil.rmtree(self._own_tmp, ignore_errors=True)
+            self._own_tmp = None
 
     # --- the state machine -----------------------------------------------------------------------
     def _place(self, trial: Trial) -> None:
