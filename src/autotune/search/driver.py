@@ -312,11 +312,14 @@ class SearchDriver:
 
     def _spec(self, lay: Layout, number: int, prediction) -> TrialSpec:
         steps = self.cfg.steps or self.workload.steps
+        warmup = min(self.workload.window[0], max(1, steps // 3))
+        # the spec's workload says the steps it runs and the window it scores (--steps shortens both)
+        wl = dataclasses.replace(self.workload, steps=steps, window=(warmup, steps - 1))
         spec = TrialSpec(
             study=self.sd.name, number=number, model=self.model.source.removeprefix("catalog:") or self.model.name,
             gpu=self.cluster.gpu.name, gpu_spec=TrialGpu.of(self.cluster.gpu), count=self.cluster.count,
-            gpus_per_node=self.cluster.gpus_per_node, layout=lay.to_dict(), workload=_jsonable(dataclasses.asdict(self.workload)),
-            steps=steps, warmup_steps=min(self.workload.window[0], max(1, steps // 3)), seed=self.cfg.seed,
+            gpus_per_node=self.cluster.gpus_per_node, layout=lay.to_dict(), workload=_jsonable(dataclasses.asdict(wl)),
+            steps=steps, warmup_steps=warmup, seed=self.cfg.seed,
             timeout_s=self.cfg.timeout_s, predicted=prediction,
         )
         if self.backend.measured:  # a real trial may end once its step time is steady, or once clearly losing

@@ -178,6 +178,8 @@ class SearchSession:
             notes.append(f"why the search tried it (trial {rec.number}, {self.cfg.planner} planner): {rec.why}")
         if res is not None and res.stopped_early:
             notes.append(f"the trial ended before its {self.cfg.steps or self.workload.steps} steps: {res.stopped_early}")
+        if res is not None and rec.source == "measured" and res.reason:  # what the runner changed to run it here
+            notes.append(f"the trial ran with: {res.reason}")
         return notes or None
 
     def _write_recipe(self, pub: Publication, rank: int, rec: TrialRecord, gate: GateOutcome | None) -> Path:
@@ -196,7 +198,8 @@ class SearchSession:
         recipe = recipe_from_candidate(
             self.model, self.cluster, rec.layout, wl, status=status, tokens_per_s_per_gpu=rec.value,
             step_time_cv_percent=res.step_time_cv_percent if res and measured else None,
-            gpu_hours=res.gpu_hours if res else None,
+            # the GPU-hours the search charged it (a CPU trial reports none of its own: its wall time x ranks)
+            gpu_hours=(res.gpu_hours or (res.wall_s or 0.0) * self.cluster.count / 3600.0 or None) if res else None,
             window=window, steps_per_run=steps,
             stack=_stack(res, self.cluster), measured=dt.date.today().isoformat(),
             gpu_hours_note=(f"predicted: GPUs x ({self.cfg.steps or wl.steps} steps + {TRIAL_STARTUP_S / 60:.1f} min "
