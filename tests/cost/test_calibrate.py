@@ -279,6 +279,42 @@ def test_cli_reads_a_json_list_of_measurements(capsys, tmp_path):
     assert rc == 2 and "measurement 0" in err
 
 
+_ROW = {"model": "Llama-3.1-8B", "gpu": "H100", "count": 8, "layout": "TP1 PP1 DP8", "tokens_per_s_per_gpu": 9000.0}
+
+
+@pytest.mark.parametrize("row, msg", [
+    ({**_ROW, "layout": [1, 2]}, "field layout: give degrees like \"TP1 PP4 EP8 DP8\" or an object of layout fields, got list"),
+    ({**_ROW, "layout": None}, "got NoneType"),
+    ({**_ROW, "bogus": 1}, "unknown field 'bogus'"),
+    ({**_ROW, "quant_overrides": 5}, "field quant_overrides: give a list"),
+    ({**_ROW, "count": 32, "layout": "TP8 PP12 DP1"}, "but count is 32; use count 96"),
+    ({k: v for k, v in _ROW.items() if k != "layout"}, "missing field(s) layout"),
+])
+def test_a_json_measurement_with_a_bad_field_is_named_in_its_own_words(capsys, tmp_path, row, msg):
+    """Not Python's ('list' object has no attribute 'world'), nor a CLI flag calibrate does not have (--count)."""
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps([row]))
+    rc, _, err = run(capsys, "calibrate", "--no-published", "--measurements", str(p))
+    assert rc == 2 and msg in err and "object has no attribute" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_measurements_file_without_a_usable_row_and_an_unmergeable_out_are_refused(capsys, tmp_path):
+    """A file whose rows are all skipped (or none) fitted the other rows without a word; --out onto a file that is
+    not a calibration failed after the fit, suggesting the very command that failed."""
+    header = tmp_path / "h.csv"
+    header.write_text("source,model,gpu,num_gpus,seq_len,global_batch,micro_batch,tp,pp,cp,vp,ep,etp,precision,"
+                      "recompute,tokens_per_s_per_gpu,tflops_per_gpu,mfu,notes\n")
+    rc, _, err = run(capsys, "calibrate", "--measurements", str(header))
+    assert rc == 2 and "no usable row (the file has none)" in err
+    good = tmp_path / "g.json"
+    good.write_text(json.dumps([_ROW]))
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    rc, _, err = run(capsys, "calibrate", "--no-published", "--measurements", str(good), "--out", str(bad))
+    assert rc == 2 and "is not a calibration" in err and "move it away or choose another --out" in err
+    assert bad.read_text() == "not json"
+
+
 def test_rows_take_the_settings_of_their_sources_recipe():
     """A published row names its layout; the settings come from its source's recipe of that release (named in the
     row's provenance) or from its notes: EP overlap, flex dispatcher, CUDA graphs, token drop, forced balance."""

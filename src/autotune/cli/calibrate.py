@@ -20,8 +20,8 @@ from rich.table import Table
 
 from ..catalog import get_gpu
 from ..cost.calibrate import (ENV_VAR, FAMILIES, STACK_SEP, fit_kinds, load_calibration, predict,
-                              published_measurements, read_measurements, row_report, save_calibrations,
-                              seed_measurements, stack_kind)
+                              published_measurements, read_calibrations, read_measurements, row_report,
+                              save_calibrations, seed_measurements, stack_kind)
 from ..cost.time import STEP_TERMS
 from ..errors import BadInput
 from .common import input_file, output_file
@@ -53,6 +53,12 @@ def calibrate(
         raise BadInput("--out '': give a file name, e.g. --out calib.json (or leave --out out to only see the fit)")
     if out is not None:
         output_file("--out", Path(out))  # before the fit: nothing half-done
+        if Path(out).exists():  # the fit merges into it: a file it cannot read is refused now, not after the fit
+            try:
+                read_calibrations(out)
+            except BadInput as exc:
+                raise BadInput(f"--out {out}: the fit merges into an existing file, and this one is not a calibration "
+                               f"({str(exc).split(': ', 1)[-1].split(';')[0]}); move it away or choose another --out") from None
     kind = get_gpu(gpu).name if gpu else None
     if kind is not None and kind not in FAMILIES:
         raise BadInput(f"--gpu {kind}: no throughput model to calibrate for it; choose one of {', '.join(FAMILIES)}")
@@ -65,11 +71,17 @@ def calibrate(
     if measurements:
         kept, skip = read_measurements(measurements)
         rows, skipped = rows + kept, skipped + [(measurements, r, why) for r, why in skip]
+        if not kept:  # the fit would run on the other rows alone, as if the file had been left out
+            why = Counter(w for _, w in skip).most_common(1)
+            raise BadInput(f"--measurements {measurements}: no usable row ("
+                           + (f"{len(skip)} skipped, most for: {why[0][0]}" if why else "the file has none")
+                           + "); fix the rows or leave --measurements out")
     family = {k for k in FAMILIES if kind and FAMILIES[k] == FAMILIES[kind]}
     usable = [m for m in rows if not kind or m.gpu in family]
     if not usable:
         where = f" for {kind} (or its family: {', '.join(sorted(family))})" if kind else ""
-        raise BadInput(f"no measured rows{where}: add --measurements FILE.csv|.json, or drop --no-seeds/--no-published")
+        raise BadInput(f"no measured rows{where}: add --measurements FILE.csv|.json (with rows of that GPU), or drop "
+                       "--no-seeds/--no-published")
     cals = fit_kinds(usable, [kind] if kind else None)
     path = save_calibrations(Path(out), cals) if out is not None else None
     result = {"written": str(path) if path else None, "use": f"export {ENV_VAR}={path}" if path else None,

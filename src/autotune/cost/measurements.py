@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import difflib
 import json
 import math
 from dataclasses import dataclass, replace
@@ -265,6 +266,30 @@ def published_measurements(csv_path: str | Path | None = None) -> tuple[list[Mea
     return kept, skipped
 
 
+_REQUIRED = ("model", "gpu", "count", "layout", "tokens_per_s_per_gpu")
+
+
+def _check_fields(d: dict, where: str) -> None:
+    """A JSON measurement's keys and the layout's form, named before the dataclass sees them (its errors are
+    Python's: "'list' object has no attribute 'world'")."""
+    missing = [k for k in _REQUIRED if k not in d]
+    if missing:
+        raise ConfigError(f"{where}: missing field(s) {', '.join(missing)}; give {', '.join(_REQUIRED)}")
+    lay = d["layout"]
+    if not isinstance(lay, (str, dict)):
+        raise ConfigError(f"{where}: field layout: give degrees like \"TP1 PP4 EP8 DP8\" or an object of layout "
+                          f"fields, got {type(lay).__name__}")
+    allowed = set(Measurement.__dataclass_fields__) | (set(Layout.__dataclass_fields__) if isinstance(lay, str) else set())
+    for key in d:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: unknown field {key!r}{hint}; fields: {', '.join(Measurement.__dataclass_fields__)}")
+    if not isinstance(d.get("quant_overrides", []), list):
+        raise ConfigError(f"{where}: field quant_overrides: give a list of [module, format] pairs, got "
+                          f"{type(d['quant_overrides']).__name__}")
+
+
 def read_measurements(path: str | Path) -> tuple[list[Measurement], list[tuple[dict, str]]]:
     """A user's measurements: a CSV in the published columns, or a JSON list of Measurement objects."""
     p = Path(path)
@@ -290,14 +315,15 @@ def read_measurements(path: str | Path) -> tuple[list[Measurement], list[tuple[d
     for i, d in enumerate(rows):
         if not isinstance(d, dict):
             raise ConfigError(f"{p}: measurement {i}: expected an object, got {type(d).__name__}")
+        _check_fields(d, f"{p}: measurement {i}")
         try:
             m = Measurement.from_dict(d)
             bad = violations(m.spec, m.workload, m.layout)  # e.g. DP0: degrees that do not divide the world
-        except BadInput as exc:
-            raise ConfigError(f"{p}: measurement {i}: {exc}") from None
+        except BadInput as exc:  # the layout's own words name CLI flags; here they are the measurement's fields
+            raise ConfigError(f"{p}: measurement {i}: {str(exc).replace('--count', 'count')}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"{p}: measurement {i}: missing or unexpected field {exc}; "
-                              "give model, gpu, count, layout, tokens_per_s_per_gpu") from None
+            raise ConfigError(f"{p}: measurement {i}: a field has a value of the wrong type ({type(exc).__name__}); "
+                              f"give {', '.join(_REQUIRED)} as in `autotune calibrate --help`") from None
         if bad:
             raise ConfigError(f"{p}: measurement {i} ({m.label()}): illegal for Megatron-core's rules: "
                               + "; ".join(v.message for v in bad))
