@@ -127,3 +127,13 @@ def test_cli_exit_codes(capsys, tmp_path):
         assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
     rc, _, err = cli(capsys, "check", "convergence", "--candidate", same, "--reference", ref, "--profile", "loose")
     assert rc == 2 and "profile 'loose'" in err
+
+
+def test_losses_at_the_float_limit_fail_without_numpy_warnings(recwarn):
+    """Losses of +-1e308 overflowed numpy's correlation to NaN, printed a RuntimeWarning, and a NaN correlation
+    passed the correlation test (NaN < threshold is False)."""
+    ref = {s: 2.0 - 0.01 * s for s in range(20)}
+    cand = {s: (1e308 if s % 2 else -1e308) for s in range(20)}
+    res = convergence_gate(cand, ref)
+    assert res.status == "fail" and "correlation" in res.details["failed"]
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

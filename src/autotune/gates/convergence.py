@@ -170,7 +170,13 @@ def _coverage(cand: LossCurve, ref: LossCurve) -> list[str]:
 
 
 def convergence_gate(candidate, reference, thresholds: Thresholds | str = "bridge") -> GateResult:
-    """Score two loss curves (LossCurve, {step: loss}, lists, or StepRecords)."""
+    """Score two loss curves (LossCurve, {step: loss}, lists, or StepRecords). Losses near the float limit overflow
+    the spreads and products: they come out inf or NaN and fail, without numpy's warnings."""
+    with np.errstate(all="ignore"):
+        return _score(candidate, reference, thresholds)
+
+
+def _score(candidate, reference, thresholds: Thresholds | str) -> GateResult:
     th = PROFILES[thresholds] if isinstance(thresholds, str) else thresholds
     cand, ref = curve_of(candidate, "candidate"), curve_of(reference, "reference")
     details: dict = {"thresholds": asdict(th), "steps": len(ref.losses)}
@@ -193,7 +199,7 @@ def convergence_gate(candidate, reference, thresholds: Thresholds | str = "bridg
         corr = 0.0
     else:
         corr = float(np.corrcoef(cur, gold)[0, 1])
-    if corr < th.correlation:
+    if not corr >= th.correlation:  # a NaN correlation fails too (NaN < x is False)
         failed.append("correlation")
     tol = np.array([th.tolerance(g) for g in gold])
     rel = np.where(gold != 0, np.abs(cur - gold) / np.where(gold != 0, np.abs(gold), 1.0), np.abs(cur))
