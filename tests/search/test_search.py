@@ -168,6 +168,10 @@ def test_resume_with_another_workload_is_refused(tmp_path, capsys):
     rc = main([*ARGS, "--runs-dir", str(tmp_path), "--study", "w", "--trials", "2", "--grads", "bf16"])
     err = capsys.readouterr().err
     assert rc == 2 and "grads_fp32=True" in err and len(err.strip().splitlines()) == 1
+    rc = main([*ARGS, "--runs-dir", str(tmp_path), "--study", "w", "--trials", "2", "--grads", "bf16",
+               "--seq-len", "4096"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "grads_fp32=True, seq_len=8192, not grads_fp32=False, seq_len=4096" in err  # each one named
     assert main([*ARGS, "--runs-dir", str(tmp_path), "--study", "w", "--trials", "2", "--json"]) == 0
 
 
@@ -440,3 +444,34 @@ def test_the_peak_shown_for_a_measured_trial_is_the_one_it_measured(tmp_path):
     assert rows and all(r["state"] == "measured" for r in rows)
     for r in rows:
         assert r["peak_memory_bytes"] == pytest.approx(0.9 * r["predicted_peak_memory_bytes"], rel=1e-6)
+
+
+def test_a_search_where_no_trial_succeeded_says_so(tmp_path, capsys):
+    """Every trial timed out: the search printed no best line at all, and the dashboard said the recipes were
+    'not written yet' for a search that had ended. The cluster is a test double whose trials all time out."""
+    from autotune.cli.report import render_outcome
+    from autotune.report.study import load_study
+    from autotune.search.driver import SearchConfig
+    from autotune.search.session import SearchSession
+    from autotune.space import load_space
+    from autotune.trials.backends.simulate import SimulateBackend
+    from autotune.trials.spec import TrialResult
+
+    class TimesOut(SimulateBackend):
+        measured = True
+
+        def _simulate(self, spec):
+            return TrialResult(study=spec.study, number=spec.number, status="timeout", backend=self.name,
+                               reason="no step within the timeout", wall_s=60.0)
+
+    model = load_model("Llama-3.1-8B")
+    s = SearchSession(model, ClusterSpec.of("H100", 8), Workload(), load_space(None, model), TimesOut(),
+                      StudyDir(tmp_path, "tmo"), SearchConfig(trials=2))
+    s.prepare()
+    out = s.run().to_json()
+    assert out["best"] is None and not out["recipes"] and out["dispatched"] == 2
+    capsys.readouterr()
+    render_outcome(out)
+    assert "best: none: no trial succeeded" in capsys.readouterr().out
+    view = load_study(tmp_path / "tmo")
+    assert "recipes (none: no trial of this search succeeded)" in view.missing

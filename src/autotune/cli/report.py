@@ -46,4 +46,7 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
         # paths and commands are not broken over lines (a copied command must run): the terminal wraps them
         console.print(f"recipes: {escape(out['study_dir'])}/recipes/   export the best: [bold]{escape(out['export'])}[/]",
                       soft_wrap=True)
+    elif out["dispatched"]:
+        console.print("best: none: no trial succeeded (each trial's state and reason are in the table above and the "
+                      "dashboard), so no recipe was written", soft_wrap=True)
     console.print(f"dashboard: {out['dashboard']}", markup=False, soft_wrap=True)

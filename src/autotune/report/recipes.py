@@ -25,13 +25,15 @@ class RecipeView:
     correctness: dict  # the recipe's correctness section as written (gates fill it)
 
 
-def load_recipes(d: Path, missing: list[str]) -> list[RecipeView]:
+def load_recipes(d: Path, missing: list[str], finished: bool = False) -> list[RecipeView]:
+    """The study's recipes; `finished`: the search has ended (its summary is written), so none means none ran."""
     from ..recipes.io import load_recipe
     from ..recipes.rank import recipe_stem
 
     files = sorted(Path(d).glob("*.yaml")) if Path(d).is_dir() else []
     if not files:
-        missing.append("recipes (none written yet: the search writes them when it ends)")
+        missing.append("recipes (none: no trial of this search succeeded)" if finished else
+                       "recipes (none written yet: the search writes them when it ends)")
         return []
     out = []
     for f in files:

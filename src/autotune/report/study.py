@@ -151,7 +151,7 @@ def load_study(root: str | Path) -> StudyView:
     if not view.funnel:
         missing.append("the pruning funnel (summary.json has none)")
 
-    view.recipes = load_recipes(root / "recipes", missing)
+    view.recipes = load_recipes(root / "recipes", missing, finished=bool(s.get("stop_reason")))
     return view
 
 

@@ -101,10 +101,13 @@ class SearchDriver:
                 raise BadInput(f"study {self.sd.name!r} was created for {key} {have[key]!r}, not {mine[key]!r}; "
                                f"use another --study")
         theirs, ours = have.get("workload") or {}, mine["workload"]
-        for key in sorted(set(theirs) & set(ours)):  # settings a study predates keep their defaults
-            if theirs[key] != ours[key]:
-                raise BadInput(f"study {self.sd.name!r} was created for workload {key}={theirs[key]!r}, not "
-                               f"{ours[key]!r}; resume with the study's settings or use another --study")
+        # settings a study predates keep their defaults; every setting that differs is named at once
+        diff = [k for k in sorted(set(theirs) & set(ours)) if theirs[k] != ours[k]]
+        if diff:
+            raise BadInput(f"study {self.sd.name!r} was created for workload "
+                           + ", ".join(f"{k}={theirs[k]!r}" for k in diff) + ", not "
+                           + ", ".join(f"{k}={ours[k]!r}" for k in diff)
+                           + "; resume with the study's settings or use another --study")
         for k, v in mine.items():
             if k not in have:
                 self.study.set_attr(k, v)
