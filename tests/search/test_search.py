@@ -96,16 +96,22 @@ def _completed(db: Path, name: str):
     return study, [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
 
 
-@pytest.mark.slow
-def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path):
-    cmd = [sys.executable, "-m", "autotune.cli.main", *ARGS, "--runs-dir", str(tmp_path), "--study", "k",
-           "--trials", "5", "--sim-delay", "0.6", "--json"]
+def _driver_at_trial(tmp_path, study: str, trials: int, delay: float, number: int):
+    """A search driver in its own process group, once it has written trial `number`'s spec: (process, command)."""
+    cmd = [sys.executable, "-m", "autotune.cli.main", *ARGS, "--runs-dir", str(tmp_path), "--study", study,
+           "--trials", str(trials), "--sim-delay", str(delay), "--json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    spec = tmp_path / "k" / "trials" / "2" / "trial_spec.json"
+    spec = tmp_path / study / "trials" / str(number) / "trial_spec.json"
     deadline = time.time() + 60
     while not spec.exists() and time.time() < deadline:
         time.sleep(0.05)
-    assert spec.exists(), "the driver never reached trial 2"
+    assert spec.exists(), f"the driver never reached trial {number}"
+    return proc, cmd
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_loses_and_repeats_nothing(tmp_path):
+    proc, cmd = _driver_at_trial(tmp_path, "k", 5, 0.6, 2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     _, before = _completed(tmp_path / "k" / "study.db", "k")
@@ -129,14 +135,7 @@ def test_a_trial_stopped_with_the_driver_runs_again_on_resume(tmp_path):
     crash, so --resume runs it again instead of keeping it as a finished failure that used up the budget."""
     from autotune.trials.spec import TrialResult, read_model
 
-    cmd = [sys.executable, "-m", "autotune.cli.main", *ARGS, "--runs-dir", str(tmp_path), "--study", "t",
-           "--trials", "4", "--sim-delay", "1.5", "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    spec = tmp_path / "t" / "trials" / "1" / "trial_spec.json"
-    deadline = time.time() + 60
-    while not spec.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    assert spec.exists(), "the driver never reached trial 1"
+    proc, cmd = _driver_at_trial(tmp_path, "t", 4, 1.5, 1)
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=60) == 143
