@@ -474,3 +474,19 @@ def test_a_search_where_no_trial_succeeded_says_so(tmp_path, capsys):
     assert "best: none: no trial succeeded" in capsys.readouterr().out
     view = load_study(tmp_path / "tmo")
     assert "recipes (none: no trial of this search succeeded)" in view.missing
+
+
+def test_a_finished_trial_keeps_its_label_and_the_planners_rationale(tmp_path, capsys):
+    """The record written when a trial finishes set every attribute it did not name to its default, so the
+    label and the planner's 'why' written at dispatch were blanked: the dashboard lost the rationale column."""
+    from autotune.report.study import load_study
+
+    assert main(["search", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "8", "--trials", "2",
+                 "--runs-dir", str(tmp_path), "--study", "why", "--json"]) == 0
+    study, done = _completed(tmp_path / "why" / "study.db", "why")
+    assert len(done) == 2
+    for t in done:
+        assert t.user_attrs["label"] and "EP" not in t.user_attrs["label"]  # a dense model's label
+        assert t.user_attrs["why"] and t.user_attrs["status"] == "ok"
+    view = load_study(tmp_path / "why")
+    assert all(t.why for t in view.trials)

@@ -162,7 +162,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         "active_params": counts.active,
         "total_params": counts.total,
         "layout": lay.label(m.is_moe),
-        "layout_detail": lay.to_dict(),
+        "layout_detail": {**lay.to_dict(), "label": lay.label(m.is_moe)},  # a dense model has no EP
         "summary": lay.summary(workload.seq_len, m.is_moe),
         "precision": workload.precision,
         "lora": workload.lora,

@@ -71,7 +71,9 @@ class TrialAttrs(BaseModel):
     proxy_tokens_per_s_per_gpu: float | None = None
 
     def as_user_attrs(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
+        """The attributes this record sets (not its defaults: a finished trial's record must not blank the label
+        and the planner's rationale written at dispatch)."""
+        return self.model_dump(exclude_none=True, exclude_unset=True)
 
     @property
     def tokens_per_s_per_gpu(self) -> float | None:
