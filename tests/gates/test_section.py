@@ -140,7 +140,9 @@ def test_candidate_arguments_for_search_layouts():
 def test_cli_component_bad_input_and_flex_not_run(capsys):
     from gate_helpers import cli
 
-    for argv, needle in ((("--dispatcher", "alltoall", "--ep", "3"), "EP 3 must divide"),
+    for argv, needle in ((("--dispatcher", "alltoall", "--ep", "3"), "--ep 3: give a rank count that divides the "
+                          "8 experts (1, 2, 4, 8)"),
+                         (("--dispatcher", "alltoall", "--ep", "0"), "--ep 0: give a rank count"),
                          (("--dispatcher", "alltoall", "--dtype", "fp16"), "--dtype 'fp16'"),
                          (("--dispatcher", "deepep"), "dispatcher 'deepep'")):
         rc, out, err = cli(capsys, "check", "component", *argv)

@@ -54,7 +54,8 @@ class ComponentSpec:
             if d not in DISPATCHERS:
                 raise BadInput(f"dispatcher {d!r}: choose one of {', '.join(DISPATCHERS)}")
         if self.ep < 1 or self.experts % self.ep:
-            raise BadInput(f"EP {self.ep} must divide the {self.experts} experts")
+            ok = ", ".join(str(d) for d in range(1, self.experts + 1) if self.experts % d == 0)
+            raise BadInput(f"--ep {self.ep}: give a rank count that divides the {self.experts} experts ({ok})")
         if not 1 <= self.topk <= self.experts:
             raise BadInput(f"top-k {self.topk}: must be between 1 and the {self.experts} experts")
 
