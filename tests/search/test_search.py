@@ -365,6 +365,12 @@ def test_a_gpu_from_a_file_runs_its_trials_on_its_own_figures(tmp_path, capsys):
         assert spec.gpu == name and spec.gpu_spec.memory_gb_nominal == 192
         res = read_model(TrialResult, tmp_path / name.lower() / "trials" / "0" / "trial_result.json")
         assert res.status == "ok" and res.prediction.capacity_bytes > 150 * 2**30  # the file's 192 GB, not 80
+    assert main(["estimate", "--recipe", out["recipes"][0]]) == 0  # a catalog name reads back (as the catalog's)
+    first = sorted((tmp_path / "mygpu" / "recipes").glob("rank-01-*.yaml"))[0]
+    capsys.readouterr()
+    assert main(["estimate", "--recipe", str(first)]) == 2
+    err = capsys.readouterr().err
+    assert "GPU 'MyGPU' is not in the catalog" in err and "--gpu FILE.yaml" in err and err.count("\n") == 1
 
 
 def test_resume_finds_the_study_by_what_it_was_created_for(tmp_path, capsys):

@@ -175,8 +175,13 @@ def recipe_inputs(path: str) -> tuple[dict, ModelSpec, ClusterSpec, Workload, La
     model = model_of(recipe)
     if model is None:
         raise UnknownName(f"recipe {path!r}: model {recipe.model!r} is not in the catalog; see `autotune models`")
+    try:
+        cluster = cluster_of(recipe)
+    except UnknownName:  # a recipe of a search on a GPU file: the recipe names the GPU, not the file
+        raise UnknownName(f"recipe {path!r}: GPU {recipe.gpu.type!r} is not in the catalog (a GPU file's?); estimate "
+                          f"its layout with --model, --gpu FILE.yaml, --count and --layout instead") from None
     doc = recipe.model_dump(mode="json")
-    return doc, model, cluster_of(recipe), workload_of(recipe), run_layout(recipe)
+    return doc, model, cluster, workload_of(recipe), run_layout(recipe)
 
 
 def layout_options(layout: str, count: int, recompute: str | None, dispatcher: str, max_tokens: int | None,
