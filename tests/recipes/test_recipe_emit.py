@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from autotune.catalog import ClusterSpec, Workload, load_model
@@ -181,10 +182,10 @@ def test_derived_numbers_follow_the_printed_throughput():
     model, cluster = load_model("Qwen3.5-122B-A10B"), ClusterSpec.of("H200", 32)
     n, peak = param_counts(model).active, cluster.gpu.bf16_tflops
     # throughputs whose MFU rounds differently from the unrounded and the printed number (found, not assumed)
-    edge = [t for t in (2000 + k * 0.0013 for k in range(200_000))
-            if round(float(mfu_of(t, n, peak)), 4) != round(float(mfu_of(round(t, 2), n, peak)), 4)]
-    assert edge, "no throughput at a rounding edge in the range scanned"
-    for tps in edge[:3]:
+    t = 2000 + np.arange(200_000) * 0.0013
+    edge = t[np.round(mfu_of(t, n, peak), 4) != np.round(mfu_of(np.round(t, 2), n, peak), 4)]
+    assert len(edge), "no throughput at a rounding edge in the range scanned"
+    for tps in edge[:3].tolist():
         _, _, _, recipe = _candidate(tokens_per_s_per_gpu=tps)
         assert check_recipe(recipe) == [], tps
 

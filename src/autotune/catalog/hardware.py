@@ -23,7 +23,7 @@ from ..errors import BadInput, ConfigError, UnknownName
 from .registry import suggest
 
 __all__ = ["GpuSpec", "ClusterSpec", "GPUS", "GPU_VARIANTS", "VARIANT_KINDS", "get_gpu", "load_gpu_file",
-           "is_catalog_gpu"]
+           "custom_gpu"]
 
 GB = 1e9
 GiB = 1024**3
@@ -142,10 +142,10 @@ def get_gpu(name: str) -> GpuSpec:
     raise UnknownName(f"unknown GPU {name!r}{hint}: choose one of {', '.join(GPUS)}; `autotune gpus` lists them")
 
 
-def is_catalog_gpu(g: GpuSpec) -> bool:
-    """Whether `g` is a catalog GPU as the catalog has it (its name then stands for it in files and trials); a user's
-    file is not, even under a catalog name."""
-    return {**GPUS, **GPU_VARIANTS}.get(g.name) == g
+def custom_gpu(g: GpuSpec) -> GpuSpec | None:
+    """`g` itself when its name does not stand for it (a user's file, even under a catalog name), so that trial specs
+    and calibration rows carry it whole; None for a catalog GPU as the catalog has it."""
+    return None if {**GPUS, **GPU_VARIANTS}.get(g.name) == g else g
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..catalog import QUANT, ClusterSpec, ModelSpec, Workload
+from ..catalog import ClusterSpec, ModelSpec, Workload, recipe_precision
 from ..catalog.model import FULL, SLIDING
 from ..layout import LayoutTable
 from ._comm import a2a_time, contiguous_spread, group_bw, link_bandwidths, ring_bw, routing_load
@@ -235,7 +235,7 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     rows = tokens / cp  # with SP the GEMMs see the gathered sequence of the CP shard
     # (the (n, 1) and scalar factors are multiplied first: one pass over each (n, S) array)
     mix = linear_time_scale(model, workload, t, S, cluster.gpu, c, lin_peak)  # linears the recipe keeps in BF16 / MXFP8
-    fmt = QUANT[workload.precision][0]
+    fmt = recipe_precision(workload.precision)  # the GEMM format: bf16, fp8 or fp4
     dense_eff = gemm_efficiency(c, h / tp, rows)
     mb = {"compute_dense": fl.dense * _linear_s(passes, lin_peak, peak, c, dense_eff, mix[0], fmt),
           "compute_attention": fl.attention * (3.5 * (SDPA_SLOWDOWN if workload.attention_kernel == "sdpa" else 1.0)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
-from ..catalog.hardware import GiB, is_catalog_gpu
+from ..catalog.hardware import GiB, custom_gpu
 from ..cost import Calibration, evaluate, load_calibration
 from ..errors import BadInput
 from ..layout import Layout, LayoutTable, violations
@@ -69,7 +69,7 @@ def _trial_measurement(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
 
     w, c = workload, cluster
     return Measurement(model=model.source.removeprefix("catalog:") or model.name, gpu=c.gpu.name,
-                       gpu_spec=None if is_catalog_gpu(c.gpu) else c.gpu, count=c.count,
+                       gpu_spec=custom_gpu(c.gpu), count=c.count,
                        layout=lay, tokens_per_s_per_gpu=float(value), gpus_per_node=c.gpus_per_node,
                        seq_len=w.seq_len, global_batch=w.global_batch, load_balancing_loss=w.load_balancing_loss,
                        grads_fp32=w.grads_fp32, source=source)

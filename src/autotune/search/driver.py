@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
+from ..catalog.hardware import custom_gpu
 from ..errors import BadInput
 from ..killpoints import kill_point
 from ..layout import Layout
@@ -25,7 +26,7 @@ from ..layout.describe import settings_label
 from ..layout.dimensions import layout_key
 from ..space import SearchSpace
 from ..trials.backends import Backend, Handle
-from ..trials.spec import EarlyStop, TrialGpu, TrialResult, TrialSpec, read_model, write_json_atomic
+from ..trials.spec import EarlyStop, TrialResult, TrialSpec, read_model, write_json_atomic
 from .acquisition import stop_reason, trial_gpu_hours
 from .candidates import Candidates
 from .planners import Planner, PlannerOptions, Proposal, TrialRecord, get_planner
@@ -141,12 +142,13 @@ class SearchDriver:
             self.sd.remove_if_created()  # leave nothing half-written behind a failed start
             raise
 
-    def _result_on_disk(self, number: int) -> TrialResult | None:
+    def result_on_disk(self, number: int) -> TrialResult | None:
+        """Trial `number`'s result as its backend wrote it, or None."""
         p = self.sd.trial_dir(number) / "trial_result.json"
         return read_model(TrialResult, p) if p.exists() else None
 
     def _resume(self) -> list[Layout]:
-        repair, on_disk = self.study.repair(self._result_on_disk)
+        repair, on_disk = self.study.repair(self.result_on_disk)
         for number, a in self.study.finished():
             lay = Layout.from_dict(a.layout)
             rec = TrialRecord(number, lay, a.status, a.source or "measured", a.tokens_per_s_per_gpu, a.predicted, a.why)
@@ -157,7 +159,7 @@ class SearchDriver:
                 self._learn(rec)
         for number, a in on_disk:
             self._why[number] = a.why
-            self._tell(number, Layout.from_dict(a.layout), self._result_on_disk(number), a.predicted)
+            self._tell(number, Layout.from_dict(a.layout), self.result_on_disk(number), a.predicted)
         done = {layout_key(r.layout) for r in self.records}
         requeue = [lay for lay in repair.requeued if layout_key(lay) not in done]
         if self.records or requeue or repair.note():
@@ -320,7 +322,7 @@ class SearchDriver:
         wl = dataclasses.replace(self.workload, steps=steps, window=(warmup, steps - 1))
         spec = TrialSpec(
             study=self.sd.name, number=number, model=self.model.source.removeprefix("catalog:") or self.model.name,
-            gpu=self.cluster.gpu.name, gpu_spec=TrialGpu.of(self.cluster.gpu), count=self.cluster.count,
+            gpu=self.cluster.gpu.name, gpu_spec=custom_gpu(self.cluster.gpu), count=self.cluster.count,
             gpus_per_node=self.cluster.gpus_per_node, layout=lay.to_dict(), workload=_jsonable(dataclasses.asdict(wl)),
             steps=steps, warmup_steps=warmup, seed=self.cfg.seed,
             timeout_s=self.cfg.timeout_s, predicted=prediction,
@@ -361,7 +363,7 @@ class SearchDriver:
             res = res.model_copy(update={"tokens_per_s_per_gpu": pred, "source": "predicted",
                                          "reason": f"proxy trial ran ({res.tokens_per_s_per_gpu or 0:,.1f} tokens/s/GPU "
                                                    f"on the proxy); ranked by the full model's prediction"})
-        gpu_h = res.gpu_hours or ((res.wall_s or 0.0) * self.cluster.count / 3600.0)
+        gpu_h = res.charged_gpu_hours(self.cluster.count)
         value_key = "measured" if res.source == "measured" else "value"
         attrs = TrialAttrs(status=res.status, source=res.source, reason=_one_line(res.reason or ""),
                            gpu_hours=gpu_h, peak_memory_bytes=res.peak_memory_bytes, wall_s=res.wall_s,

@@ -16,14 +16,13 @@ from typing import Callable
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..cost import evaluate
-from ..errors import AutotuneError
 from ..killpoints import kill_point
 from ..layout import LayoutTable
 from ..layout.describe import settings_label
 from ..space import SearchSpace
 from ..trials.backends import Backend
 from ..trials.prediction import prediction_of
-from ..trials.spec import TRIAL_STARTUP_S, TrialResult, read_model
+from ..trials.spec import TRIAL_STARTUP_S, TrialResult
 from .driver import SearchConfig, SearchDriver
 from .gates import GateOutcome, GatesStage, RecipeGates
 from .outputs import Publication
@@ -124,13 +123,8 @@ class SearchSession:
     # --- stages ----------------------------------------------------------------------------------------
     def _measured_peak(self, rec: TrialRecord) -> int | None:
         """The peak memory a measured trial recorded (max over ranks), or None."""
-        path = self.sd.trial_dir(rec.number) / "trial_result.json"
-        if rec.source != "measured" or not path.exists():
-            return None
-        try:
-            return read_model(TrialResult, path).peak_memory_bytes
-        except AutotuneError:
-            return None
+        res = self.driver.result_on_disk(rec.number) if rec.source == "measured" else None
+        return res.peak_memory_bytes if res else None
 
     def _rows(self, records: list[TrialRecord]) -> list[dict]:
         """One JSON row per trial, with MFU, $ per 1M tokens from one evaluation, and the peak memory: measured where
@@ -186,8 +180,7 @@ class SearchSession:
         from ..recipes.emit import recipe_from_candidate, recipe_name
         from ..recipes.io import write_recipe
 
-        res_path = self.sd.trial_dir(rec.number) / "trial_result.json"
-        res = read_model(TrialResult, res_path) if res_path.exists() else None
+        res = self.driver.result_on_disk(rec.number)
         wl = self.workload
         measured = rec.source == "measured"
         window, steps = tuple(wl.window), wl.steps
@@ -198,8 +191,7 @@ class SearchSession:
         recipe = recipe_from_candidate(
             self.model, self.cluster, rec.layout, wl, status=status, tokens_per_s_per_gpu=rec.value,
             step_time_cv_percent=res.step_time_cv_percent if res and measured else None,
-            # the GPU-hours the search charged it (a CPU trial reports none of its own: its wall time x ranks)
-            gpu_hours=(res.gpu_hours or (res.wall_s or 0.0) * self.cluster.count / 3600.0 or None) if res else None,
+            gpu_hours=(res.charged_gpu_hours(self.cluster.count) or None) if res else None,  # as the search charged it
             window=window, steps_per_run=steps,
             stack=_stack(res, self.cluster), measured=dt.date.today().isoformat(),
             gpu_hours_note=(f"predicted: GPUs x ({self.cfg.steps or wl.steps} steps + {TRIAL_STARTUP_S / 60:.1f} min "

@@ -330,7 +330,7 @@ class Study:
                 rep.abandoned += 1
                 continue
             res = result_of(ft.number)
-            if res is not None and not getattr(res, "cancelled", False):
+            if res is not None and not res.cancelled:
                 on_disk.append((ft.number, a))
                 rep.told += 1
             else:  # never finished, or stopped with the driver (an interrupt): not the layout's doing, run it again

@@ -7,17 +7,17 @@ teaches the search where the memory wall is.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..catalog.hardware import ClusterSpec, GpuSpec, get_gpu
 from ..errors import ConfigError
 from ..fsutil import write_text_atomic
 
-__all__ = ["EarlyStop", "TrialGpu", "TrialSpec", "TrialResult", "StepRecord", "Prediction", "FailureClass", "write_json_atomic", "read_model",
+__all__ = ["EarlyStop", "TrialSpec", "TrialResult", "StepRecord", "Prediction", "FailureClass", "write_json_atomic", "read_model",
            "TRIAL_STARTUP_S"]
 
 # Seconds a trial spends outside its timed steps (launch, model build, checkpoint-free warm-up), from the
@@ -69,46 +69,6 @@ class EarlyStop(_Strict):
     confidence: float = Field(default=0.99, gt=0.5, lt=1)
 
 
-class TrialGpu(_Strict):
-    """A GPU the catalog lacks (a user's `--gpu FILE`), carried whole with the trial: the file may not exist where
-    the trial runs (another process, a Ray worker), and a name alone would be looked up in the catalog. The fields
-    of catalog.GpuSpec, range-checked."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    name: str = Field(min_length=1, max_length=100)
-    memory_bytes: int = Field(gt=0)
-    memory_gb_nominal: int = Field(gt=0)
-    bf16_tflops: float = Field(gt=0)
-    hbm_gbps: float = Field(gt=0)
-    nvlink_gbps: float = Field(gt=0)
-    usd_per_hour: float = Field(ge=0)
-    gpus_per_node: int = Field(gt=0, le=1024)
-    network_gbps: float = Field(gt=0)
-    instance: str = ""
-    is_accelerator: bool = True
-    host_mem_gbps: float = Field(gt=0)
-    host_link_gbps: float = Field(gt=0)
-    host_mem_gib: float = Field(gt=0)
-    fp8_tflops: float = Field(ge=0)
-    mxfp8: bool = False
-    fp4_tflops: float = Field(ge=0)
-    nvlink_domain: int = Field(ge=0)
-    fp8_any_layout: bool | None = None
-
-    @classmethod
-    def of(cls, gpu) -> "TrialGpu | None":
-        """None for a catalog GPU (its name is enough), else the whole spec."""
-        from ..catalog.hardware import is_catalog_gpu
-
-        return None if is_catalog_gpu(gpu) else cls(**dataclasses.asdict(gpu))
-
-    def spec(self):
-        from ..catalog import GpuSpec
-
-        return GpuSpec(**self.model_dump())
-
-
 class TrialSpec(_Strict):
     """Everything a backend needs to run one trial; written as trial_spec.json before dispatch.
     Numbers are range-checked (finite, positive where they must be, bounded far above real use)."""
@@ -120,7 +80,9 @@ class TrialSpec(_Strict):
     number: int = Field(ge=0, le=10**9)
     model: str = Field(min_length=1, max_length=4096)  # catalog name or config.json path
     gpu: str = Field(min_length=1, max_length=100)
-    gpu_spec: TrialGpu | None = None  # the whole GPU when the catalog lacks it (a user's --gpu FILE)
+    # the whole GPU when its name does not stand for it (a user's --gpu FILE: the file may not exist where the trial
+    # runs, and the name alone would be looked up in the catalog); its fields and types checked, as GpuSpec's
+    gpu_spec: GpuSpec | None = None
     count: int = Field(gt=0, le=1_000_000)  # world size
     gpus_per_node: int = Field(gt=0, le=1024)
     layout: dict  # Layout.to_dict()
@@ -136,16 +98,12 @@ class TrialSpec(_Strict):
     predicted: Prediction | None = None  # the cost model's prediction at dispatch
     early_stop: EarlyStop | None = None  # end the trial once steady, or once clearly losing (None: run all steps)
 
-    def gpu_of(self):
+    def gpu_of(self) -> GpuSpec:
         """The trial's GpuSpec: the carried one, else the catalog's."""
-        from ..catalog import get_gpu
+        return self.gpu_spec or get_gpu(self.gpu)
 
-        return self.gpu_spec.spec() if self.gpu_spec is not None else get_gpu(self.gpu)
-
-    def cluster(self, **kw):
+    def cluster(self, **kw) -> ClusterSpec:
         """The trial's ClusterSpec (`kw`: ClusterSpec.of's software flags)."""
-        from ..catalog import ClusterSpec
-
         return ClusterSpec.of(self.gpu_of(), self.count, self.gpus_per_node, **kw)
 
 
@@ -184,6 +142,11 @@ class TrialResult(_Strict):
     stopped_early: str | None = None  # why the trial ended before its step cap ("steady: ...", "losing: ...")
     # stopped by the search driver (an interrupt, SIGTERM), not by the layout: a resumed study runs it again
     cancelled: bool = False
+
+    def charged_gpu_hours(self, count: int) -> float:
+        """The GPU-hours the search charges the trial: its own, else its wall time x `count` ranks (a CPU trial
+        reports none of its own)."""
+        return self.gpu_hours or (self.wall_s or 0.0) * count / 3600.0
 
     @property
     def ok(self) -> bool:
