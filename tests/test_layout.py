@@ -119,7 +119,8 @@ def test_94_layers_over_pp8_vpp4_are_legal_the_way_megatron_makes_them():
     m = load_model("Qwen3-235B-A22B")
     w = Workload(seq_len=4096, global_batch=1024)
     even = Layout(world=256, tp=2, pp=8, vpp=4, ep=32, micro_batch_size=1)
-    assert any(v.code == "layers_pp" and "--account-for-embedding" in v.message for v in violations(m, w, even))
+    assert any(v.code == "layers_pp" and "--layer-split auto" in v.message and "2,3x30,2" in v.message
+               for v in violations(m, w, even))
     split = megatron_split(94, 8, 4, embedding=True, loss=True)  # 96 slots / 32 virtual stages
     assert split[0] == 2 and split[-1] == 2 and set(split[1:-1]) == {3} and sum(split) == 94
     assert split in legal_splits(94, 8, 4) and split_flags(split, 94, 8, 4) == {"embedding": True, "loss": True}
@@ -215,3 +216,16 @@ def test_precision_switches_round_trip_for_every_precision_and_class():
     with pytest.raises(BadInput) as err:
         precision_switches("int8")
     assert str(err.value).count("bf16") == 1 and "mxfp8" in str(err.value)
+
+
+def test_split_text_folds_runs_and_reads_back():
+    from autotune.layout.splits import parse_split, split_text
+
+    assert split_text(()) == "even" and parse_split("even") == ()
+    assert split_text((2, 3, 3, 3, 2)) == "2,3x3,2" and split_text((3, 3, 2)) == "3,3,2"
+    for sp in ((2,) + (3,) * 30 + (2,), (1, 2, 2, 1), (5,), (0, 4, 4, 0)):
+        assert parse_split(split_text(sp)) == sp
+    assert parse_split("2,3,3,2") == (2, 3, 3, 2)
+    for bad in ("2,x3", "a", "2,-1", "3x"):
+        with pytest.raises(BadInput):
+            parse_split(bad)

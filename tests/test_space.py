@@ -11,7 +11,9 @@ import pytest
 
 from autotune import space as space_mod
 from autotune.errors import ConfigError
+from autotune.layout.describe import settings_label
 from autotune.layout.dimensions import table_keys
+from autotune.layout.splits import split_text
 from autotune.space import MAX_ENUMERATED, enumerate_space, explore, load_space
 
 HOST_OOM = "predicted host OOM (offloaded optimizer)"
@@ -77,8 +79,8 @@ def test_too_many_survivors_to_evaluate_is_a_one_line_error(monkeypatch):
     """Screening stops as soon as more layouts survive than the cost model may evaluate at once."""
     m = load_model("Qwen3-30B-A3B")
     monkeypatch.setattr(space_mod, "MAX_EVALUATED", 5_000)
-    with pytest.raises(ConfigError, match=r"more than 5,000 layouts of Qwen3-30B-A3B on 16 x H200 survive "
-                                          r"screening .* list fewer values per dimension"):
+    with pytest.raises(ConfigError, match=r"more than 5,000 layouts of Qwen3-30B-A3B on 16 x H200 fit in "
+                                          r"memory .* list fewer values per dimension"):
         explore(load_space(None, m), m, Workload(), ClusterSpec.of("H200", 16))
 
 
@@ -130,3 +132,50 @@ def test_tp_comm_overlap_asked_where_it_cannot_act_is_one_layout_not_two(tmp_pat
     only_on = explore(load_space(None, m), m, Workload(), c)  # the default space lists it on only: TP 1 stays
     tp1 = np.flatnonzero(only_on.table.tp == 1)
     assert len(tp1) and "tp comm overlap" not in settings_label(only_on.table.row(int(tp1[0])))
+
+
+def test_the_space_searches_the_split_where_layers_do_not_divide():
+    """Qwen3-235B-A22B has 94 layers: PP8 x VPP4 (the published layout) divides them only with an uneven split.
+    The default space tries every split Megatron accepts there (embedding and loss counted as layers, the
+    balanced one), never one where the layers divide, and counts each split as one enumerated layout."""
+    from autotune.layout.splits import legal_splits
+
+    m, w, c = load_model("Qwen3-235B-A22B"), Workload(seq_len=4096), ClusterSpec.of("H100", 64)
+    space = load_space(None, m)
+    space.dimensions.recompute = ["full:uniform:1"]
+    space.dimensions.optimizer_offload = [0.0]
+    res = explore(space, m, w, c)
+    t = res.table
+    assert len(res.kept) and (t.split > 0).any()
+    for pp, vpp in {(int(a), int(b)) for a, b in zip(t.pp, t.vpp)}:
+        rows = (t.pp == pp) & (t.vpp == vpp)
+        splits = {t.row(int(i)).layer_split for i in np.flatnonzero(rows)}
+        if m.num_layers % (pp * vpp) == 0:
+            assert splits == {()}
+        else:
+            assert () not in splits and splits <= set(legal_splits(m.num_layers, pp, vpp))
+    pub = (t.pp == 8) & (t.vpp == 4)
+    assert {t.row(int(i)).layer_split for i in np.flatnonzero(pub)} == set(legal_splits(94, 8, 4))
+    even = load_space(None, m)
+    even.dimensions.recompute, even.dimensions.optimizer_offload = ["full:uniform:1"], [0.0]
+    even.dimensions.layer_split = ["even"]
+    only_even = explore(even, m, w, c)
+    assert not (only_even.table.split > 0).any() and only_even.funnel[0][1] < res.funnel[0][1]
+    assert res.funnel[1][1] > only_even.funnel[1][1]  # legal: the uneven splits of PP x VPP that do not divide
+    # every uneven row shows its split where the search and its study show settings
+    i = int(np.flatnonzero(t.split > 0)[0])
+    assert f"layer split {split_text(t.row(i).layer_split)}" in settings_label(t.row(i))
+
+
+def test_uneven_rows_are_counted_once_per_split_whatever_the_chunking(monkeypatch):
+    m, w, c = load_model("Qwen3-235B-A22B"), Workload(seq_len=4096), ClusterSpec.of("H100", 64)
+    space = load_space(None, m)
+    space.dimensions.recompute, space.dimensions.optimizer_offload = ["full:uniform:1"], [0.0]
+    space.dimensions.dispatcher, space.dimensions.ep_overlap = ["alltoall"], [False]
+    whole = explore(space, m, w, c)
+    monkeypatch.setattr(space_mod, "MAX_CHUNK", 2048)
+    chunked = explore(space, m, w, c)
+    assert chunked.funnel == whole.funnel and chunked.reasons == whole.reasons
+    assert list(table_keys(chunked.table)) == list(table_keys(whole.table))
+    t = enumerate_space(space, m, w, c)  # every split materialised: the funnel's first count
+    assert len(t) == whole.funnel[0][1]

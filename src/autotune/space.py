@@ -21,11 +21,13 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
                       create_model, field_validator)
 
 from .catalog import ClusterSpec, ModelSpec, Workload
-from .cost import Calibration, Evaluation, evaluate
+from .cost import Calibration, Evaluation, evaluate, load_calibration
+from .cost.memory import estimate_memory
 from .errors import ConfigError
 from .layout import DISPATCHERS, RULES, LayoutTable, Recompute, check
 from .layout.core import CUDA_GRAPHS
-from .layout.dimensions import DIMENSIONS, grid_axes, grid_columns
+from .layout.dimensions import DIMENSIONS, SPLIT_CHOICES, UNEVEN, expand_splits, grid_axes, grid_columns, split_counts
+from .layout.rules import SPLIT_RULES
 
 __all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult", "chunks", "MAX_CHUNK"]
 
@@ -55,7 +57,7 @@ class _DimensionValues(BaseModel):
             if bad:
                 raise ValueError(f"value(s) {bad} outside [{lo:g}, {hi:g}]")
             v = [float(f) for f in v]
-        for name, allowed in (("dispatcher", DISPATCHERS), ("cuda_graphs", CUDA_GRAPHS)):
+        for name, allowed in (("dispatcher", DISPATCHERS), ("cuda_graphs", CUDA_GRAPHS), ("layer_split", SPLIT_CHOICES)):
             bad = [d for d in v if dim.name == name and d not in allowed]
             if bad:
                 raise ValueError(f"unknown {name} value(s) {bad}; allowed: {', '.join(allowed)}")
@@ -235,7 +237,7 @@ def load_space(path: str | None = None, model: ModelSpec | None = None) -> Searc
 def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec) -> LayoutTable:
     """Every combination of the space's values for this model and cluster, as a LayoutTable."""
     axes, _ = _sized_axes(space, model, cluster, MAX_ENUMERATED)
-    n, cols = grid_columns(axes, workload)
+    n, cols = grid_columns(axes, workload, model.num_layers)
     return LayoutTable.from_columns(cluster.count, n, sp=True, **cols)
 
 
@@ -246,21 +248,43 @@ class SpaceResult:
     funnel: list[tuple[str, int]]  # (stage, count remaining)
     reasons: dict[str, int]  # reason -> layouts removed for it (first reason only)
     last_reasons: dict[str, int]  # reasons that removed the final layouts of the last non-empty stage
-    table: LayoutTable  # the layouts that fit (legal, supported, practical)
+    table: LayoutTable  # the layouts that fit (legal, supported, practical, and in memory once evaluated)
     evaluation: Evaluation | None
     kept: np.ndarray  # indices into `table`, best first
     notes: list[str] = field(default_factory=list)
 
 
-def _first_reason(masks: list[tuple[str, np.ndarray]], n: int) -> tuple[np.ndarray, dict[str, int]]:
+def _first_reason(masks: list[tuple[str, np.ndarray]], n: int,
+                  weight: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int]]:
+    """Rows every mask passes, and per reason the rows it removed first (`weight`: how many layouts a row stands
+    for, an "uneven" row one per split)."""
     alive = np.ones(n, dtype=bool)
     counts: dict[str, int] = {}
     for reason, ok in masks:
         dead = alive & ~ok
         if dead.any():
-            counts[reason] = int(dead.sum())
+            counts[reason] = int(dead.sum() if weight is None else weight[dead].sum())
         alive &= ok
     return alive, counts
+
+
+def _enumerated(chunk: list[list], model: ModelSpec, workload: Workload, cluster: ClusterSpec):
+    """One chunk's combinations with their layer splits: (layouts it stands for, legal-so-far table, {reason:
+    layouts removed}). An "uneven" row is first checked, as one row, against the rules that do not read the split;
+    the survivors become one row per split Megatron accepts (most rows of a large space are illegal for other
+    reasons, so few are expanded), which _screen then checks against every rule."""
+    rows, cols = grid_columns(chunk, workload)
+    uneven = cols["split"] == UNEVEN
+    if not uneven.any():
+        return rows, LayoutTable.from_columns(cluster.count, rows, sp=True, **cols), {}
+    weight = split_counts(cols, model.num_layers)
+    t = LayoutTable.from_columns(cluster.count, rows, sp=True, **{**cols, "split": np.where(uneven, 0, cols["split"])})
+    masks = [(f"illegal: {code}", ok | (uneven if code in SPLIT_RULES else False))
+             for code, ok in check(model, workload, t).items()]
+    legal, reasons = _first_reason(masks, rows, weight)
+    keep = np.flatnonzero(legal & (weight > 0))
+    n, cols = expand_splits(len(keep), {k: np.asarray(v)[keep] for k, v in cols.items()}, model.num_layers)
+    return int(weight.sum()), LayoutTable.from_columns(cluster.count, n, sp=True, **cols), reasons
 
 
 def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: ClusterSpec, p: "Prune",
@@ -299,29 +323,41 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     at a time, so memory follows the survivors, not the space's size (up to MAX_EXPLORED combinations)."""
     axes, size = _sized_axes(space, model, cluster, MAX_EXPLORED)
     p = space.prune
-    n = n_legal = survivors = 0
+    cal = calibration if calibration is not None else load_calibration(cluster.gpu.name)
+    n = n_legal = practical = survivors = done = 0
     reasons: dict[str, int] = {f"illegal: {r.code}": 0 for r in RULES}  # in the rules' order
     later: dict[str, int] = {}
+    oom = {"predicted OOM": 0, "predicted host OOM (offloaded optimizer)": 0}
     parts = []
     for chunk in chunks(axes):
-        rows, cols = grid_columns(chunk, workload)
-        t = LayoutTable.from_columns(cluster.count, rows, sp=True, **cols)
+        rows, t, r_split = _enumerated(chunk, model, workload, cluster)
+        done += int(np.prod([max(len(a), 1) for a in chunk]))
         legal, kept, r_legal, r_later = _screen(t, model, workload, cluster, p,
                                                 tp_overlap_both=len(set(space.dimensions.tp_comm_overlap)) > 1)
         n, n_legal = n + rows, n_legal + int(legal.sum())
+        _add(reasons, r_split)
         _add(reasons, r_legal)
         _add(later, r_later)
-        parts.append(t.take(np.flatnonzero(kept)))
-        survivors += len(parts[-1])
+        part = t.take(np.flatnonzero(kept))
+        practical += len(part)
+        if len(part):  # memory first, a chunk at a time: the time model runs only on what fits
+            mem = estimate_memory(model, workload, cluster, part, cal.memory)
+            gpu_fits = mem.peak <= mem.capacity_bytes * (1 - p.memory_margin)
+            fits = gpu_fits & mem.host_fits
+            oom["predicted OOM"] += int((~gpu_fits).sum())
+            oom["predicted host OOM (offloaded optimizer)"] += int((gpu_fits & ~fits).sum())
+            part = part.take(np.flatnonzero(fits))
+        parts.append(part)
+        survivors += len(part)
         if survivors > MAX_EVALUATED:
             raise ConfigError(f"search space {space.source}: more than {MAX_EVALUATED:,} layouts of {model.name} on "
-                              f"{cluster.count} x {cluster.gpu.name} survive screening ({survivors:,} after {n:,} of "
+                              f"{cluster.count} x {cluster.gpu.name} fit in memory ({survivors:,} after {done:,} of "
                               f"{size:,} combinations), too many to evaluate at once (~7 KB each); list fewer values "
                               "per dimension")
     sub = parts[0] if len(parts) == 1 else LayoutTable.concat(parts)
     reasons = {k: v for k, v in reasons.items() if v}
     funnel = [("enumerated", n), ("legal", n_legal)]
-    last = later if n_legal and not len(sub) else None  # what removed the final candidates
+    last = later if n_legal and not practical else None  # what removed the final candidates
     reasons.update(later)
     notes = []
     if not cluster.has_deepep and "flex" in space.dimensions.dispatcher:
@@ -333,24 +369,22 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
         notes.append("precision-aware optimizer replaced by the plain distributed optimizer: Transformer Engine "
                      "is not available on this cluster")
     notes += [note for d in DIMENSIONS if (note := d.narrowed(list(getattr(space.dimensions, d.key)), model, cluster))]
-    funnel.append(("supported and practical", len(sub)))
+    funnel.append(("supported and practical", practical))
     last_reasons = last if last is not None else dict(reasons)
-    if not len(sub):
+    if not practical:
         return SpaceResult(space, n, funnel + [("fits", 0), ("kept", 0)], reasons, last_reasons,
                            sub, None, np.array([], dtype=int), notes)
-    ev = evaluate(model, workload, cluster, sub, calibration)
-    gpu_fits = ev.memory.peak <= ev.memory.capacity_bytes * (1 - p.memory_margin)
-    fits = gpu_fits & ev.memory.host_fits
-    oom = {"predicted OOM": int((~gpu_fits).sum()), "predicted host OOM (offloaded optimizer)":
-           int((gpu_fits & ~fits).sum())}
-    if not fits.any():
+    if not len(sub):
         last_reasons = {k: v for k, v in oom.items() if v}
     reasons.update(oom)
-    funnel.append(("fits", int(fits.sum())))
-    tps = np.where(fits, ev.time.tokens_per_s_per_gpu, -np.inf)
-    best = tps.max() if fits.any() else 0.0
-    keep = fits & (tps >= p.keep_within * best)
-    reasons["cannot win (predicted below {:.0%} of the best)".format(p.keep_within)] = int((fits & ~keep).sum())
+    funnel.append(("fits", len(sub)))
+    if not len(sub):
+        return SpaceResult(space, n, funnel + [("kept", 0)], {k: v for k, v in reasons.items() if v}, last_reasons,
+                           sub, None, np.array([], dtype=int), notes)
+    ev = evaluate(model, workload, cluster, sub, cal)
+    tps = ev.time.tokens_per_s_per_gpu
+    keep = tps >= p.keep_within * tps.max()
+    reasons["cannot win (predicted below {:.0%} of the best)".format(p.keep_within)] = int((~keep).sum())
     order = np.argsort(-tps, kind="stable")
     kept = order[keep[order]]
     funnel.append(("kept", int(len(kept))))

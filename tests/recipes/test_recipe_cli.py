@@ -101,3 +101,26 @@ def test_validate_exit_code_in_a_real_process(tmp_path):
 def test_validate_nothing_found(run_cli, tmp_path):
     code, _, err = run_cli("recipes", "validate", str(tmp_path))
     assert code == 2 and "no recipe files" in err
+
+
+def test_a_searched_recipe_with_an_uneven_split_validates_and_reads_back(run_cli, tmp_path):
+    """Qwen3-235B-A22B's 94 layers over PP 8 x VPP 4: the search tries the split, its recipe writes it in
+    layout.layer_split and the run block's flags, and reading the recipe back gives the same split."""
+    from autotune.layout.splits import legal_splits
+    from autotune.recipes import load_recipe
+    from autotune.recipes.convert import layout_of
+
+    space = tmp_path / "s.yaml"
+    space.write_text("extends: default\ndimensions:\n  tp: [2]\n  pp: [8]\n  vpp: [4]\n  cp: [1]\n  ep: [8]\n"
+                     "  etp: [1]\n  recompute: [full:uniform:2]\n  dispatcher: [alltoall]\n  optimizer_offload: [0.0]\n"
+                     "  ep_overlap: [false]\n  moe_shared_expert_overlap: [false]\n")
+    code, out, err = run_cli("search", "--model", "Qwen3-235B-A22B", "--gpu", "H100", "--count", "64", "--space",
+                             str(space), "--trials", "2", "--runs-dir", str(tmp_path), "--study", "u", "--json")
+    assert code == 0, err
+    paths = sorted((tmp_path / "u" / "recipes").glob("*.yaml"))
+    assert paths
+    for p in paths:
+        lay = layout_of(load_recipe(p))
+        assert lay.layer_split in legal_splits(94, 8, 4)
+        code, out, err = run_cli("recipes", "validate", str(p))
+        assert code == 0, out + err

@@ -43,8 +43,8 @@ def estimate(
     shared_overlap: bool = typer.Option(False, "--shared-expert-overlap", help="--moe-shared-expert-overlap"),
     offload: float = typer.Option(0.0, "--optimizer-offload", help="Fraction of optimizer state on the host."),
     layer_split: str = typer.Option(None, "--layer-split", help="Uneven pipeline split: 'auto' (Megatron's when "
-                                    "layers do not divide: embedding/loss counted, ...) or layers per virtual "
-                                    "stage, e.g. 2,3,3,2."),
+                                    "layers do not divide: embedding/loss counted, ...), 'even', or decoder layers "
+                                    "per virtual stage, e.g. 2,3,3,2 or 2,3x30,2 (3x30: thirty stages of 3)."),
     fsdp: bool = typer.Option(False, "--fsdp", help="Megatron FSDP (parameters, gradients, optimizer sharded)."),
     ep_overlap: bool = typer.Option(False, "--ep-overlap", help="--overlap-moe-expert-parallel-comm: the all-to-all "
                                     "beside another micro-batch's compute (EP > 1, no full recompute, VPP with PP)."),
@@ -139,15 +139,16 @@ def _only_with_recipe(ctx: typer.Context) -> None:
 
 
 def _split(text: str, num_layers: int, lay) -> tuple[int, ...]:
-    from ..layout.splits import legal_splits
+    from ..layout.splits import legal_splits, parse_split
 
     if text == "auto":
         alts = legal_splits(num_layers, lay.pp, lay.vpp)
         return alts[0] if alts else ()
     try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise BadInput(f"--layer-split {text!r}: give 'auto' or layers per virtual stage, e.g. 2,3,3,2") from None
+        return parse_split(text)
+    except BadInput:
+        raise BadInput(f"--layer-split {text!r}: give 'auto', 'even' or decoder layers per virtual stage, e.g. "
+                       "2,3,3,2 or 2,3x30,2 (3x30: thirty stages of 3)") from None
 
 
 def report(m, cluster, workload, lay, ev, i: int) -> dict:

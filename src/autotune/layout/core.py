@@ -288,6 +288,10 @@ class Layout:
         """A one-line description in the seed's words (a dense model's without the token dispatcher: it has none)."""
         bits = [f"TP {self.tp}, PP {self.pp}" + (f", VPP {self.vpp}" if self.vpp > 1 else "")]
         bits[0] += f", CP {self.cp}, EP {self.ep}, ETP {self.etp}, DP {self.dp}"
+        if self.layer_split:
+            from .splits import split_text
+
+            bits.append(f"uneven layer split {split_text(self.layer_split)} (decoder layers per virtual stage)")
         if self.max_tokens_per_gpu:
             bits.append(f"max {self.max_tokens_per_gpu:,} tokens/GPU")
         else:

@@ -20,10 +20,11 @@ import numpy as np
 from .axes import (capacity_axis, graphs_axis, graphs_narrowed, moe_dispatcher_axis, moe_flag_axis, precision_aware_axis,
                    recompute_axis, shared_overlap_axis, te_flag_axis, te_narrowed)
 from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
-from .table import LayoutTable
+from .splits import legal_splits, parse_split, split_text
+from .table import LayoutTable, split_code, split_of
 
 __all__ = ["Dimension", "DIMENSIONS", "PARAM_NAMES", "layout_params", "layout_from_params", "layout_key",
-           "table_params", "table_keys", "feature_columns", "grid_axes", "grid_columns"]
+           "table_params", "table_keys", "feature_columns", "grid_axes", "grid_columns", "expand_splits", "split_counts", "SPLIT_CHOICES", "UNEVEN"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,54 @@ def _max_tokens_columns(rows: np.ndarray, grid: dict, wl) -> dict:
     return {"max_tokens": (rows.astype(np.int64) * wl.seq_len // cp.astype(np.int64)).astype(np.int64)}
 
 
+# layer splits: the space says "even" (Megatron's default: PP x VPP divides the layers) and/or "uneven" (where they do
+# not divide, every split Megatron accepts: splits.legal_splits); a table row holds one concrete split (its code)
+SPLIT_CHOICES = ("even", "uneven")
+UNEVEN = -1  # the split column of an enumerated "uneven" row before expand_splits gives it its splits
+
+
+def _split_values(t: LayoutTable) -> np.ndarray:
+    uniq, inv = np.unique(t.split, return_inverse=True)
+    return np.array([split_text(split_of(int(c))) for c in uniq], dtype=object)[inv.reshape(-1)]
+
+
+def split_counts(cols: dict, num_layers: int) -> np.ndarray:
+    """How many rows each enumerated row becomes: 1, or for an "uneven" row the number of splits Megatron accepts
+    for its (PP, VPP) (0 when its layers divide evenly: the even row covers it)."""
+    todo = cols["split"] == UNEVEN
+    out = np.ones(len(todo), dtype=np.int64)
+    if todo.any():
+        key = cols["pp"].astype(np.int64) * 4096 + cols["vpp"].astype(np.int64)
+        pairs, group = np.unique(key[todo], return_inverse=True)
+        k = np.array([len(legal_splits(num_layers, int(p) // 4096, int(p) % 4096)) for p in pairs], dtype=np.int64)
+        out[todo] = k[group.reshape(-1)]
+    return out
+
+
+def expand_splits(n: int, cols: dict, num_layers: int) -> tuple[int, dict]:
+    """Rows enumerated as "uneven" (split column UNEVEN), each replaced by one row per split Megatron accepts for
+    its (PP, VPP) (splits.legal_splits), in enumeration order; a row whose layers divide evenly, or that no
+    split places, has none and goes (the even row covers the first; the second is illegal either way)."""
+    split = cols["split"]
+    todo = split == UNEVEN
+    if not todo.any():
+        return n, cols
+    key = cols["pp"].astype(np.int64) * 4096 + cols["vpp"].astype(np.int64)  # (PP, VPP) as one integer
+    pairs, group = np.unique(key[todo], return_inverse=True)
+    options = [[split_code(s) for s in legal_splits(num_layers, int(k) // 4096, int(k) % 4096)] for k in pairs]
+    width = max(1, max(len(o) for o in options))
+    codes = np.array([o + [0] * (width - len(o)) for o in options], dtype=np.int64).reshape(len(pairs), width)
+    counts = np.ones(n, dtype=np.int64)
+    g = np.zeros(n, dtype=np.int64)
+    g[todo] = group.reshape(-1)
+    counts[todo] = np.array([len(o) for o in options], dtype=np.int64)[g[todo]]
+    idx = np.repeat(np.arange(n), counts)
+    copy = np.arange(len(idx)) - np.repeat(np.cumsum(counts) - counts, counts)  # which of its row's copies
+    out = {k: np.asarray(v)[idx] for k, v in cols.items()}
+    out["split"] = np.where(todo[idx], codes[g[idx], copy], split[idx])
+    return len(idx), out
+
+
 def _float_dim(name: str, field: str, column: str, default: float, bounds, axis) -> Dimension:
     return Dimension(
         name=name, field=field, kind=float,
@@ -186,6 +235,16 @@ DIMENSIONS: tuple[Dimension, ...] = (
         default=("none",), narrowed=graphs_narrowed,
     ),
     _float_dim("moe_capacity_factor", "moe_capacity_factor", "capacity", 0.0, (0.0, 8.0), capacity_axis),
+    Dimension(
+        name="layer_split", field="layer_split", kind=str,
+        encode=lambda lay: split_text(lay.layer_split),
+        decode=lambda v: {"layer_split": parse_split(v)},
+        values=_split_values,
+        features=lambda t: [(t.split > 0).astype(np.int64)],  # an uneven split (which one is the PP and VPP's)
+        axis=lambda vals, m, c: vals,
+        columns=lambda v, grid, wl: {"split": np.where(np.asarray(v) == "uneven", UNEVEN, 0).astype(np.int64)},
+        default=("even",),
+    ),
     Dimension(
         name="activation_offload_layers", field="activation_offload_layers", kind=int,
         encode=lambda lay: lay.activation_offload_layers,
@@ -255,10 +314,12 @@ def grid_axes(space_values: dict, model, cluster) -> list[list]:
     return [list(d.axis(list(space_values[d.key]), model, cluster)) for d in DIMENSIONS]
 
 
-def grid_columns(axes: list[list], workload) -> tuple[int, dict]:
+def grid_columns(axes: list[list], workload, num_layers: int | None = None) -> tuple[int, dict]:
     """Every combination of `axes` as LayoutTable columns: (rows, {column: array}). Row r takes value
     (r // stride_j) % len(axis_j) of axis j (C order, the last axis fastest), built by repeat-and-tile of each
-    axis's few values, not an (rows x axes) index table (10^6 rows x 18 axes is the slow part)."""
+    axis's few values, not an (rows x axes) index table (10^6 rows x 18 axes is the slow part). With the model's
+    `num_layers`, "uneven" layer splits become one row per split Megatron accepts (expand_splits); without it they
+    stay one row each, split column UNEVEN (space.explore expands them once the other rules have passed them)."""
     sizes = [max(len(a), 1) for a in axes]
     n = int(np.prod(sizes))
     strides = [int(np.prod(sizes[j + 1:])) for j in range(len(sizes))]
@@ -274,4 +335,6 @@ def grid_columns(axes: list[list], workload) -> tuple[int, dict]:
             cols.update({k: spread(np.asarray(v), j) for k, v in small.items()})
         else:
             cols.update(d.columns(numeric[d.name], numeric, workload))
+    if num_layers is not None and "split" in cols and (cols["split"] == UNEVEN).any():
+        return expand_splits(n, cols, num_layers)
     return n, cols

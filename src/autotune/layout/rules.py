@@ -20,7 +20,7 @@ import numpy as np
 from ..catalog import ModelSpec, Workload
 from ..errors import IllegalLayout
 from .core import Layout
-from .splits import legal_splits, too_many_stages
+from .splits import legal_splits, split_text, too_many_stages
 from .table import LayoutTable, split_of
 from ._setting_rules import SETTING_RULES
 
@@ -72,8 +72,8 @@ def _split_message(m: ModelSpec, w: Workload, l: Layout) -> str:
     if crowded:
         return crowded
     alts = legal_splits(m.num_layers, l.pp, l.vpp)
-    hint = (f"; give an uneven split (Megatron: --account-for-embedding/loss-in-pipeline-split, "
-            f"--decoder-first/last-pipeline-num-layers), e.g. {list(alts[0])}") if alts else ""
+    hint = (f"; give an uneven split: --layer-split auto (or e.g. {split_text(alts[0])}: decoder layers per virtual "
+            "stage; a search space lists layer_split: [even, uneven])") if alts else ""
     return f"{m.num_layers} layers do not split evenly over PP x VPP = {S} stages{hint}"
 
 
@@ -150,6 +150,11 @@ RULES: list[Rule] = [
          lambda m, w, l: "the precision-aware optimizer needs the distributed optimizer"),
     *(Rule(code, ok, msg) for code, ok, msg in SETTING_RULES),
 ]
+
+
+# the rules that read a row's layer split (the others give the same answer whatever the split): space.explore
+# checks an "uneven" row against the others first and against these once it has its splits
+SPLIT_RULES = ("layers_pp", "recompute_layers")
 
 
 def check(model: ModelSpec, workload: Workload, t: LayoutTable) -> dict[str, np.ndarray]:

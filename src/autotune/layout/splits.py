@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ..errors import BadInput
 
-__all__ = ["megatron_split", "split_flags", "legal_splits", "too_many_stages"]
+__all__ = ["megatron_split", "split_flags", "legal_splits", "too_many_stages", "split_text", "parse_split", "split_config",
+           "pipeline_layout_text"]
 
 
 def megatron_split(num_layers: int, pp: int, vpp: int = 1, first: int = 0, last: int = 0,
@@ -106,3 +107,61 @@ def too_many_stages(num_layers: int, pp: int, vpp: int = 1) -> str | None:
     way = f"use VPP <= {num_layers // pp}" if num_layers >= pp else f"use PP <= {num_layers} (and VPP 1)"
     return (f"PP {pp} x VPP {vpp} = {S} stages for {num_layers} layers: each stage needs at least one layer; "
             f"{way}")
+
+
+def split_text(layer_split: tuple[int, ...]) -> str:
+    """A split as a short string, runs folded: (2, 3, 3, 3, 2) -> '2,3x3,2'; the even split -> 'even'. It is the
+    search's parameter value (studies, the Optuna dashboard) and what labels show; parse_split reads it back."""
+    if not layer_split:
+        return "even"
+    out: list[str] = []
+    k = 0
+    while k < len(layer_split):
+        j = k
+        while j < len(layer_split) and layer_split[j] == layer_split[k]:
+            j += 1
+        out.append(f"{layer_split[k]}x{j - k}" if j - k > 2 else ",".join([str(layer_split[k])] * (j - k)))
+        k = j
+    return ",".join(out)
+
+
+def parse_split(text: str) -> tuple[int, ...]:
+    """split_text's inverse: 'even' -> (), '2,3x3,2' -> (2, 3, 3, 3, 2) (plain '2,3,3,3,2' too)."""
+    text = str(text).strip()
+    if text in ("even", ""):
+        return ()
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            n, x, times = part.strip().partition("x")
+            reps = int(times) if x else 1
+            if reps < 1:
+                raise ValueError
+            out += [int(n)] * reps
+    except ValueError:
+        raise BadInput(f"layer split {text!r}: give 'even' or layers per virtual stage, e.g. 2,3x30,2 "
+                       "(3x30: thirty stages of 3 layers)") from None
+    if not out or min(out) < 0 or len(out) > 4096:
+        raise BadInput(f"layer split {text!r}: give 'even' or between 1 and 4,096 non-negative stage sizes")
+    return tuple(out)
+
+
+def pipeline_layout_text(layer_split: tuple[int, ...]) -> str:
+    """--pipeline-model-parallel-layout's string for a split: 'E' the embedding, 't' a decoder layer, 'L' the loss,
+    '|' between virtual stages in order (Megatron's PipelineParallelLayerLayout.from_str reads it)."""
+    stages = ["t" * k for k in layer_split]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    return "|".join(stages)
+
+
+def split_config(layer_split: tuple[int, ...], num_layers: int, pp: int, vpp: int) -> dict:
+    """megatron-core TransformerConfig fields that build `layer_split` (what Megatron's training arguments set from
+    the same flags): the account-for switches, the first / last stage layer counts, else the pipeline layout."""
+    if not layer_split:
+        return {}
+    kw = split_flags(layer_split, num_layers, pp, vpp)
+    if kw is None:
+        return {"pipeline_model_parallel_layout": pipeline_layout_text(layer_split)}
+    names = {"embedding": "account_for_embedding_in_pipeline_split", "loss": "account_for_loss_in_pipeline_split",
+             "first": "num_layers_in_first_pipeline_stage", "last": "num_layers_in_last_pipeline_stage"}
+    return {names[k]: v for k, v in kw.items()}

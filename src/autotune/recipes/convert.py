@@ -89,7 +89,7 @@ def layout_of(recipe: Recipe) -> Layout:
     rc = s.recompute
     return Layout(
         world=recipe.gpu.count,
-        tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.etp,
+        tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.etp, layer_split=tuple(s.layer_split or ()),
         sequence_parallel=s.sequence_parallel or s.tp == 1,
         recompute=Recompute(rc.granularity, rc.method, rc.num_layers, tuple(rc.modules or ())),
         dispatcher=s.dispatcher,

@@ -14,6 +14,7 @@ import torch
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import padded_vocab
 from ..layout.core import dispatcher_config
+from ..layout.splits import split_config
 from ..trials.plan import TrialPlan, gdn_blocker, has_module
 
 __all__ = ["Built", "build", "gdn_blocker"]  # gdn_blocker lives in plan.py (no torch)
@@ -80,6 +81,7 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
         apply_rope_fusion=use_te, gradient_accumulation_fusion=use_te, persist_layer_norm=False,
         cross_entropy_loss_fusion=lay.cross_entropy_fusion and use_te,
     )
+    kw.update(split_config(lay.layer_split, m.num_layers, lay.pp, lay.vpp))  # an uneven split, as Megatron builds it
     if use_te and lay.cross_entropy_fusion:
         kw["cross_entropy_fusion_impl"] = "te"
     if m.sliding_window and SLIDING in m.layer_types:

@@ -106,7 +106,11 @@ class OptunaPlanner(Planner):
         for _ in range(k):
             for _attempt in range(MAX_DUPLICATE_ASKS):
                 trial = self.mirror.ask(self.dists)
-                lay = layout_from_params(ctx.cluster.count, trial.params)
+                try:
+                    lay = layout_from_params(ctx.cluster.count, trial.params)
+                except BadInput:  # values that make no layout (a layer split for another PP x VPP): as illegal
+                    self.mirror.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    continue
                 key = layout_key(lay)
                 if key not in ctx_index and violations(ctx.model, ctx.workload, lay):
                     # Megatron would refuse it: the sampler learns that here, no trial is spent on it
