@@ -185,6 +185,7 @@ def test_space_offloads_the_optimizer_only_where_nothing_else_fits(capsys):
     recompute = rc_["granularity"] + (":" + ",".join(rc_["modules"]) if rc_["modules"] else "") + (
         f":{rc_['method']}:{rc_['num_layers']}" if rc_["granularity"] == "full" else "")
     flags = ["--ep-overlap"] * d["ep_overlap"] + ["--tp-comm-overlap"] * d["tp_comm_overlap"]
+    flags += ["--precision-aware-optimizer"] * d["precision_aware_optimizer"]  # offload runs on its code path
     for offload, fits in ((d["optimizer_offload"], True), (0.0, d["optimizer_offload"] == 0)):
         rc, out, _ = run(capsys, "estimate", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32",
                          "--layout", d["label"], "--recompute", recompute, "--dispatcher", d["dispatcher"],

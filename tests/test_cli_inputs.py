@@ -171,3 +171,37 @@ def test_estimate_names_fsdp_and_says_when_pp_makes_it_a_no_op(capsys, wide):
     assert "note: --fsdp with PP 4" in out and "as with the distributed optimizer alone" in out
     rc, out, _ = run(capsys, *args, "--layout", "TP1 PP4 EP8 DP8", "--json")
     assert rc == 0 and json.loads(out)["notes"][0].startswith("--fsdp with PP 4")
+
+
+QWEN30 = ["estimate", "--model", "Qwen3-30B-A3B", "--gpu", "H100", "--count", "16", "--layout", "TP1 PP1 EP8 DP16"]
+
+
+@pytest.mark.parametrize("extra, needles", [
+    # each DP rank gets 128 / 16 = 8 rows of 8,192 tokens: a larger cap was evaluated as a 122-row micro-batch
+    (["--max-tokens-per-gpu", "1000000"], ["max tokens per GPU 1,000,000", "use at most 65,536"]),
+    # 3 rows per micro-batch do not divide 8: Megatron's --micro-batch-size 3 would be refused
+    (["--max-tokens-per-gpu", "24576"], ["max tokens per GPU 24,576", "use 16,384"]),
+    (["--micro-batch-size", "3"], ["micro-batch size 3", "use 2 rows"]),
+    (["--optimizer-offload", "0.5"], ["optimizer offload 50%", "--precision-aware-optimizer"]),
+    (["--optimizer-offload", "0.5", "--precision-aware-optimizer", "--precision", "fp8-tensorwise",
+      "--fp8-param-gather"], ["--fp8-param-gather", "fp8-tensorwise", "--precision fp8-delayed"]),
+    (["--cuda-graphs", "router", "--recompute", "full:uniform:1"], ["full recompute", "--cuda-graphs full or none"]),
+    (["--cuda-graphs", "attn", "--recompute", "selective:layernorm,moe"], ["selective recompute of moe",
+                                                                             "drop moe from the modules"]),
+])
+def test_estimate_refuses_settings_megatron_refuses_in_one_line(capsys, extra, needles):
+    """Settings Megatron-LM refuses at start-up (a micro-batch that does not divide a DP rank's rows, offload without
+    the precision-aware optimizer, CUDA graphs beside the recompute they cannot hold) exit 2 with the value and the
+    way out, and no 'no legal layout is near' (the degrees are not what is wrong)."""
+    err = bad(capsys, *QWEN30, *extra)
+    assert all(n in err for n in needles), err
+    assert "no legal layout is near" not in err
+
+
+def test_estimate_refuses_router_graphs_and_expert_biases_where_megatron_does(capsys):
+    err = bad(capsys, "estimate", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "16", "--layout", "TP2 PP2 DP4",
+              "--cuda-graphs", "router")
+    assert "no experts" in err and "--cuda-graphs attn or none" in err
+    err = bad(capsys, "estimate", "--model", "gpt-oss-20b", "--gpu", "H100", "--count", "16", "--layout",
+              "TP2 PP2 EP2 ETP2 DP4")
+    assert "ETP 1 only" in err and "nearest legal layout: TP2 PP2 EP2 DP4" in err

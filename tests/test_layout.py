@@ -147,7 +147,12 @@ def test_first_last_and_explicit_layouts_round_trip_through_arguments():
     odd = (1, 3, 3, 1)  # stage 0 holds chunks of 1 and 3: no flag builds it, the pipeline layout string does
     args = format_args(layout_args(Layout(world=8, pp=2, vpp=2, micro_batch_size=1, layer_split=odd), "megatron"))
     assert args[args.index("--pipeline-model-parallel-layout") + 1] == "Et|ttt|ttt|tL"
-    assert layout_from_args(args, world=8).layer_split == odd
+    # the layout string's four stages over PP 2 say VPP 2: Megatron refuses --num-virtual-stages-per-pipeline-rank
+    # beside it, and the reading takes VPP from the string
+    assert "--num-virtual-stages-per-pipeline-rank" not in args
+    assert layout_from_args(args, world=8).layer_split == odd and layout_from_args(args, world=8).vpp == 2
+    even = format_args(layout_args(Layout(world=8, pp=2, vpp=2, micro_batch_size=1), "megatron"))
+    assert even[even.index("--num-virtual-stages-per-pipeline-rank") + 1] == "2"  # no layout string: the flag says it
     flags = format_args(layout_args(Layout(world=64, pp=4, micro_batch_size=1, layer_split=fl), "megatron"))
     assert layout_from_args(flags, world=64, num_layers=61).layer_split == fl
     with pytest.raises(BadInput, match="non-negative layer counts"):
@@ -229,3 +234,66 @@ def test_split_text_folds_runs_and_reads_back():
     for bad in ("2,x3", "a", "2,-1", "3x"):
         with pytest.raises(BadInput):
             parse_split(bad)
+
+
+def test_megatron_start_up_refusals_are_rules_over_the_table():
+    """Combinations Megatron-LM 1dcf0daf refuses at start-up are illegal layouts, row by row over a LayoutTable
+    (the space's path) as for one layout (estimate's): optimizer offload without the precision-aware optimizer
+    (arguments.py:1188), with --fp8-param-gather outside delayed scaling (1193), router graphs on a dense model
+    (transformer_config.py:1777), full recompute beside partial graphs (1805), selective recompute of moe beside
+    graphs of the router (1813), ETP > 1 for experts with biases (1614), a token cap whose rows do not divide a DP
+    rank's (num_microbatches_calculator.py:340)."""
+    from autotune.layout import legal_mask
+
+    q30, dense, oss = load_model("Qwen3-30B-A3B"), load_model("Llama-3.1-8B"), load_model("gpt-oss-20b")
+    w = Workload(seq_len=8192, global_batch=128)
+    full, moe_rc = Recompute.parse("full:uniform:1"), Recompute.parse("selective:layernorm,moe")
+    cases = [  # (model, workload, legal layout, the same with one setting Megatron refuses, rule)
+        (dense, w, Layout(world=16, tp=2, pp=2, optimizer_offload=0.5, precision_aware_optimizer=True,
+                          max_tokens_per_gpu=8192),
+         dict(precision_aware_optimizer=False), "offload_precision_aware"),
+        (dense, Workload(precision="fp8-delayed", fp8_param_gather=True), Layout(
+            world=16, tp=2, pp=2, optimizer_offload=0.5, precision_aware_optimizer=True, max_tokens_per_gpu=8192),
+         None, None),
+        (dense, w, Layout(world=16, tp=2, pp=2, cuda_graphs="attn", max_tokens_per_gpu=8192),
+         dict(cuda_graphs="router"), "graphs_router_dense"),
+        (dense, w, Layout(world=16, tp=2, pp=2, cuda_graphs="full", recompute=full, max_tokens_per_gpu=8192),
+         dict(cuda_graphs="attn"), "graphs_full_recompute"),
+        (q30, w, Layout(world=16, tp=2, pp=2, vpp=2, ep=4, cuda_graphs="router", max_tokens_per_gpu=8192),
+         dict(recompute=full), "graphs_full_recompute"),
+        (q30, w, Layout(world=16, tp=2, pp=2, vpp=2, ep=4, recompute=moe_rc, max_tokens_per_gpu=8192),
+         dict(cuda_graphs="router"), "graphs_router_moe_recompute"),
+        (q30, w, Layout(world=16, tp=2, pp=2, vpp=2, ep=4, recompute=moe_rc, max_tokens_per_gpu=8192),
+         dict(cuda_graphs="attn"), "graphs_router_moe_recompute"),  # an MoE model's attn graphs capture the router
+        (oss, w, Layout(world=16, tp=2, pp=2, max_tokens_per_gpu=8192), dict(etp=2), "expert_bias_etp"),
+        (q30, w, Layout(world=16, ep=8, max_tokens_per_gpu=65536), dict(max_tokens_per_gpu=65537 + 8192),
+         "tokens_divide_rows"),
+        (q30, w, Layout(world=16, ep=8, max_tokens_per_gpu=16384), dict(max_tokens_per_gpu=24576),
+         "tokens_divide_rows"),
+    ]
+    for m, wl, ok, change, code in cases:
+        assert violations(m, wl, ok) == [], (m.name, ok)
+        if change is None:
+            continue
+        bad_lay = ok.with_(**change)
+        assert [v.code for v in violations(m, wl, bad_lay)] == [code], (code, violations(m, wl, bad_lay))
+        assert list(legal_mask(m, wl, LayoutTable.from_layouts([ok, bad_lay, ok]))) == [True, False, True]
+    tensorwise = Workload(precision="fp8-tensorwise", fp8_param_gather=True)
+    lay = Layout(world=16, tp=2, pp=2, optimizer_offload=0.5, precision_aware_optimizer=True, max_tokens_per_gpu=8192)
+    assert [v.code for v in violations(dense, tensorwise, lay)] == ["offload_fp8_param_gather"]
+    assert violations(dense, tensorwise, lay.with_(optimizer_offload=0.0)) == []
+    assert oss.bias_linear and not q30.bias_linear and not dense.bias_linear
+
+
+def test_a_qkv_bias_alone_keeps_the_other_linears_bias_free():
+    """Megatron's add_bias_linear is on unless --disable-bias-linear: a model with a QKV bias only (Qwen2) needs
+    both flags, or every linear (and an MoE model's experts, at ETP 1 only) would grow a bias."""
+    import dataclasses
+
+    from autotune.launch import slime_model_args
+
+    qwen2ish = dataclasses.replace(load_model("Llama-3.1-8B"), attention_bias=True)
+    args = slime_model_args(qwen2ish)
+    assert "--disable-bias-linear" in args and "--add-qkv-bias" in args and not qwen2ish.bias_linear
+    oss = slime_model_args(load_model("gpt-oss-20b"))
+    assert "--add-qkv-bias" in oss and "--disable-bias-linear" not in oss

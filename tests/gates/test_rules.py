@@ -42,6 +42,7 @@ def _layouts():
         yield Layout(world=32, tp=2, pp=2, vpp=2, ep=8, ep_overlap=graphs != "full", tp_comm_overlap=True,
                      cuda_graphs=graphs, moe_capacity_factor=1.0 if graphs == "full" else 0.0)
     yield Layout(world=32, tp=2, ep=8, activation_offload_layers=4)
+    yield Layout(world=32, tp=2, ep=8, fsdp=True)  # Megatron FSDP: its sharding flags and checkpoint format
 
 
 def emitted_arguments() -> set[str]:

@@ -69,6 +69,12 @@ class ModelSpec:
         return self.moe is not None
 
     @property
+    def bias_linear(self) -> bool:
+        """Biases on every linear (Megatron's add_bias_linear, on unless --disable-bias-linear): GPT-3's (mlp_bias)
+        and gpt-oss's (QKV, router and experts). A QKV bias alone (Qwen2) is --disable-bias-linear --add-qkv-bias."""
+        return self.mlp_bias or (self.attention_bias and self.moe is not None and self.moe.expert_bias)
+
+    @property
     def is_hybrid(self) -> bool:
         """Gated DeltaNet linear attention in the stack (the Qwen3-Next / Qwen3.5 path)."""
         return self.linear is not None

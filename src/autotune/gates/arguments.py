@@ -110,11 +110,11 @@ def candidate_arguments(model, cluster, layout, workload) -> dict[str, str | Non
     """The full argument list a search candidate's recipe would carry (its env, its run block with slime's
     MODEL_ARGS spliced in, the precision flag), without building the recipe: what the search passes to
     run_gates for a candidate and for its reference layout."""
-    from ..launch import SEED_ENV, build_run_block, loss_mask_for, slime_model_args
+    from ..launch import build_run_block, loss_mask_for, run_env, slime_model_args
 
     run = build_run_block(layout, workload, cluster, loss_mask=loss_mask_for(model.name), moe=model.is_moe)
     margs = slime_model_args(model, aux_loss_coeff=float(_AUX_ON) if workload.load_balancing_loss else 0.0)
-    out: dict[str, str | None] = dict(SEED_ENV)
+    out: dict[str, str | None] = dict(run_env(layout))
     out.update(parse_arguments(run, margs))
     for flag, value in parse_arguments(precision_arguments(workload.precision)).items():
         out.setdefault(flag, value)

@@ -91,8 +91,11 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
     nemotron_h = model.model_type == "nemotron_h"
 
     a: list[str] = ["--spec", *plugin] if plugin else []
-    if not model.mlp_bias:  # biases on every linear (GPT-3) are Megatron's default
-        a.append("--add-qkv-bias" if model.attention_bias else "--disable-bias-linear")
+    if not model.mlp_bias:  # biases on every linear (GPT-3) are Megatron's default (ModelSpec.bias_linear)
+        if not model.bias_linear:
+            a.append("--disable-bias-linear")
+        if model.attention_bias:  # gpt-oss: on with every linear's; Qwen2: on QKV alone
+            a.append("--add-qkv-bias")
     if model.qk_norm:
         a.append("--qk-layernorm")
     if model.num_kv_heads < model.num_heads:

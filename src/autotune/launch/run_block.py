@@ -20,7 +20,8 @@ from ..errors import BadInput
 from ..layout import Layout, format_args, layout_args
 from ..layout.args import precision_args
 
-__all__ = ["SEED_ENV", "ENTRY_PLACEHOLDER", "build_run_block", "workload_args", "num", "loss_mask_for"]
+__all__ = ["SEED_ENV", "FSDP_MAX_CONNECTIONS", "ENTRY_PLACEHOLDER", "run_env", "build_run_block", "workload_args", "num",
+           "loss_mask_for"]
 
 ENTRY_PLACEHOLDER = "<slime entry module>"  # what a launcher replaces with slime's entry point
 
@@ -34,12 +35,29 @@ SEED_ENV = {
     "NCCL_NVLS_ENABLE": '$([ "$NVLINK_COUNT" -gt 0 ] && echo 1 || echo 0)',
 }
 
+# Megatron FSDP overlaps its parameter gathers and gradient reduce-scatters on their own streams, which one CUDA
+# connection would serialise: megatron-core asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 with it, and its guide leaves
+# the variable unset. 8 is CUDA's default, written out so that a launcher's own 1 (slime's test launcher sets it)
+# does not win.
+FSDP_MAX_CONNECTIONS = "8"
+
+
+def run_env(layout: Layout) -> dict[str, str]:
+    """The run block's (and the recipe's env:) variables for a layout: the seed's, with more than one CUDA
+    connection under Megatron FSDP."""
+    env = dict(SEED_ENV)
+    if layout.fsdp:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = FSDP_MAX_CONNECTIONS
+    return env
+
+
 # Layout flags placed after the optimizer hyperparameters, in the seed's order.
 _OPTIMIZER = ("--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
-              "--use-precision-aware-optimizer", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
-              "--overlap-cpu-optimizer-d2h-h2d")
+              "--ckpt-format", "--use-precision-aware-optimizer", "--optimizer-cpu-offload",
+              "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d")
 _AFTER_BACKEND = ("--moe-shared-expert-overlap", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
-                  "--tp-comm-overlap", "--cuda-graph-impl", "--cuda-graph-scope", "--moe-pad-experts-for-cuda-graph-inference")
+                  "--tp-comm-overlap", "--cuda-graph-impl", "--cuda-graph-scope", "--no-check-for-nan-in-loss-and-grad",
+                  "--moe-pad-experts-for-cuda-graph-inference")
 _FUSION = ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
 _LAST = ("--moe-token-dispatcher-type",)
 _PLACED = _OPTIMIZER + _AFTER_BACKEND + _FUSION + _LAST
@@ -79,7 +97,7 @@ def build_run_block(
         raise BadInput(f"workload task {workload.task!r}: recipes emit slime SFT run blocks only; use task sft")
     if layout.world != cluster.count:
         raise BadInput(f"layout {layout.label()} is for {layout.world} GPUs but the cluster has {cluster.count}")
-    env = SEED_ENV if env is None else env
+    env = run_env(layout) if env is None else env
     lay = layout_args(layout, "slime", workload.seq_len, moe=moe)
     pick = lambda flags: [p for p in lay if p[0] in flags]  # noqa: E731 - keeps layout_args' order
     gb = str(workload.global_batch)

@@ -10,20 +10,25 @@ arguments.py (full-iteration graphs are --cuda-graph-impl local); selective reco
 mla_up_proj needs multi-latent attention; shared_experts not beside --moe-shared-expert-overlap; moe_act and
 layernorm not under delayed FP8 scaling). A dropless MoE layer has data-dependent
 shapes (tokens per expert), which a graph of the whole step cannot capture: full graphs of an MoE model need
-token drop with padding. Pure numpy: no torch, no ray.
+token drop with padding. The CUDA-graph scopes (transformer_config.py at Megatron-LM 1dcf0daf): the router scopes
+(moe_router, moe_preprocess: the router setting, and the attn setting of an MoE model) only in an MoE model; full
+recompute only beside full-iteration graphs; no selective recompute of `moe` beside Transformer Engine router
+graphs. Optimizer offload (arguments.py): --optimizer-cpu-offload runs on the precision-aware optimizer's code path,
+and with --fp8-param-gather only under delayed FP8 scaling. Pure numpy: no torch, no ray.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..catalog.workload import FP8_RECIPES
 from .core import SELECTIVE_MODULES
 
 __all__ = ["SETTING_RULES"]
 
 _MOE_BIT = 1 << SELECTIVE_MODULES.index("moe")
 _BIT = {name: 1 << b for b, name in enumerate(SELECTIVE_MODULES)}
-_FULL_GRAPHS = 3  # index of "full" in core.CUDA_GRAPHS
+_ROUTER_GRAPHS, _ATTN_GRAPHS, _FULL_GRAPHS = 1, 2, 3  # indices in core.CUDA_GRAPHS
 
 
 def _no(flag, ok):
@@ -33,6 +38,18 @@ def _no(flag, ok):
 def _module(t, name: str) -> np.ndarray:
     """Rows whose selective recompute names `name`."""
     return (t.rc_gran == 1) & ((t.rc_modules & _BIT[name]) > 0)
+
+
+def _router_graphs(m, t) -> np.ndarray:
+    """Rows whose CUDA graphs capture the router (--cuda-graph-scope moe_router moe_preprocess): the router
+    setting, and the attn setting of an MoE model (setting_args adds the router scopes there)."""
+    return (t.cuda_graphs == _ROUTER_GRAPHS) | ((t.cuda_graphs == _ATTN_GRAPHS) & m.is_moe)
+
+
+def _fp8_param_gather_undelayed(w) -> bool:
+    """The workload runs --fp8-param-gather under an FP8 recipe other than delayed scaling."""
+    recipe = FP8_RECIPES.get(w.precision)
+    return bool(w.fp8_param_gather) and recipe is not None and recipe[1] != "delayed"
 
 
 SETTING_RULES = [
@@ -73,6 +90,17 @@ SETTING_RULES = [
      lambda m, w, t: (t.cuda_graphs != _FULL_GRAPHS) | (not m.is_moe) | (t.capacity > 0),
      lambda m, w, l: "full-iteration CUDA graphs of a dropless MoE model cannot capture its data-dependent expert "
                      "shapes; set a capacity factor (token drop) or use partial graphs (attn, router)"),
+    ("graphs_router_dense", lambda m, w, t: (t.cuda_graphs != _ROUTER_GRAPHS) | m.is_moe,
+     lambda m, w, l: f"{m.name} has no experts: router CUDA graphs (--cuda-graph-scope moe_router) have no router "
+                     "to capture and megatron-core refuses them; use --cuda-graphs attn or none"),
+    ("graphs_full_recompute",
+     lambda m, w, t: _no(t.rc_gran == 2, (t.cuda_graphs == 0) | (t.cuda_graphs == _FULL_GRAPHS)),
+     lambda m, w, l: f"{l.recompute.describe()} runs only beside full-iteration CUDA graphs, not {l.cuda_graphs} "
+                     "graphs; use --cuda-graphs full or none, or selective recompute"),
+    ("graphs_router_moe_recompute", lambda m, w, t: _no(_module(t, "moe"), ~_router_graphs(m, t)),
+     lambda m, w, l: f"selective recompute of moe cannot run beside {l.cuda_graphs} CUDA graphs, which capture the "
+                     "router; drop moe from the modules (e.g. selective:layernorm,moe_act) or use --cuda-graphs "
+                     "none or full"),
     ("graphs_no_offload", lambda m, w, t: (t.cuda_graphs == 0) | (t.act_offload == 0),
      lambda m, w, l: "CUDA graphs do not run with activation offloading; drop one of them"),
     ("capacity_needs_moe", lambda m, w, t: (t.capacity == 0) | m.is_moe,
@@ -88,4 +116,12 @@ SETTING_RULES = [
     ("offload_layers", lambda m, w, t: t.act_offload < np.maximum(m.num_layers, 1),
      lambda m, w, l: f"activation offloading of {l.activation_offload_layers} layers: the model has "
                      f"{m.num_layers}; offload fewer"),
+    ("offload_precision_aware", lambda m, w, t: (t.offload == 0) | t.precision_aware,
+     lambda m, w, l: f"optimizer offload {l.optimizer_offload:.0%} needs the precision-aware optimizer (Megatron's "
+                     "CPU optimizer runs on its code path); add --precision-aware-optimizer or drop the offload"),
+    ("offload_fp8_param_gather",
+     lambda m, w, t: (t.offload == 0) | np.full(len(t), not _fp8_param_gather_undelayed(w)),
+     lambda m, w, l: f"--fp8-param-gather with optimizer offload {l.optimizer_offload:.0%} needs delayed FP8 "
+                     f"scaling, not {w.precision}; use --precision fp8-delayed, or drop --fp8-param-gather or the "
+                     "offload"),
 ]

@@ -26,12 +26,16 @@ Style = Literal["slime", "megatron"]
 def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192,
                 moe: bool = False) -> list[tuple[str, str | None]]:
     """Ordered (flag, value) pairs; value None for a switch. `moe`: the model has MoE layers (the attention
-    CUDA-graph scope then also captures the router, as Megatron-Bridge's MoE recipes do)."""
+    CUDA-graph scope then also captures the router, as Megatron-Bridge's MoE recipes do; the megatron style names
+    the dispatcher, whose default there is allgather; a dense model gets no MoE flag)."""
     a: list[tuple[str, str | None]] = [
         ("--tensor-model-parallel-size", str(layout.tp)),
         ("--pipeline-model-parallel-size", str(layout.pp)),
     ]
-    if layout.vpp > 1:
+    split = split_args(layout)
+    # a --pipeline-model-parallel-layout string says VPP itself (one '|'-stage per virtual stage): Megatron refuses
+    # --num-virtual-stages-per-pipeline-rank beside it (arguments.py: at most one of the two)
+    if layout.vpp > 1 and not any(f == "--pipeline-model-parallel-layout" for f, _ in split):
         a.append(("--num-virtual-stages-per-pipeline-rank", str(layout.vpp)))
     a += [
         ("--context-parallel-size", str(layout.cp)),
@@ -40,7 +44,7 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192,
     ]
     if layout.sequence_parallel:
         a.append(("--sequence-parallel", None))
-    a += split_args(layout)
+    a += split
     rc = layout.recompute
     if rc.granularity != "none":
         a.append(("--recompute-granularity", rc.granularity))
@@ -57,8 +61,9 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192,
         a.append(("--micro-batch-size", str(layout.micro_batch_size or 1)))
     if layout.distributed_optimizer:
         a.append(("--use-distributed-optimizer", None))
-    if layout.fsdp:
-        a += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params")]
+    if layout.fsdp:  # Megatron FSDP saves and loads only its own checkpoint format (arguments.py asserts it)
+        a += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", "optim_grads_params"),
+              ("--ckpt-format", "fsdp_dtensor")]
     if layout.precision_aware_optimizer:
         a.append(("--use-precision-aware-optimizer", None))
     if layout.optimizer_offload:
@@ -74,7 +79,9 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192,
         if layout.overlap_param_gather and layout.distributed_optimizer:
             a.append(("--overlap-param-gather", None))
     a += setting_args(layout, moe)
-    if style == "megatron" or layout.dispatcher != "alltoall":
+    # a non-default dispatcher always (the rules keep dense models at alltoall); the megatron style names alltoall
+    # too for an MoE model (megatron-core's default is allgather), never for a dense one: it has nothing to dispatch
+    if (style == "megatron" and moe) or layout.dispatcher != "alltoall":
         flex = layout.dispatcher in FLEX_DISPATCHERS
         a.append(("--moe-token-dispatcher-type", "flex" if flex else layout.dispatcher))
         if layout.dispatcher == "hybridep":  # deepep is megatron-core's default backend (the seed's flex recipe)
@@ -168,12 +175,16 @@ def precision_from_args(flags: dict) -> tuple[str, bool]:
     raise BadInput(f"--fp8-recipe {kind!r}: not one autotune models; use delayed, tensorwise, blockwise or mxfp8")
 
 
+MULTI_WORD = ("--recompute-modules", "--cuda-graph-scope")  # nargs='+': their value is one word per module / scope
+
+
 def format_args(pairs: Iterable[tuple[str, str | None]]) -> list[str]:
+    """The command-line words of (flag, value) pairs: a multi-word flag's value (MULTI_WORD) one word per item."""
     out: list[str] = []
     for flag, value in pairs:
         out.append(flag)
         if value is not None:
-            out.extend(value.split(" ") if flag in ("--recompute-modules", "--cuda-graph-scope") else [value])
+            out.extend(value.split(" ") if flag in MULTI_WORD else [value])
     return out
 
 

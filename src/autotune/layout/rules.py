@@ -77,6 +77,29 @@ def _split_message(m: ModelSpec, w: Workload, l: Layout) -> str:
     return f"{m.num_layers} layers do not split evenly over PP x VPP = {S} stages{hint}"
 
 
+def _tokens_divide_rows(m: ModelSpec, w: Workload, t: LayoutTable):
+    """A token cap packs whole rows per micro-batch (`rows_per_mb`); exported to Megatron that is
+    --micro-batch-size, and Megatron's micro-batch calculator needs it to divide the rows each DP rank gets."""
+    return (t.max_tokens == 0) | _div(w.global_batch // np.maximum(t.dp, 1), t.rows_per_mb(w.seq_len))
+
+
+def _tokens_message(m: ModelSpec, w: Workload, l: Layout) -> str:
+    local = max(1, w.seq_len // l.cp)
+    rows, per_mb = w.global_batch // max(1, l.dp), l.rows_per_microbatch(w.seq_len)
+    share = f"the {rows} row(s) of {local:,} tokens a DP rank gets (global batch {w.global_batch} / DP {l.dp})"
+    if per_mb > rows:
+        return (f"max tokens per GPU {l.max_tokens_per_gpu:,} holds {per_mb} rows, more than {share}; use at most "
+                f"{rows * local:,}")
+    return (f"max tokens per GPU {l.max_tokens_per_gpu:,} packs {per_mb} rows per micro-batch, which do not divide "
+            f"{share} (Megatron's --micro-batch-size must); use {_divisor_below(l, w) * local:,}")
+
+
+def _divisor_below(l: Layout, w: Workload) -> int:
+    """The largest micro-batch (rows) at most `l`'s that divides the rows per DP rank."""
+    rows = max(1, w.global_batch // max(1, l.dp))
+    return max(k for k in range(1, min(rows, l.rows_per_microbatch(w.seq_len)) + 1) if rows % k == 0)
+
+
 def _mla(m: ModelSpec) -> bool:
     return m.mla is not None
 
@@ -117,6 +140,9 @@ RULES: list[Rule] = [
          lambda m, w, l: f"{m.moe.num_experts} experts do not divide over EP {l.ep}"),
     Rule("expert_ffn_etp", lambda m, w, t: _div(m.moe.ffn_hidden_size, t.etp) if m.moe else np.full(len(t), True),
          lambda m, w, l: f"expert FFN {m.moe.ffn_hidden_size} is not divisible by ETP {l.etp}"),
+    Rule("expert_bias_etp", lambda m, w, t: (t.etp == 1) | (not (m.is_moe and m.bias_linear)),
+         lambda m, w, l: f"{m.name} has biases on every linear, its experts' too, which megatron-core shards at "
+                         f"ETP 1 only; use ETP 1, not {l.etp}"),
     Rule("ffn_tp",
          lambda m, w, t: _div(m.ffn_hidden_size, t.tp)
          & (_div(m.moe.shared_ffn_hidden_size, t.tp) if m.moe and m.moe.shared_ffn_hidden_size else True),
@@ -130,10 +156,11 @@ RULES: list[Rule] = [
     Rule("row_fits_tokens", lambda m, w, t: (t.max_tokens == 0) | (t.max_tokens >= w.seq_len // t.cp),
          lambda m, w, l: f"max tokens per GPU {l.max_tokens_per_gpu} is below one row's share "
                          f"({w.seq_len // l.cp} = {w.seq_len} tokens / CP {l.cp})"),
+    Rule("tokens_divide_rows", _tokens_divide_rows, _tokens_message),
     Rule("microbatch_divides",
          lambda m, w, t: (t.max_tokens > 0) | _div(w.global_batch // np.maximum(t.dp, 1), t.mbs),
          lambda m, w, l: f"micro-batch size {l.micro_batch_size} does not divide the "
-                         f"{w.global_batch // max(1, l.dp)} rows per DP rank"),
+                         f"{w.global_batch // max(1, l.dp)} rows per DP rank; use {_divisor_below(l, w)} rows"),
     Rule("recompute_layers",
          lambda m, w, t: (t.rc_gran != 2) | ((t.rc_layers >= 1) & (t.rc_layers <= _layers_per_chunk(m, t))),
          lambda m, w, l: f"recompute over {l.recompute.num_layers} layers exceeds the "
@@ -155,6 +182,8 @@ RULES: list[Rule] = [
 # the rules that read a row's layer split (the others give the same answer whatever the split): space.explore
 # checks an "uneven" row against the others first and against these once it has its splits
 SPLIT_RULES = ("layers_pp", "recompute_layers")
+# rules about a setting whose message names the value that fixes it (the nearest-layout search keeps settings)
+_NAMES_ITS_FIX = {code for code, _, _ in SETTING_RULES} | {"tokens_divide_rows", "microbatch_divides"}
 
 
 def check(model: ModelSpec, workload: Workload, t: LayoutTable) -> dict[str, np.ndarray]:
@@ -223,6 +252,8 @@ def validate(model: ModelSpec, workload: Workload, layout: Layout) -> None:
     hint = f"; nearest legal layout: {near.label(model.is_moe)}" if near else "; no legal layout is near"
     if near and near.label(model.is_moe) == layout.label(model.is_moe):  # only a setting was wrong: its message says
         hint = ""
+    if near is None and all(v.code in _NAMES_ITS_FIX for v in bad):  # the degrees keep the setting: no layout near
+        hint = ""  # fixes it, and the message already says what does
     if near and near.recompute != layout.recompute:
         hint += f" with recompute {near.recompute}"
     msg = f"layout {layout.label(model.is_moe)} is illegal for {model.name}: " + "; ".join(v.message for v in bad) + hint

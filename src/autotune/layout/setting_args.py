@@ -1,7 +1,8 @@
 """The Megatron arguments of the overlap, CUDA-graph, token-drop and activation-offload settings, both ways.
 
 `setting_args(layout, moe)` gives the flags (megatron-core 0.16 names: the TransformerConfig fields behind
---overlap-moe-expert-parallel-comm, --delay-wgrad-compute, --tp-comm-overlap, --cuda-graph-impl/-scope,
+--overlap-moe-expert-parallel-comm, --delay-wgrad-compute, --tp-comm-overlap, --cuda-graph-impl/-scope (and
+--no-check-for-nan-in-loss-and-grad, which full-iteration graphs need),
 --moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity, --cpu-offloading-num-layers); `graphs_of`
 reads a command line's CUDA-graph flags back (`args.layout_from_args` reads the rest). No torch, no ray.
 """
@@ -28,6 +29,8 @@ def setting_args(layout: Layout, moe: bool = False) -> list[tuple[str, str | Non
             scope += " moe_router moe_preprocess"
         a += [("--cuda-graph-impl", "local" if layout.cuda_graphs == "full" else "transformer_engine"),
               ("--cuda-graph-scope", scope)]
+        if layout.cuda_graphs == "full":  # the step's graph cannot hold the NaN check's host sync (arguments.py)
+            a.append(("--no-check-for-nan-in-loss-and-grad", None))
         if layout.cuda_graphs == "full" and layout.ep > 1:  # megatron-core asserts it for local graphs with EP
             a.append(("--moe-pad-experts-for-cuda-graph-inference", None))
     if layout.moe_capacity_factor:

@@ -62,7 +62,8 @@ _DEGREES = re.compile(r"^TP (\d+), PP (\d+)(?:, VPP (\d+))?, CP (\d+), EP (\d+),
 # Layout field -> how the run block spells it, for messages.
 _RUN_FIELDS = {
     "tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
-    "vpp": "--num-virtual-stages-per-pipeline-rank", "cp": "--context-parallel-size",
+    "vpp": "--num-virtual-stages-per-pipeline-rank (or the --pipeline-model-parallel-layout stages)",
+    "cp": "--context-parallel-size",
     "ep": "--expert-model-parallel-size", "etp": "--expert-tensor-parallel-size",
     "sp": "--sequence-parallel (effective at TP > 1)", "recompute": "--recompute-*",
     "dispatcher": "--moe-token-dispatcher-type (and --moe-flex-dispatcher-backend)", "max_tokens_per_gpu": "--max-tokens-per-gpu",

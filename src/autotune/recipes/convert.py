@@ -2,8 +2,9 @@
 
 Two readings of a recipe's layout exist and the checks compare them:
 - `layout_of(recipe)`: the degrees, recompute, dispatcher, batching and offload from the `layout:` section's
-  fields; the options the section has no field for (precision-aware / distributed optimizer, shared-expert
-  overlap, TE cross-entropy fusion) from the `run:` block's flags, never from the summary's words.
+  fields (the uneven layer split too); the options the section has no field for (precision-aware / distributed
+  optimizer, Megatron FSDP, shared-expert overlap, TE cross-entropy fusion) from the `run:` block's flags, never
+  from the summary's words.
   Sequence parallelism: the section records the *effective* value (false at TP 1); at TP 1 the requested
   flag is kept on, as the seed's `run:` blocks pass `--sequence-parallel` there.
 - `run_layout(recipe)`: parsed from the `run:` command line with `layout_from_args`.
@@ -89,7 +90,7 @@ def layout_of(recipe: Recipe) -> Layout:
     rc = s.recompute
     return Layout(
         world=recipe.gpu.count,
-        tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.etp, layer_split=tuple(s.layer_split or ()),
+        tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.etp,
         sequence_parallel=s.sequence_parallel or s.tp == 1,
         recompute=Recompute(rc.granularity, rc.method, rc.num_layers, tuple(rc.modules or ())),
         dispatcher=s.dispatcher,
@@ -100,6 +101,9 @@ def layout_of(recipe: Recipe) -> Layout:
         optimizer_offload=s.offload.optimizer_fraction if s.offload else 0.0,
         moe_shared_expert_overlap="--moe-shared-expert-overlap" in flags,
         cross_entropy_fusion="--cross-entropy-loss-fusion" in flags,
+        fsdp="--use-megatron-fsdp" in flags,
+        # an uneven split of the wrong length is reported by the checks against PP x VPP, not raised here
+        layer_split=tuple(s.layer_split) if s.layer_split and len(s.layer_split) == s.pp * s.vpp else (),
     )
 
 

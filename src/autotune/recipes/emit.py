@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from ..catalog import ClusterSpec, ModelSpec, Workload, param_counts, recipe_precision
 from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import BadInput, ConfigError
-from ..launch import SEED_ENV, build_run_block, loss_mask_for, num, workload_args
+from ..launch import SEED_ENV, build_run_block, loss_mask_for, num, run_env, workload_args
 from ..layout import Layout
 from .io import error_lines
 from .schema import Recipe
@@ -147,7 +147,7 @@ def recipe_from_candidate(
         "layout": _layout_section(layout, workload, moe),
         "result": result,
         "correctness": dict(gates) if gates is not None else dict(NOT_RUN),
-        "env": dict(SEED_ENV),
+        "env": run_env(layout),
         "patches": [],
         "run": build_run_block(layout, workload, cluster, loss_mask=_loss_mask(model, dataset), moe=moe),
         "notes": [str(n) for n in notes] if notes else None,

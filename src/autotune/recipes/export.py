@@ -20,8 +20,9 @@ from pathlib import Path
 from ..errors import BadInput, ConfigError
 from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
+from ..launch.run_block import FSDP_MAX_CONNECTIONS
 from ..layout import layout_args
-from ..layout.args import precision_switches
+from ..layout.args import MULTI_WORD, precision_switches
 from .convert import is_moe, run_layout, workload_of
 from .run_block import run_block_problems
 from .schema import Recipe
@@ -110,10 +111,13 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
     lines = [
         f"# Megatron-core arguments for {name or recipe.model}: {recipe.layout.label} on {recipe.gpu.count} x {recipe.gpu.type}.",
         "# Add the model's architecture arguments (slime's MODEL_ARGS), checkpoint and data paths.",
-        "MEGATRON_ARGS=(",
     ]
+    if lay.fsdp:  # arguments.py asserts it: FSDP overlaps its gathers on more than one CUDA connection
+        lines.append(f"# Megatron FSDP: launch with CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (autotune's run blocks "
+                     f"set {FSDP_MAX_CONNECTIONS}); Megatron refuses 1.")
+    lines.append("MEGATRON_ARGS=(")
     for flag, value in pairs:
-        vals = value.split(" ") if value is not None and flag == "--recompute-modules" else ([value] if value is not None else [])
+        vals = value.split(" ") if value is not None and flag in MULTI_WORD else ([value] if value is not None else [])
         lines.append("  " + " ".join([flag] + [shlex.quote(v) for v in vals]))
     return "\n".join(lines + [")"]) + "\n"
 

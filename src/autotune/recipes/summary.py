@@ -2,8 +2,9 @@
 
 The summary follows the seed's sentence ("TP 1, PP 4, CP 1, EP 8, ETP 1, DP 8; one 8,192-token row per
 microbatch; full recompute (uniform, 2 layers); precision-aware distributed optimizer; alltoall dispatcher;
-load-balancing loss off; TE cross-entropy fusion; no offload"). Its option phrases are the ones
-`convert.layout_of` reads back (convert.PHRASE), so a recipe's summary and run block can be compared.
+load-balancing loss off; TE cross-entropy fusion; no offload"; a dense model's names no dispatcher). Its option
+phrases are the ones `convert.layout_of` reads back (convert.PHRASE), so a recipe's summary and run block can be
+compared.
 
 Highlights name what differs from the seed's reference layout (full uniform recompute of 1 layer, the
 alltoall dispatcher), after the token cap, and end with the load-balancing loss: the seed's
@@ -39,9 +40,9 @@ def summarize(layout: Layout, workload: Workload, moe: bool = True) -> str:
     if layout.tp > 1:
         bits.append("sequence parallel" if layout.sp else "no sequence parallel")
     bits += [_rows_phrase(layout, workload.seq_len), layout.recompute.describe(), _optimizer_phrase(layout)]
-    overlap = " with " + PHRASE["moe_shared_expert_overlap"] if layout.moe_shared_expert_overlap else ""
-    bits.append(f"{layout.dispatcher} dispatcher{overlap}")
-    if moe:
+    if moe:  # a dense model has no token dispatcher (and its run block no --moe-* flag)
+        overlap = " with " + PHRASE["moe_shared_expert_overlap"] if layout.moe_shared_expert_overlap else ""
+        bits.append(f"{layout.dispatcher} dispatcher{overlap}")
         bits.append(PHRASE["load_balancing_on"] if workload.load_balancing_loss else "load-balancing loss off")
     if layout.cross_entropy_fusion:
         bits.append("TE " + PHRASE["cross_entropy_fusion"])
