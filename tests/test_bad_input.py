@@ -162,6 +162,7 @@ CASES = {
     "export out under a file": ["export", str(SEED), "--out", "afile/x.yaml"],
     "export bad format": ["export", str(SEED), "--format", "pdf"],
     "export rank 0": ["export", str(SEED), "--rank", "0"],
+    "export rank of a recipe file": ["export", str(SEED), "--rank", "3"],
     "export binary": ["export", "binary.yaml"],
     # trial run
     "trial spec is a directory": ["trial", "run", "adir"],

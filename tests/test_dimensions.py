@@ -60,7 +60,7 @@ def test_distinct_layouts_get_distinct_keys(tmp_path):
                   cluster)
     t = res.table
     keys = table_keys(t)
-    assert len(t) > 50_000 and len(set(keys)) == len(t)
+    assert len(t) > 40_000 and len(set(keys)) == len(t)  # (offload needs the precision-aware optimizer)
     assert {bool(v) for v in t.dist_opt} == {True, False}
 
 

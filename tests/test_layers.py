@@ -12,6 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "autotune"
 # a package may import packages of a lower rank only (same rank: not each other)
 RANK = {
     "errors": 0, "killpoints": 0, "__init__": 0,
+    "words": 0,  # plurals and small numbers for any message; imports nothing
     "fsutil": 1,  # raises errors.Unwritable, naming the user's path
     "catalog": 1, "layout": 2, "cost": 3, "space": 4, "launch": 4,
     "trials": 5, "recipes": 5,

@@ -179,3 +179,15 @@ def test_uneven_rows_are_counted_once_per_split_whatever_the_chunking(monkeypatc
     assert list(table_keys(chunked.table)) == list(table_keys(whole.table))
     t = enumerate_space(space, m, w, c)  # every split materialised: the funnel's first count
     assert len(t) == whole.funnel[0][1]
+
+
+def test_space_shows_the_split_column_only_when_a_top_layout_has_one(capsys):
+    from autotune.cli.main import main
+
+    assert main(["space", "--model", "Qwen3-235B-A22B", "--gpu", "H100", "--count", "64", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    import re
+
+    assert "split" in out and re.search(r"\b\d+,\d+x\d+,\d+\b", out)  # e.g. 1,2x46,1 (folded runs)
+    assert main(["space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--top", "3"]) == 0
+    assert "split" not in capsys.readouterr().out.split("top 3", 1)[1]

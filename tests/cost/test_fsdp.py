@@ -29,7 +29,7 @@ def test_estimate_takes_a_split_and_fsdp(capsys):
     args = ["estimate", "-m", "Qwen3-235B-A22B", "-g", "H100", "-n", "256", "-l", "TP2 PP8 VPP4 EP32",
             "--seq-len", "4096", "--global-batch", "1024", "--micro-batch-size", "1", "--json"]
     assert main(args) == 2
-    assert "--account-for-embedding" in capsys.readouterr().err  # the rule names Megatron's way out
+    assert "--layer-split auto" in capsys.readouterr().err  # the rule names the way out
     assert main(args + ["--layer-split", "auto", "--fsdp"]) == 0
     out = capsys.readouterr().out
     assert "--account-for-loss-in-pipeline-split" in out and "--use-megatron-fsdp" in out

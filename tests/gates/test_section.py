@@ -148,4 +148,4 @@ def test_cli_component_bad_input_and_flex_not_run(capsys):
         rc, out, err = cli(capsys, "check", "component", *argv)
         assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
     rc, out, _ = cli(capsys, "check", "component", "--dispatcher", "flex")
-    assert rc == 1 and "not_run" in out and "DeepEP" in out
+    assert rc == 1 and "component: not run  " in out and "not run: " not in out and "DeepEP" in out

@@ -86,7 +86,7 @@ def test_validate_reports_every_bad_field_and_exits_2(run_cli, tmp_path):
     for path in ("result.tokens_per_s_per_gpu: ", "gpu.count: ", "layout.dispatcher: ", "result.tokens_per_gpu: ", "result.mfu: "):
         assert f"  {path}" in out, path
     assert out.count("invalid ") == 5 and out.count("ok ") == 1
-    assert "5 of 6 recipe(s) invalid" in err
+    assert "5 of 6 recipes invalid" in err
 
 
 def test_validate_exit_code_in_a_real_process(tmp_path):

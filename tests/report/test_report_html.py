@@ -98,7 +98,7 @@ def test_missing_optional_pieces_degrade_to_not_available(study_copy):
     assert "enumerated" not in funnel and "dispatched: 20" in funnel  # what the trials themselves tell
     # no trial file carries a prediction: no time terms to break down
     assert 'class="plot empty" data-plot="step-breakdown"' in html
-    assert "predictions (breakdowns) for 20 trial(s)" in html
+    assert "predictions (breakdowns) for 20 trials" in html
     for name in PLOTS:
         assert f'data-plot="{name}"' in html
 
@@ -156,7 +156,7 @@ def test_a_running_study_shows_its_running_trial(study_copy):
     assert len(running) == 1 and running[0].display_state == "running" and not running[0].ok
     assert view.stop_reason == study.user_attrs["stop_reason"]  # the last run's, from study.db
     html = render_html(view)
-    assert f"running, or killed mid-trial: 1 trial(s) in flight; last stop: {view.stop_reason}" in html
+    assert f"running, or killed mid-trial: 1 trial in flight; last stop: {view.stop_reason}" in html
     row = [r for r in _rows(html) if "TP9 RUNNING" in r]
     assert len(row) == 1 and "running" in row[0] and "1,234.5" in row[0] and "still out there" in row[0]
 
@@ -187,7 +187,7 @@ def test_model_error_of_measured_trials(sim_study):
                               layout={}, predicted=p, value=v) for i, (p, v) in enumerate([(3000, 2700), (2000, 2100), (1000, 1000)])]
     svg = predicted_vs_measured(view)
     # |3000/2700 - 1| = 11.1%, |2000/2100 - 1| = 4.8%, 0%: the median is 4.8%
-    assert "the model&#x27;s median error 4.8% over 3 measured trial(s)" in svg
+    assert "the model&#x27;s median error 4.8% over 3 measured trials" in svg
     assert "trial 90: M0" in svg and "model error +11.1%" in svg and "model error -4.8%" in svg
 
 

@@ -13,7 +13,7 @@ def test_leaderboard_page_matches_the_ranking(capsys, tmp_path):
     board = json.loads(capsys.readouterr()[0])
     assert main(["recipes", "list", "--html", str(out)]) == 0
     err = capsys.readouterr()[1]
-    assert f"wrote {out} ({len(board)} recipe(s))" in err
+    assert f"wrote {out} ({len(board)} recipes)" in err
     html = out.read_text()
     pairs = {(e["model"], e["gpu"]) for e in board}
     for model, gpu in pairs:

@@ -6,6 +6,7 @@ import typer
 from rich.table import Table
 
 from ..catalog import GPUS, load_model, model_names, param_counts
+from ..report.fit import fit
 from .console import console, print_json
 
 
@@ -37,7 +38,7 @@ def models(json_out: bool = typer.Option(False, "--json", help="Print JSON inste
         t.add_column(col, justify="right" if col in ("total", "active") else "left")
     for r in rows:
         t.add_row(r["name"], param_count(r["total_params"]), param_count(r["active_params"]), r["description"])
-    console.print(t)
+    console.print(fit(t))
 
 
 def gpus(json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
@@ -47,11 +48,11 @@ def gpus(json_out: bool = typer.Option(False, "--json", help="Print JSON instead
         return
     t = Table(title="GPUs (use --gpu NAME)")
     for col in ("name", "memory", "BF16 TFLOP/s", "HBM GB/s", "NVLink GB/s", "$/GPU-h", "per node", "instance"):
-        t.add_column(col)
+        t.add_column(col, justify="left" if col in ("name", "instance") else "right")  # numbers line up
     for g in GPUS.values():
         t.add_row(g.name, f"{g.memory_bytes / 2**30:.1f} GiB", f"{g.bf16_tflops:g}", f"{g.hbm_gbps:g}",
                   f"{g.nvlink_gbps:g}", f"{g.usd_per_hour:.2f}", str(g.gpus_per_node), g.instance)
-    console.print(t)
+    console.print(fit(t))
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..gates import GateResult
@@ -26,7 +27,14 @@ def _finish(result: GateResult, json_out: bool, rows: list[tuple[str, str]] = ()
         print_json(result.model_dump(mode="json"))
     else:
         colour = {"pass": "green", "fail": "red"}.get(result.status, "yellow")
-        console.print(f"[bold]{result.gate}[/]: [{colour}]{result.status}[/]  {result.summary}")
+        word = result.recipe_status  # 'not run', not 'not_run'
+        summary = result.summary  # most summaries begin with the status itself: say it once
+        for head in (f"{result.status}: ", f"{word}: "):
+            if summary.startswith(head):
+                summary = summary[len(head):]
+                break
+        summary = "" if summary in (result.status, word) else summary
+        console.print(f"[bold]{result.gate}[/]: [{colour}]{word}[/]" + (f"  {escape(summary)}" if summary else ""))
         if rows:
             t = Table(show_header=True)
             for col in rows[0]:

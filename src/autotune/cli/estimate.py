@@ -233,7 +233,7 @@ def render(out: dict) -> None:
             f"${thr['usd_per_million_tokens']:.2f} per 1M tokens, step {thr['step_time_s']:.2f} s")
     for key, what in (("measured", "measured"), ("recipe_predicted", "the recipe's prediction")):
         if key in out:
-            line += f"; {what} {out[key]['tokens_per_s_per_gpu']:,.1f} ({out[key]['error_percent']:+.1f}%)"
+            line += f"; {what} {out[key]['tokens_per_s_per_gpu']:,.1f} ({round(out[key]['error_percent'], 1) + 0.0:+.1f}%)"  # + 0.0: never -0.0%
     console.print(line)
 
 

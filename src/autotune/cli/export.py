@@ -30,7 +30,8 @@ def export(
     run_dir: Optional[str] = typer.Argument(
         None, help="Run directory of a search (default: the newest under ./runs), or a recipe file."
     ),
-    rank: int = typer.Option(1, "--rank", help="Which recipe of the run: 1 is the best."),
+    rank: Optional[int] = typer.Option(None, "--rank", help="Which recipe of the run: 1 (the default) is the "
+                                       "best. Only for a run directory, not a recipe file."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write it to this file (a launch script is made "
                                        "executable); without --out it is printed on stdout."),
     fmt: Optional[str] = typer.Option(
@@ -47,11 +48,15 @@ def export(
         fmt = "script" if out is not None and out.suffix == ".sh" else "recipe"
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    src = resolve_source(run_dir, rank)
+    if rank is not None and run_dir is not None and Path(run_dir).is_file():
+        raise BadInput(f"--rank {rank}: --rank picks a recipe of a study (a run directory such as runs/<study>), "
+                       f"and {run_dir} is a recipe file; export it without --rank")
+    src = resolve_source(run_dir, 1 if rank is None else rank)
+    shown = _stable(src)  # runs/<study>/recipes/..., not the versioned folder it links to
     recipe = load_recipe(src)
     errors = [str(p) for p in check_recipe(recipe) if p.level == "error"]
     if errors:
-        raise ConfigError(f"{src}: not exported, the recipe is inconsistent: " + "; ".join(errors))
+        raise ConfigError(f"{shown}: not exported, the recipe is inconsistent: " + "; ".join(errors))
     name = recipe_stem(src)
     home = contained_path(recipe_relpath(recipe, name)) if fmt == "recipe" else None  # the catalogue's place
     # its folders may be new (stderr suggests that path); any other --out must name an existing folder
@@ -61,7 +66,7 @@ def export(
     if fmt == "recipe":
         if out is not None:
             write_recipe(recipe, out, name, make_parents=new_folders)
-            err_console.print(f"wrote {out} (from {src}); check it with `autotune recipes validate {out}`",
+            err_console.print(f"wrote {out} (from {shown}); check it with `autotune recipes validate {out}`",
                               markup=False)
             return
         text = dump_recipe(recipe, name)
@@ -70,21 +75,35 @@ def export(
         text = launch_script(recipe, name)
         if out is not None:
             write_text_atomic(out, text, mode=0o755, make_parents=False)
-            err_console.print(f"wrote {out} (from {src}); set the variables it names, then run it", markup=False)
+            err_console.print(f"wrote {out} (from {shown}); set the variables it names, then run it", markup=False)
             return
         hint = f"to keep it: --out {name}.sh (made executable)"
     else:
         text = slime_command(recipe) if fmt == "slime" else megatron_args(recipe, name)
         if out is not None:
             write_text_atomic(out, text, make_parents=False)
-            err_console.print(f"wrote {out} (from {src})", markup=False)
+            err_console.print(f"wrote {out} (from {shown})", markup=False)
             return
         hint = None
     # Plain stdout, not rich: the text must come out byte for byte (no wrapping, no markup).
     sys.stdout.write(text)
     sys.stdout.flush()
     if hint:
-        err_console.print(f"printed {fmt} from {src}; {hint}", markup=False, soft_wrap=True)
+        err_console.print(f"printed {fmt} from {shown}; {hint}", markup=False, soft_wrap=True)
+
+
+def _stable(src: Path) -> Path:
+    """The path to name for a search's recipe: runs/<study>/recipes/<file> (a link through runs/<study>/published)
+    when it is the same file as `src` in the versioned .outputs-<n>/ folder a search publishes into (which the next
+    publication replaces), else `src` as it is."""
+    gen = src.parent.parent
+    if src.parent.name != "recipes" or not gen.name.startswith(".outputs-"):
+        return src
+    stable = gen.parent / "recipes" / src.name
+    try:
+        return stable if stable.is_file() and stable.samefile(src) else src
+    except OSError:
+        return src
 
 
 def register(app: typer.Typer) -> None:

@@ -20,6 +20,8 @@ from ..recipes import check_recipe, leaderboard, load_all, load_recipe, recipe_s
 from ..recipes.io import RecipeInvalid, find_recipes
 from ..recipes.rank import caption
 from ..recipes.schema import Recipe
+from ..report.leaderboard import correctness_line
+from ..words import count
 from .console import console, err_console, print_json
 
 recipes_app = typer.Typer(
@@ -110,7 +112,7 @@ def _write_html(entries, html: Path, model: Optional[str], gpu: Optional[str]) -
     if not entries:
         raise ConfigError(f"no recipes{_which(model, gpu)}: nothing written to {html}; `autotune recipes list` shows what there is")
     write_leaderboard(entries, html)
-    err_console.print(f"wrote {html} ({len(entries)} recipe(s))", markup=False)
+    err_console.print(f"wrote {html} ({count(len(entries), 'recipe')})", markup=False)
 
 
 def _find(name: str, dirs: Optional[List[Path]]) -> tuple[Path, Recipe]:
@@ -140,8 +142,9 @@ def _card(name: str, path: Path, r: Recipe) -> list[str]:
     if res.step_time_cv_percent is not None:
         rows.append(("Step-time CV", f"{res.step_time_cv_percent:.2f}%"))
     c = r.correctness.convergence
+    rows.append(("Correctness", correctness_line(r.correctness.result, r.correctness.summary)))
     rows.append(("Convergence check", f"correlation {c.correlation}, final loss difference {c.final_loss_difference}, "
-                 f"{c.pointwise_failures} pointwise failures over {c.steps} steps" if c else r.correctness.summary))
+                 f"{c.pointwise_failures} pointwise failures over {c.steps} steps" if c else "not run"))
     rows += [("Component test", f"{t.test}: {t.gpu}, {t.date.isoformat()}. Shape: {t.shape}. {t.detail}")
              for t in r.correctness.component_tests]
     rows.append(("Measured", measured))
@@ -195,7 +198,7 @@ def validate(
         for p in problems:
             console.print(f"  {p}", markup=False, soft_wrap=True)
     if bad:
-        raise ConfigError(f"{bad} of {len(files)} recipe(s) invalid; fix the fields named above")
+        raise ConfigError(f"{bad} of {count(len(files), 'recipe')} invalid; fix the fields named above")
 
 
 def register(app: typer.Typer) -> None:

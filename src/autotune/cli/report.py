@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
+from ..report.fit import fit
+from ..words import count, hours
 from .console import console
 
 GiB = 1024**3
@@ -24,15 +26,15 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
                   fmt(r["predicted"]), fmt(r["measured"]), f"{r.get('mfu', 0):.1%}" if r["value"] else "-",
                   f"{r['usd_per_million_tokens']:.2f}" if r["value"] and r.get("usd_per_million_tokens") else "-",
                   f"{r.get('peak_memory_bytes', 0) / GiB:.1f}", r["state"])
-    console.print(t)
+    console.print(fit(t))
     if len(order) > TOP:
-        console.print(f"... {len(order) - TOP} more trial(s): autotune dashboard {out['study_dir']} (or --json)",
+        console.print(f"... {count(len(order) - TOP, 'more trial')}: autotune dashboard {out['study_dir']} (or --json)",
                       markup=False)
     for note in out["notes"]:
         if note not in shown:
             console.print(f"note: {note}", markup=False, soft_wrap=True)
     console.print(f"stopped: {out['stop_reason']}")
-    console.print(f"{out['dispatched']} trial(s), {out['gpu_hours']:.1f} GPU-hours"
+    console.print(f"{count(out['dispatched'], 'trial')}, {hours(out['gpu_hours'])} GPU-hours"
                   + (" (predicted)" if out["backend"] == "simulate" else ""))
     b = out["best"]
     if b:

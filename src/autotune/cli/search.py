@@ -168,6 +168,9 @@ def search(
     # of the space, seconds for a space of millions
     with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
         session.prepare()
+    resumed = session.driver.resume_line()  # an existing study: say so before anything runs
+    if resumed:
+        err_console.print(resumed, markup=False, soft_wrap=True)
     funnel = session.driver.candidates.funnel
     notes += session.driver.candidates.space_notes  # --no-deepep, --no-te, a CPU, this machine's kernels
     notes.append(f"search space {sp.source}: " + " -> ".join(f"{c:,} {s}" for s, c in funnel))

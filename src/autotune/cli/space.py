@@ -7,6 +7,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import BadInput
+from ..layout.splits import split_text
+from ..report.fit import fit
 from ..space import explore, load_space
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
                      PerNodeOpt, PrecisionOpt, SeqOpt, SpaceOpt, missing_software, resolve)
@@ -64,13 +66,13 @@ def space(
     f.add_column("layouts", justify="right")
     for s, c in res.funnel:
         f.add_row(s, f"{c:,}")
-    console.print(f)
+    console.print(fit(f))
     r = Table(title="removed, by first reason")
     r.add_column("reason")
     r.add_column("layouts", justify="right")
     for k, v in sorted(res.reasons.items(), key=lambda kv: -kv[1]):
         r.add_row(escape(k), f"{v:,}")
-    console.print(r)
+    console.print(fit(r))
     for note in res.notes:
         console.print(f"note: {note}", markup=False)
     if not best:
@@ -78,10 +80,11 @@ def space(
     t = Table(title=f"top {len(best)} by predicted tokens/s/GPU")
     offload = any(b["layout_detail"]["optimizer_offload"] for b in best)  # a column only when it matters
     disp = m.is_moe  # a dense model has no token dispatcher to show
-    cols = ("#", "layout", "recompute") + (("disp.",) if disp else ()) + (("offload",) if offload else ()) \
-        + ("tok/GPU", "tokens/s/GPU", "MFU", "$/1M", "peak GiB", "top cost")
+    split = any(b["layout_detail"]["layer_split"] for b in best)  # an uneven layer split: a column when one shows
+    cols = ("#", "layout") + (("split",) if split else ()) + ("recompute",) + (("disp.",) if disp else ()) \
+        + (("offload",) if offload else ()) + ("tok/GPU", "tokens/s/GPU", "MFU", "$/1M", "peak GiB", "top cost")
     for col in cols:
-        t.add_column(col, justify="right" if col not in ("layout", "recompute", "disp.", "top cost") else "left")
+        t.add_column(col, justify="right" if col not in ("layout", "split", "recompute", "disp.", "top cost") else "left")
     for k, b in enumerate(best, 1):
         d, thr = b["layout_detail"], b["throughput"]
         rc = d["recompute"]
@@ -89,10 +92,11 @@ def space(
         top_term = max(thr["breakdown"].items(), key=lambda kv: kv[1])
         off = (f"{d['optimizer_offload']:.0%}",) if offload else ()
         dd = (d["dispatcher"] + ("+ovl" if d["moe_shared_expert_overlap"] else ""),) if disp else ()
-        t.add_row(str(k), b["layout"], rc_s, *dd, *off, f"{d['max_tokens_per_gpu'] or ''}", f"{thr['tokens_per_s_per_gpu']:,.1f}", f"{thr['mfu']:.1%}",
+        sp = (split_text(tuple(d["layer_split"])),) if split else ()
+        t.add_row(str(k), b["layout"], *sp, rc_s, *dd, *off, f"{d['max_tokens_per_gpu'] or ''}", f"{thr['tokens_per_s_per_gpu']:,.1f}", f"{thr['mfu']:.1%}",
                   f"{thr['usd_per_million_tokens']:.2f}", f"{b['memory']['peak_bytes'] / GiB:.1f}",
                   f"{top_term[0]} {top_term[1] / thr['step_time_s']:.0%}")
-    console.print(t)
+    console.print(fit(t))
 
 
 def _nothing_survives(res) -> str:
@@ -101,6 +105,9 @@ def _nothing_survives(res) -> str:
     codes = " ".join(res.last_reasons)
     if "OOM" in codes or "memory" in codes:
         hint = "add GPUs, shorten --seq-len, or widen the space (--space: recompute, offload)"
+    elif "layers_pp" in codes:
+        hint = ("let the space try uneven layer splits (--space with layer_split: [even, uneven]), or list PP x VPP "
+                "values that divide the model's layers")
     elif "dp_batch" in codes or "world" in codes or "microbatch" in codes:
         hint = "use a GPU count and --global-batch that divide (fewer GPUs, or a larger --global-batch)"
     else:

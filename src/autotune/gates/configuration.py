@@ -58,11 +58,11 @@ def configuration_gate(candidate: Args, reference: Args, rules: Rules | None = N
         bad = by["numerics"] + by["unknown"]
         kinds = " and ".join(k for k in ("numerics", "unknown") if by[k])
         return GateResult(gate="configuration", status="fail", details=details, needs=needs,
-                          summary=f"fail: {kinds} argument difference(s): {word(bad)}")
+                          summary=f"fail: {kinds} argument difference{'s' if len(bad) != 1 else ''}: {word(bad)}")
     if not diffs:
         return GateResult(gate="configuration", status="pass", details=details, summary="pass: the same arguments")
     parts = [f"{len(by[c])} {c}" for c in ("layout", "performance", "kernel") if by[c]]
-    summary = "pass: " + ", ".join(parts) + " difference(s)"
+    summary = "pass: " + ", ".join(parts) + (" difference" if len(diffs) == 1 else " differences")
     if needs:
-        summary += f"; {len(needs)} need a component test ({word(by['kernel'])})"
+        summary += f"; {len(needs)} need{'s' if len(needs) == 1 else ''} a component test ({word(by['kernel'])})"
     return GateResult(gate="configuration", status="pass", details=details, needs=needs, summary=summary)

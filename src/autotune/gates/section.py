@@ -36,6 +36,16 @@ def _covered(need: str, components: list[GateResult]) -> GateResult | None:
     return next((c for c in hits if c.status == "pass"), hits[0] if hits else None)
 
 
+def _why(g: GateResult) -> str:
+    """A gate's summary without its leading status ('not run: predicted' -> 'predicted'): the section's summary
+    says 'not run: ' or 'failed: ' once, not again for every gate ('not run: convergence not run: ...')."""
+    s = g.summary or ""
+    for head in ("not run: ", "not_run: ", "fail: ", "failed: ", "pass: "):
+        if s.startswith(head):
+            return s[len(head):]
+    return s or g.recipe_status
+
+
 def overall(configuration: GateResult | None, convergence: GateResult | None,
             components: Iterable[GateResult] = ()) -> tuple[str, list[str]]:
     """('pass' | 'fail' | 'not run', the reasons for anything but pass)."""
@@ -43,20 +53,20 @@ def overall(configuration: GateResult | None, convergence: GateResult | None,
     failed, missing = [], []
     for name, g in (("configuration", configuration), ("convergence", convergence)):
         if g is None:
-            missing.append(f"{name} not run")
+            missing.append(f"{name}: no result")
         elif g.status == "fail":
-            failed.append(f"{name} {g.summary}")
+            failed.append(f"{name}: {_why(g)}")
         elif g.status == "not_run":
-            missing.append(f"{name} {g.summary}")
+            missing.append(f"{name}: {_why(g)}")
     for c in components:
         if c.status == "fail":
-            failed.append(f"component test {c.summary}")
+            failed.append(f"component test: {_why(c)}")
     for need in configuration.needs if configuration else []:
         hit = _covered(need, components)
         if hit is None:
             missing.append(f"no component test for {need}")
         elif hit.status == "not_run":
-            missing.append(f"component test for {need} {hit.summary}")
+            missing.append(f"component test for {need}: {_why(hit)}")
     if failed:
         return "fail", failed + missing
     return ("not run", missing) if missing else ("pass", [])

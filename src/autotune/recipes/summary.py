@@ -6,9 +6,10 @@ load-balancing loss off; TE cross-entropy fusion; no offload"; a dense model's n
 phrases are the ones `convert.layout_of` reads back (convert.PHRASE), so a recipe's summary and run block can be
 compared.
 
-Highlights name what differs from the seed's reference layout (full uniform recompute of 1 layer, the
-alltoall dispatcher), after the token cap, and end with the load-balancing loss: the seed's
-"max 8,192 tokens/GPU, recompute 2 layers, load-balancing loss off".
+Highlights name the token cap, the recompute (always: "recompute 1 layer" too, or a full-recompute recipe
+reads as one without), what differs from the seed's alltoall dispatcher, the options turned on beyond the
+seed's (FSDP, EP and TP communication overlap, CUDA graphs, token drop), and end with the load-balancing loss:
+the seed's "max 8,192 tokens/GPU, recompute 2 layers, load-balancing loss off".
 """
 
 from __future__ import annotations
@@ -47,9 +48,32 @@ def summarize(layout: Layout, workload: Workload, moe: bool = True) -> str:
     if layout.cross_entropy_fusion:
         bits.append("TE " + PHRASE["cross_entropy_fusion"])
     bits.append(f"optimizer offload {layout.optimizer_offload:.0%}" if layout.optimizer_offload else "no offload")
+    bits += [long for long, _ in _extras(layout)]
     if not workload.grads_fp32:
         bits.append("bf16 gradient reduction")
     return "; ".join(bits)
+
+
+def _extras(layout: Layout) -> list[tuple[str, str]]:
+    """The options a run turns on beyond the seed's (summary words, highlight words), each only when on: two
+    recipes that differ only in these must not read alike."""
+    out = []
+    if layout.fsdp:
+        out.append(("Megatron FSDP (parameters, gradients and optimizer state sharded over DP)", "FSDP"))
+    if layout.ep_overlap:
+        out.append(("EP communication overlap", "EP comm overlap"))
+    if layout.tp_overlap:  # as it takes effect: TP > 1 with sequence parallel
+        out.append(("TP communication overlap", "TP comm overlap"))
+    if layout.cuda_graphs != "none":
+        out.append((f"CUDA graphs ({layout.cuda_graphs})", f"CUDA graphs {layout.cuda_graphs}"))
+    if layout.moe_capacity_factor > 0:
+        cf = f"{layout.moe_capacity_factor:g}"
+        out.append((f"token drop at capacity factor {cf}", f"token drop (capacity {cf})"))
+    if layout.activation_offload_layers:
+        n = layout.activation_offload_layers
+        out.append((f"activations of {n} layer{'s' if n != 1 else ''} per chunk offloaded",
+                    f"activation offload {n} layer{'s' if n != 1 else ''}"))
+    return out
 
 
 def highlights(layout: Layout, workload: Workload, moe: bool = True) -> str:
@@ -60,7 +84,9 @@ def highlights(layout: Layout, workload: Workload, moe: bool = True) -> str:
         n = layout.micro_batch_size or 1
         bits = [f"micro-batch {n} row{'s' if n != 1 else ''}"]
     rc = layout.recompute
-    if rc.granularity == "full" and (rc.method, rc.num_layers) != ("uniform", 1):
+    # the seed page leaves its reference recompute (full, uniform, 1 layer) unsaid and says the others; with "no
+    # recompute" written out, a recipe whose highlights name no recompute is that reference
+    if rc.granularity == "full" and not (rc.method == "uniform" and rc.num_layers == 1):
         n = rc.num_layers
         bits.append(f"{'block ' if rc.method == 'block' else ''}recompute {n} layer{'s' if n != 1 else ''}")
     elif rc.granularity == "selective":
@@ -71,6 +97,7 @@ def highlights(layout: Layout, workload: Workload, moe: bool = True) -> str:
         bits.append(f"{layout.dispatcher} dispatcher")
     if layout.optimizer_offload:
         bits.append(f"optimizer offload {layout.optimizer_offload:.0%}")
+    bits += [short for _, short in _extras(layout)]
     if moe and not workload.load_balancing_loss:
         bits.append("load-balancing loss off")
     return ", ".join(bits)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..words import count
 from .study import StudyView, TrialView
 from .svg import PALETTE, colour, empty, esc
 
@@ -117,7 +118,7 @@ def layout_map(view: StudyView, xdim: str, ydim: str, title: str) -> str:
             fill = colour(f) if v else "#e0b4b4"
             ink = "#000" if not v or f > 0.55 else "#fff"
             label = f"{v:,.0f}" if v else ",".join(sorted({t.display_state for t in ts}))
-            tip = f"{xdim} {xv}, {ydim} {yv}: {len(ts)} trial(s)" + (f", best {v:,.1f} tokens/s/GPU" if v else "")
+            tip = f"{xdim} {xv}, {ydim} {yv}: {count(len(ts), 'trial')}" + (f", best {v:,.1f} tokens/s/GPU" if v else "")
             g.append(f'<rect class="mark" x="{x}" y="{y}" width="{cw - 2}" height="{ch - 2}" fill="{fill}"><title>'
                      f'{esc(tip)}</title></rect><text x="{x + cw / 2 - 1:.0f}" y="{y + ch / 2 + 3:.0f}" text-anchor="middle" '
                      f'font-size="10.5" fill="{ink}">{esc(label)}</text>')

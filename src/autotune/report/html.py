@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..fsutil import write_text_atomic
+from ..words import hours
 from . import bars, plots
 from .study import StudyView, TrialView
 from .svg import esc
@@ -64,7 +65,7 @@ def _trial_rows(view: StudyView) -> list[str]:
         k = ranked.get(t.number)
         peak = t.peak_bytes or t.predicted_peak_bytes
         cells = [_num(k, "#{}"), _num(t.number, "{}"), _td(t.label, cls="nw"), _td(t.recompute, cls="nw"), _td(t.dispatcher),
-                 _num(t.predicted), _num(t.measured), _num(t.value if t.ok else None),
+                 _num(t.predicted or (t.value if t.ok and t.measured is None else None)), _num(t.measured),
                  _num(t.mfu, "{:.1%}"), _num(t.usd_per_million_tokens, "${:.2f}"),
                  _num(peak / GiB if peak else None), _num(t.gpu_hours, "{:.2f}"), _num(t.wall_s, "{:.1f}"),
                  _td(t.display_state, cls=f"st-{t.display_state}"), _td(t.why or "", cls="why"),
@@ -73,7 +74,7 @@ def _trial_rows(view: StudyView) -> list[str]:
     return rows
 
 
-TRIAL_COLS = ["rank", "trial", "layout", "recompute", "dispatcher", "predicted", "measured", "result", "MFU",
+TRIAL_COLS = ["rank", "trial", "layout", "recompute", "dispatcher", "predicted", "measured", "MFU",
               "$ / 1M tokens", "peak GiB", "GPU-h", "wall s", "state", "planner's rationale", "reason"]
 
 
@@ -117,7 +118,7 @@ def _recipes(view: StudyView) -> str:
 def _kpis(view: StudyView, best: TrialView | None) -> str:
     sim = view.backend == "simulate"
     items = [(f"{len(view.dispatched)}", f"trials dispatched ({len(view.trials) - len(view.dispatched)} screened)"),
-             (f"{view.gpu_hours:,.1f}", "GPU-hours" + (" (predicted)" if sim else "")),
+             (hours(view.gpu_hours), "GPU-hours" + (" (predicted)" if sim else "")),
              (f"{best.value:,.1f}" if best else "-", "best tokens/s per GPU" + (" (predicted)" if best and best.source != "measured" else "")),
              (f"{best.mfu:.1%}" if best and best.mfu else "-", "best MFU"),
              (f"${best.usd_per_million_tokens:.2f}" if best and best.usd_per_million_tokens else "-", "best $ / 1M tokens")]

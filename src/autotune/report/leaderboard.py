@@ -12,7 +12,7 @@ from ..recipes.io import recipe_relpath
 from ..recipes.rank import Entry, caption
 from .svg import esc
 
-__all__ = ["leaderboard_html", "write_leaderboard"]
+__all__ = ["leaderboard_html", "write_leaderboard", "correctness_line"]
 
 CSS = """
 body{font:14px/1.5 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1d1d1f;margin:0}
@@ -26,6 +26,14 @@ th{font-size:12px;color:#666;font-weight:600}td.n{text-align:right;font-variant-
 dl{display:grid;grid-template-columns:200px 1fr;gap:4px 14px;margin:8px 0}dt{color:#666}dd{margin:0}
 pre{background:#f6f8fa;border-radius:6px;padding:10px;overflow:auto;font-size:12px}a{color:#0b62c4;text-decoration:none}
 """
+
+
+def correctness_line(result: str, summary: str) -> str:
+    """'not run: convergence: predicted ...', 'passed; 1 component test passed': the result once (a summary
+    that begins with it, as the gates write them, is not prefixed again)."""
+    if not summary:
+        return result
+    return summary if summary.startswith(result) else f"{result}: {summary}"
 
 
 def _badge(status: str) -> str:
@@ -66,7 +74,7 @@ def _card(e: Entry) -> str:
                         + (f"; {res.mfu_note}" if res.mfu_note else "")))]
     if res.step_time_cv_percent is not None:
         rows.append(("Step-time CV", f"{res.step_time_cv_percent:.2f}%"))
-    rows.append(("Correctness", esc(f"{c.result}: {c.summary}")))
+    rows.append(("Correctness", esc(correctness_line(c.result, c.summary))))
     rows.append(("Convergence check", esc(f"correlation {conv.correlation}, final loss difference "
                                           f"{conv.final_loss_difference}, {conv.pointwise_failures} pointwise failures "
                                           f"over {conv.steps} steps" if conv else "not run")))

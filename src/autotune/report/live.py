@@ -23,6 +23,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from ..words import hours
+from .fit import fit
+
 __all__ = ["LiveView"]
 
 GiB = 1024**3
@@ -145,7 +148,7 @@ class LiveView:
 
     # --- output ---------------------------------------------------------------------------------------
     def _progress_text(self) -> str:
-        gh = f"{self.gpu_hours:,.1f}" + (f"/{self.gpu_hours_budget:g}" if self.gpu_hours_budget else "")
+        gh = hours(self.gpu_hours) + (f"/{self.gpu_hours_budget:g}" if self.gpu_hours_budget else "")
         best = f"{self.best.value:,.1f} ({self.best.layout}, trial {self.best.number})" if self.best else "-"
         return f"{self.finished}/{self.trials_budget} trials, {gh} GPU-hours, best {best}"
 
@@ -160,22 +163,22 @@ class LiveView:
                      f"{self.finished}/{self.trials_budget} (+{self.screened} screened)")
         if self.gpu_hours_budget:
             bars.add_row("GPU-hours", ProgressBar(total=self.gpu_hours_budget, completed=min(self.gpu_hours,
-                         self.gpu_hours_budget), width=30), f"{self.gpu_hours:,.1f}/{self.gpu_hours_budget:g}")
+                         self.gpu_hours_budget), width=30), f"{hours(self.gpu_hours)}/{self.gpu_hours_budget:g}")
         else:
-            bars.add_row("GPU-hours", "", f"{self.gpu_hours:,.1f} (no budget)")
+            bars.add_row("GPU-hours", "", f"{hours(self.gpu_hours)} (no budget)")
         b = self.best
         best = Text(f"best so far: {b.layout} {b.value:,.1f} tokens/s/GPU [{b.state}] (trial {b.number})" if b
                     else "best so far: -")
         t = Table(title=None, expand=False, pad_edge=False)
         for c in ("trial", "layout", "predicted", "result", "MFU", "peak GiB", "state", "time s", "reason"):
             t.add_column(c, justify="right" if c in ("trial", "predicted", "result", "MFU", "peak GiB", "time s") else "left",
-                         no_wrap=c != "reason", max_width=48 if c == "reason" else None)
+                         max_width=48 if c == "reason" else None)
         for r in sorted(self.rows.values(), key=lambda r: r.number)[-RECENT:]:
             t.add_row(str(r.number), r.layout, _f(r.predicted), _f(r.value),  # state says measured or predicted
                       _f(r.mfu, "{:.1%}"), _f(r.peak / GiB if r.peak else None), r.state,
                       _f(r.wall_s if r.wall_s is not None else (time.monotonic() - r.started if r.started else None), "{:.1f}"),
                       r.reason[:120])
-        parts = [head, bars, best, t]
+        parts = [head, bars, best, fit(t)]  # numbers whole at any width; layouts and reasons fold
         if self.stop_reason:
             parts.append(Text(f"stopped: {self.stop_reason}"))
         return Group(*parts)

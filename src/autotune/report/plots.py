@@ -6,6 +6,7 @@ Each function returns one SVG string; with nothing to draw it returns `svg.empty
 
 from __future__ import annotations
 
+from ..words import count
 from .study import StudyView, TrialView
 from .svg import PALETTE, Axes, empty
 
@@ -74,7 +75,7 @@ def predicted_vs_measured(view: StudyView) -> str:
     measured = [t for t in pts if t.source == "measured"]
     if measured:
         errs = sorted(abs(t.predicted / t.value - 1) for t in measured)
-        sub = f"the model's median error {errs[len(errs) // 2]:.1%} over {len(errs)} measured trial(s)"
+        sub = f"the model's median error {errs[len(errs) // 2]:.1%} over {count(len(errs), 'measured trial')}"
     else:
         sub = "no measured trial: a simulator result is the model's own prediction"
     ax = Axes(name, title, "predicted at dispatch", "result", vals, vals, subtitle=sub)

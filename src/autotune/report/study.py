@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import BadInput
 from ..trials.spec import Prediction
+from ..words import count
 
 from .recipes import RecipeView, load_recipes
 
@@ -94,7 +95,7 @@ class StudyView:
     def state_line(self) -> str:
         if self.in_flight:
             last = f"; last stop: {self.stop_reason}" if self.stop_reason else ""
-            return f"running, or killed mid-trial: {self.in_flight} trial(s) in flight{last}"
+            return f"running, or killed mid-trial: {count(self.in_flight, 'trial')} in flight{last}"
         return f"stopped: {self.stop_reason}" if self.stop_reason else "stopped before the end (no stop reason recorded)"
 
     @property
@@ -134,7 +135,7 @@ def load_study(root: str | Path) -> StudyView:
             no_pred += 1
         _fill_costs(t, row)
     if no_pred:
-        missing.append(f"predictions (breakdowns) for {no_pred} trial(s): their trial_spec.json and "
+        missing.append(f"predictions (breakdowns) for {count(no_pred, 'trial')}: their trial_spec.json and "
                        "trial_result.json carry no Prediction record")
     s = summary or {}
     view = StudyView(

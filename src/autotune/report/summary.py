@@ -5,7 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ..words import count, hours
 from .bars import funnel_stages
+from .fit import fit
 from .study import StudyView
 
 __all__ = ["render_summary", "view_json"]
@@ -23,7 +25,9 @@ def view_json(view: StudyView) -> dict:
         "gpu_hours": view.gpu_hours, "best": view.best,
         "trials": [{"rank": ranked.get(t.number), "number": t.number, "layout": t.label, "recompute": t.recompute,
                     "dispatcher": t.dispatcher, "state": t.display_state, "predicted": t.predicted,
-                    "measured": t.measured, "value": t.value if t.ok else None, "mfu": t.mfu,
+                    "measured": t.measured, "value": t.value if t.ok else None,
+                    "source": t.source if t.ok else None,  # what `value` is: measured, or the simulator's prediction
+                    "mfu": t.mfu,
                     "usd_per_million_tokens": t.usd_per_million_tokens,
                     "peak_memory_bytes": t.peak_bytes or t.predicted_peak_bytes, "gpu_hours": t.gpu_hours,
                     "wall_s": t.wall_s, "reason": t.reason, "why": t.why,
@@ -41,25 +45,28 @@ def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
     sim = " (predicted)" if view.backend == "simulate" else ""
     console.print(f"[bold]study {view.name}[/]: {view.model} on {view.count or '?'} x {view.gpu}, {view.backend} backend, "
                   f"{view.planner} planner")
-    console.print(f"{len(view.dispatched)} trial(s) dispatched, {len(view.trials) - len(view.dispatched)} screened, "
-                  f"{view.gpu_hours:,.1f} GPU-hours{sim}; "
+    console.print(f"{count(len(view.dispatched), 'trial')} dispatched, {len(view.trials) - len(view.dispatched)} screened, "
+                  f"{hours(view.gpu_hours)} GPU-hours{sim}; "
                   + view.state_line())
     ranked = view.ranked()
     t = Table(title=f"top {min(top, len(ranked))} of {len(ranked)} ranked trials")
-    for c in ("rank", "trial", "layout", "recompute", "disp.", "predicted", "result", "MFU", "$/1M", "peak GiB", "state"):
+    # "measured" is a real run's tokens/s/GPU: a simulated trial's only number is its prediction (its state
+    # says so), the same as `autotune search` and the HTML report show it
+    for c in ("rank", "trial", "layout", "recompute", "disp.", "predicted", "measured", "MFU", "$/1M", "peak GiB", "state"):
         t.add_column(c, justify="left" if c in ("layout", "recompute", "disp.", "state") else "right")
     for k, r in enumerate(ranked[:top], 1):
         peak = r.peak_bytes or r.predicted_peak_bytes
-        t.add_row(str(k), str(r.number), r.label, r.recompute, r.dispatcher, f"{r.predicted:,.1f}" if r.predicted else "-",
-                  f"{r.value:,.1f}", f"{r.mfu:.1%}" if r.mfu else "-",
+        pred = r.predicted or (r.value if r.measured is None else None)  # an old study: the simulated value
+        t.add_row(str(k), str(r.number), r.label, r.recompute, r.dispatcher, f"{pred:,.1f}" if pred else "-",
+                  f"{r.measured:,.1f}" if r.measured else "-", f"{r.mfu:.1%}" if r.mfu else "-",
                   f"{r.usd_per_million_tokens:.2f}" if r.usd_per_million_tokens else "-",
                   f"{peak / GiB:.1f}" if peak else "-", r.display_state)
-    console.print(t)
+    console.print(fit(t))
     failed = [x for x in view.trials if not x.ok and x.status not in (None, "requeued")]
     for x in failed[:8]:
         console.print(f"trial {x.number} {x.display_state}: {x.label}: {x.reason or '-'}", markup=False)
     if len(failed) > 8:
-        console.print(f"... and {len(failed) - 8} more screened or failed trial(s)")
+        console.print(f"... and {count(len(failed) - 8, 'more screened or failed trial')}")
     stages = funnel_stages(view)
     if stages:
         console.print("funnel: " + " -> ".join(f"{s} {c:,}" for s, c in stages), markup=False)

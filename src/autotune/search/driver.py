@@ -27,6 +27,7 @@ from ..layout.dimensions import layout_key
 from ..space import SearchSpace
 from ..trials.backends import Backend, Handle
 from ..trials.spec import EarlyStop, TrialResult, TrialSpec, read_model, write_json_atomic
+from ..words import count, hours
 from .acquisition import stop_reason, trial_gpu_hours
 from .candidates import Candidates
 from .planners import Planner, PlannerOptions, Proposal, TrialRecord, get_planner
@@ -163,7 +164,7 @@ class SearchDriver:
         done = {layout_key(r.layout) for r in self.records}
         requeue = [lay for lay in repair.requeued if layout_key(lay) not in done]
         if self.records or requeue or repair.note():
-            self.notes.append(f"resumed: {self.n_dispatched()} finished trial(s) kept, {len(requeue)} re-queued")
+            self.notes.append(f"resumed: {count(self.n_dispatched(), 'finished trial')} kept, {len(requeue)} re-queued")
             best = self.best()
             self.emit("resumed", {"finished": self.n_dispatched(), "gpu_hours": self.gpu_hours,
                                   "best": None if best is None else {
@@ -172,6 +173,26 @@ class SearchDriver:
         if repair.note():
             self.notes.append(repair.note())
         return requeue
+
+    def resume_line(self) -> str | None:
+        """After prepare(): one line saying that an existing study was resumed, what it keeps and what is left to
+        run ('resuming study t1: 3 trials kept, running up to 7 more'), or that its budget is already spent;
+        None for a new study."""
+        if self.sd.created and not self.records and not self.requeue:
+            return None
+        kept = self.n_dispatched()
+        name, trials = self.sd.name, self.cfg.trials
+        head = f"resuming study {name}: {count(kept, 'trial')} kept"
+        if self.requeue:
+            head += f" ({len(self.requeue)} interrupted, re-queued)"
+        if kept >= trials:
+            return (f"{head}, which is already the --trials {trials} budget: nothing more to run; raise --trials "
+                    f"(e.g. --trials {kept + max(trials, 10)}) to search further")
+        budget = self.cfg.budget_gpu_hours
+        if budget is not None and self.gpu_hours >= budget:
+            return (f"{head} and {hours(self.gpu_hours)} GPU-hours spent, already the --budget-gpu-hours {budget:g}: "
+                    "nothing more to run; raise --budget-gpu-hours to search further")
+        return f"{head}, running up to {count(trials - kept, 'more', 'more')} (--trials {trials})"
 
     # --- the loop --------------------------------------------------------------------------------------
     def n_dispatched(self) -> int:
@@ -251,9 +272,9 @@ class SearchDriver:
     def _stop_reason(self, n_running: int) -> str | None:
         done = self.n_dispatched() + n_running
         if done >= self.cfg.trials:
-            return f"trial budget reached ({self.cfg.trials} trials)"
+            return f"trial budget reached ({count(self.cfg.trials, 'trial')})"
         if self.cfg.budget_gpu_hours is not None and self.gpu_hours >= self.cfg.budget_gpu_hours:
-            return f"GPU-hour budget reached ({self.gpu_hours:.1f} of {self.cfg.budget_gpu_hours:g})"
+            return f"GPU-hour budget reached ({hours(self.gpu_hours)} of {self.cfg.budget_gpu_hours:g})"
         best = self.best()
         if n_running == 0 and best is not None and best.value:
             ctx = self._context()
@@ -310,7 +331,7 @@ class SearchDriver:
             left = budget - self.gpu_hours - sum(self._cost.values())
             self._cost[number] = cost
             if cost > left:
-                note = (f"trial {number} is predicted to take {cost:,.1f} GPU-hours, more than the {max(left, 0.0):,.1f} "
+                note = (f"trial {number} is predicted to take {hours(cost)} GPU-hours, more than the {hours(max(left, 0.0))} "
                         f"left of --budget-gpu-hours {budget:g}; the search stops once it ends")
                 self.notes.append(note)
                 self.emit("note", {"text": note})

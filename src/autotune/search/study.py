@@ -28,6 +28,7 @@ from ..errors import BadInput, ConfigError, StudyLocked
 from ..killpoints import kill_point
 from ..layout import Layout
 from ..layout.dimensions import PARAM_NAMES, layout_key, layout_params
+from ..words import count
 
 __all__ = ["StudyDir", "Study", "TrialAttrs", "Repair", "PARAM_NAMES", "layout_params", "layout_key",
            "CONSTRAINT_ATTR", "set_constraint", "constraints_func", "check_study_name"]
@@ -210,11 +211,11 @@ class Repair:
     def note(self) -> str | None:
         parts = []
         if self.told:
-            parts.append(f"{self.told} finished trial(s) recorded from disk")
+            parts.append(f"{count(self.told, 'finished trial')} recorded from disk")
         if self.requeued:
-            parts.append(f"{len(self.requeued)} interrupted trial(s) re-queued")
+            parts.append(f"{count(len(self.requeued), 'interrupted trial')} re-queued")
         if self.abandoned:
-            parts.append(f"{self.abandoned} trial(s) without a layout closed as failed")
+            parts.append(f"{count(self.abandoned, 'trial')} without a layout closed as failed")
         return "repaired: " + ", ".join(parts) if parts else None
 
 
