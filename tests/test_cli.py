@@ -35,6 +35,10 @@ def test_estimate_json_has_the_contract(capsys):
 def test_estimate_without_recompute_does_not_fit_and_says_so(capsys):
     rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8")
     assert rc == 0 and "does not fit" in out
+    last = out.strip().splitlines()[-1]  # the speed line says the layout would not run, not only the memory table
+    assert last.startswith("predicted") and "would not run" in last
+    rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8", "--recompute", "full:uniform:1")
+    assert rc == 0 and "would not run" not in out
 
 
 def test_estimate_breakdown_says_what_each_term_is(capsys, monkeypatch):

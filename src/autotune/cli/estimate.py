@@ -231,6 +231,8 @@ def render(out: dict) -> None:
     line = (f"predicted [bold]{thr['tokens_per_s_per_gpu']:,.1f}[/] tokens/s/GPU (68%: {lo:,.0f}-{hi:,.0f}), "
             f"MFU {thr['mfu']:.1%}, "
             f"${thr['usd_per_million_tokens']:.2f} per 1M tokens, step {thr['step_time_s']:.2f} s")
+    if not mem["fits"]:  # the speed of a layout that runs out of memory is what it would be with the memory
+        line += "; [red]it does not fit, so it would not run[/]"
     for key, what in (("measured", "measured"), ("recipe_predicted", "the recipe's prediction")):
         if key in out:
             line += f"; {what} {out[key]['tokens_per_s_per_gpu']:,.1f} ({round(out[key]['error_percent'], 1) + 0.0:+.1f}%)"  # + 0.0: never -0.0%
