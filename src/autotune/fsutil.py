@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 from .errors import Unwritable
 
-__all__ = ["write_text_atomic"]
+__all__ = ["write_text_atomic", "not_regular", "write_target"]
 
 
 def _umask_now() -> int:
@@ -86,13 +87,80 @@ def _ready_folder(path: Path, make_parents: bool) -> Path:
     return folder
 
 
-def write_text_atomic(path: str | Path, text: str, mode: int | None = None, make_parents: bool = True) -> Path:
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def not_regular(st: os.stat_result) -> str | None:
+    """What a file that is not a regular file is ("a character device", ...), or None for a regular file."""
+    if stat.S_ISREG(st.st_mode):
+        return None
+    return next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+
+
+def write_target(path: str | Path, follow: bool = True) -> Path:
+    """The file a write to `path` replaces, checked: `path` itself, or (follow=True) the file a symlink at `path`
+    points to, resolved through every link, so that the link stays and its target gets the new text. An existing
+    target that is not a regular file (a device such as /dev/null, a FIFO, a socket, a folder) is refused: an
+    atomic replace would put a regular file in its place. follow=False refuses a symlink at `path`."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except OSError:  # nothing there (or a folder above in the way: the write says so, naming the folder)
+        return path
+    target = path
+    if stat.S_ISLNK(st.st_mode):
+        real = Path(os.path.realpath(path))
+        if not follow:
+            raise Unwritable(f"cannot write {path}: it is a symbolic link (to {real}); autotune does not write through "
+                             f"links in its own folders; remove the link", str(path), errno.ELOOP)
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:
+            raise Unwritable(f"cannot write {path}: it is a symbolic link to {real}, which does not exist; give a "
+                             f"file path", str(path), errno.ENOENT) from None
+        except OSError as exc:
+            raise _unwritable(path, real.parent, exc) from exc
+        target = real
+    what = not_regular(st)
+    if what is not None:
+        shown = f"{path} (a link to {target})" if target != path else str(path)
+        if what == "a folder":
+            raise Unwritable(f"cannot write {shown}: it is a folder; give a file name", str(path), errno.EISDIR)
+        raise Unwritable(f"cannot write {shown}: it is {what}, not a regular file; give a file path",
+                         str(path), errno.EINVAL)
+    return target
+
+
+def write_text_atomic(path: str | Path, text: str, mode: int | None = None, make_parents: bool = True,
+                      follow: bool | None = None) -> Path:
     """Write via a temp file in the same directory + fsync + os.replace.
 
     The file gets `mode`, or what a plain open() would give (0666 less the umask; mkstemp's 0600 would hide
     recipes from the rest of a shared cluster). make_parents creates missing folders, for autotune's own trees
-    (runs/<study>/...); pass False for a path the user named. Failures are Unwritable, naming `path`."""
+    (runs/<study>/...); pass False for a path the user named. Failures are Unwritable, naming `path`.
+
+    Only a regular file is ever replaced: a device (/dev/null), a FIFO, a socket or a folder at `path` is refused.
+    A symlink at `path` is written through (its target gets the text, the link stays) when `follow` is true, and
+    refused when it is false; by default a path the user named (make_parents=False) is followed, and a path in
+    autotune's own trees is not (a link planted in runs/<study>/ must not send a write elsewhere)."""
     path = Path(path)
+    if follow is None:
+        follow = not make_parents
+    target = write_target(path, follow)
+    if target != path:
+        if mode is None:  # the target keeps its own permissions, as a write through the link would
+            try:
+                mode = os.stat(target).st_mode & 0o7777
+            except OSError:
+                pass
+        _write(target, text, mode, make_parents=False, shown=path)
+        return path
+    _write(path, text, mode, make_parents, shown=path)
+    return path
+
+
+def _write(path: Path, text: str, mode: int | None, make_parents: bool, shown: Path) -> None:
     folder = _ready_folder(path, make_parents)
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
@@ -104,13 +172,23 @@ def write_text_atomic(path: str | Path, text: str, mode: int | None = None, make
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
+        try:  # the last look before the replace: a device, FIFO or folder put there meanwhile stays
+            st = os.lstat(path)
+        except FileNotFoundError:
+            pass
+        else:
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else not_regular(st)
+            if what == "a folder":
+                raise Unwritable(f"cannot write {shown}: it is a folder; give a file name", str(shown), errno.EISDIR)
+            if what is not None:
+                raise Unwritable(f"cannot write {shown}: {path} is {what}, not a regular file; give a file path",
+                                 str(shown), errno.EINVAL)
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError) and not isinstance(exc, Unwritable):
-            raise _unwritable(path, folder, exc) from exc
+            raise _unwritable(shown, folder, exc) from exc
         raise
-    return path
 
 
 def published_dir(study_root: Path) -> Path | None:

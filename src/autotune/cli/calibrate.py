@@ -52,7 +52,7 @@ def calibrate(
     if out is not None and not out.strip():
         raise BadInput("--out '': give a file name, e.g. --out calib.json (or leave --out out to only see the fit)")
     if out is not None:
-        output_file("--out", Path(out))  # before the fit: nothing half-done
+        output_file("--out", Path(out), stdout=False)  # before the fit: nothing half-done
         if Path(out).exists():  # the fit merges into it: a file it cannot read is refused now, not after the fit
             try:
                 read_calibrations(out)

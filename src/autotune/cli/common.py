@@ -15,7 +15,7 @@ from ..layout import Layout, Recompute
 
 __all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt", "JsonOpt", "resolve",
            "recipe_inputs", "positive_int", "non_negative_int", "finite_positive", "finite_non_negative", "fraction",
-           "input_file", "output_dir", "output_file", "MAX_COUNT"]
+           "input_file", "output_dir", "output_file", "regular_target", "MAX_COUNT"]
 
 MAX_COUNT = 1_000_000  # GPUs: far above any cluster, low enough that products of degrees stay exact
 
@@ -104,18 +104,53 @@ def output_dir(name: str, path) -> Path:
     return p
 
 
-def output_file(name: str, path, new_folders: bool = False) -> Path:
+def regular_target(name: str, path, stdout: bool = False) -> Path:
+    """The file a write to `path` lands in: `path`, or the target of a symlink at `path` (resolved through every
+    link; the write goes through to it and the link stays). An existing target must be a regular file: a device
+    (/dev/null), a FIFO or a socket is refused, since the atomic write would replace it with a regular file; so is a
+    link to nothing. `stdout`: the command prints to stdout without this option, so the message offers that."""
+    import stat as _stat
+
+    from ..fsutil import not_regular
+
+    p = Path(path)
+    way_out = f"give a file path, or leave {name} out to print on stdout" if stdout else "give a file path"
+    try:
+        link = p.is_symlink()
+    except OSError:
+        link = False
+    target = Path(os.path.realpath(p)) if link else p
+    if link and not target.exists():
+        raise BadInput(f"{name} {str(p)!r} is a symbolic link to {str(target)!r}, which does not exist; {way_out}")
+    try:
+        st = os.stat(target)
+    except OSError:
+        return target
+    what = not_regular(st)
+    if what is not None and not _stat.S_ISDIR(st.st_mode):  # a folder: the callers' own message
+        shown = f"{str(p)!r} (a link to {str(target)!r})" if link else repr(str(p))
+        raise BadInput(f"{name} {shown} is {what}, not a regular file; {way_out}")
+    return target
+
+
+def output_file(name: str, path, new_folders: bool = False, stdout: bool | None = None) -> Path:
     """A file path whose directory exists (or, with new_folders, can be created) and is writable; not a directory.
-    A missing folder in a path the user typed is more likely a typo than a wish for new folders."""
+    A missing folder in a path the user typed is more likely a typo than a wish for new folders.
+
+    An existing path must be a regular file, or a symlink to one (see regular_target: its folder is then the
+    target's). `stdout` (default: for --out) says the command prints to stdout without this option."""
     p = Path(path)
     if p.is_dir():
         raise BadInput(f"{name} {str(p)!r} is a directory; give a file name")
+    target = regular_target(name, p, name == "--out" if stdout is None else stdout)
+    link = target != p
+    p = target if link else p
     folder = p.parent if str(p.parent) else Path(".")
     if not new_folders and not folder.exists() and not folder.is_symlink():
         raise BadInput(f"{name} {str(p)!r}: folder {str(folder)!r} does not exist; create it first "
                        f"(mkdir -p {folder}) or choose another path")
     output_dir(name, folder)
-    return p
+    return target if link else Path(path)
 
 ModelOpt = typer.Option(..., "--model", "-m", help="Catalog name (see `autotune models`) or a path to a config.json.")
 GpuOpt = typer.Option(..., "--gpu", "-g", help="GPU kind (H100, H200, H800, B200, B300, GB200, GB300, cpu; see "

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import BadInput
+from .common import regular_target
 from .console import console, err_console, print_json
 
 
@@ -45,6 +46,8 @@ def dashboard(
     root = _study_dir(run_dir, runs_dir)
     if html is not None and html.exists() and html.is_dir():
         raise BadInput(f"--html {html}: is a folder; pass a file path such as {html / 'report.html'}")
+    if html is not None:
+        regular_target("--html", html)  # not a device, FIFO or socket (the write would replace it); a link: its target
     view = load_study(root)  # not a study, or no trials: one line, exit 2
     if optuna:
         _serve(view, port)

@@ -22,6 +22,7 @@ from ..recipes.rank import caption
 from ..recipes.schema import Recipe
 from ..report.leaderboard import correctness_line
 from ..words import count
+from .common import regular_target
 from .console import console, err_console, print_json
 
 recipes_app = typer.Typer(
@@ -109,6 +110,7 @@ def _write_html(entries, html: Path, model: Optional[str], gpu: Optional[str]) -
 
     if html.is_dir():
         raise ConfigError(f"--html {html}: is a folder; pass a file path such as {html / 'leaderboard.html'}")
+    regular_target("--html", html)  # not a device, FIFO or socket (the write would replace it); a link: its target
     if not entries:
         raise ConfigError(f"no recipes{_which(model, gpu)}: nothing written to {html}; `autotune recipes list` shows what there is")
     write_leaderboard(entries, html)

@@ -129,7 +129,7 @@ class RecipeGates(GatesStage):
             if r.status == "ok" and r.source == "measured" and layout_key(r.layout) == key:
                 res = _result_of(session, r.number)
                 return (res.steps if res is not None else None), f" (trial {r.number})"
-        res = session.driver.run_reference(lay, self.REFERENCE_NUMBER, session.sd.root / "trials" / "reference")
+        res = session.driver.run_reference(lay, self.REFERENCE_NUMBER, session.sd.inside("trials", "reference"))
         if res.status != "ok" or not res.steps:
             return None, f" (the reference run ended {res.status}: {res.reason or 'no steps'})"
         return res.steps, " (trials/reference)"

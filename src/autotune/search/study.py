@@ -113,7 +113,50 @@ class StudyDir:
         return f"sqlite:///{self.db_path}"
 
     def trial_dir(self, number: int) -> Path:
-        return self.root / "trials" / str(int(number))
+        return self.inside("trials", str(int(number)))
+
+    def inside(self, *parts: str) -> Path:
+        """root/parts..., refused (ConfigError, one line naming the path) when a part that exists is a symlink or
+        not inside the study folder: what the study writes stays in it (a link planted in runs/<study>/ must not
+        send trial files or the planner's records elsewhere)."""
+        p = self.root
+        for part in parts:
+            p = p / part
+            if p.is_symlink():
+                raise ConfigError(f"{p} is a symbolic link (to {os.path.realpath(p)}); a study writes only inside "
+                                  f"its own folder: remove the link or use another --study")
+        if p.exists() and not p.resolve().is_relative_to(self.root.resolve()):
+            raise ConfigError(f"{p} resolves to {p.resolve()}, outside the study folder {self.root}; use another --study")
+        return p
+
+    # what a study writes: links among these (and in the trial folders) are refused before anything is written
+    _OWN = ("study.db", "study.db-journal", "study.db-wal", "trials", "planner", "planner/exchanges",
+            "planner/usage.json", "planner/rounds.json")
+    _PUBLISHED = {"published", "recipes", "summary.json"}  # outputs.py's links: relative, into .outputs-<n>
+
+    def check_tree(self) -> None:
+        """Refuse a study folder holding a symlink where the study writes (ConfigError naming it): its own files,
+        trials/ and everything below it, planner/ and its files. The publication links (published, recipes,
+        summary.json) must point at a .outputs-<n> folder inside the study."""
+        for rel in self._OWN:
+            self.inside(*rel.split("/"))
+        for name in self._PUBLISHED:
+            link = self.root / name
+            if link.is_symlink():
+                target = link.resolve()
+                if not target.is_relative_to(self.root.resolve()):
+                    raise ConfigError(f"{link} is a symbolic link to {target}, outside the study folder; remove "
+                                      "the link or use another --study")
+        for top in ("trials", "planner"):
+            base = self.root / top
+            if not base.is_dir():
+                continue
+            for folder, dirs, files in os.walk(base, followlinks=False):
+                for name in dirs + files:
+                    p = Path(folder) / name
+                    if p.is_symlink():
+                        raise ConfigError(f"{p} is a symbolic link (to {os.path.realpath(p)}); a study writes only "
+                                          "inside its own folder: remove the link or use another --study")
 
     def exists(self) -> bool:
         return self.db_path.exists()
@@ -143,10 +186,21 @@ class StudyDir:
                                   "pick another --runs-dir") from None
             else:
                 self.created = True
-        try:
-            fh = open(self.root / ".lock", "a+")
+        lock = self.root / ".lock"
+        try:  # O_NOFOLLOW: a link planted at .lock must not have its target truncated
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
         except OSError as exc:
+            if lock.is_symlink():
+                raise ConfigError(f"{lock} is a symbolic link (to {os.path.realpath(lock)}); remove it (a study's lock "
+                                  "is a plain file) or use another --study") from None
             raise ConfigError(f"cannot write in {self.root}: {exc.strerror}; pick another --runs-dir") from None
+        import stat as _stat
+
+        if not _stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ConfigError(f"{lock} is not a regular file; remove it (a study's lock is a plain file) or use "
+                              "another --study")
+        fh = os.fdopen(fd, "a+")
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -157,6 +211,12 @@ class StudyDir:
                 f"study {self.name!r} in {self.root} is in use by another autotune search ({holder}); "
                 f"wait for it to finish or pick another --study"
             ) from None
+        try:
+            self.check_tree()
+        except BaseException:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fh.close()
+            raise
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}\n")

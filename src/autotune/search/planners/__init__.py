@@ -13,7 +13,7 @@ from ...errors import BadInput
 from .base import PlanContext, Planner, PlannerOptions, Proposal, TrialRecord
 
 __all__ = ["Planner", "PlanContext", "PlannerOptions", "Proposal", "TrialRecord", "PLANNERS", "PLANNER_CHOICES",
-           "get_planner", "planner_class", "resolve_planner"]
+           "get_planner", "planner_class", "resolve_planner", "check_llm_url"]
 
 # name -> "module:Class". Extend here; nothing else needs to change.
 PLANNERS: dict[str, str] = {
@@ -38,6 +38,17 @@ def get_planner(name: str, options: PlannerOptions | None = None) -> Planner:
     return planner_class(name)(options or PlannerOptions())
 
 
+def check_llm_url(url: str) -> str:
+    """BadInput (one line) unless `url` is a usable http(s) endpoint without user:password; the message names
+    AUTOTUNE_LLM_BASE_URL when the URL came from it, else --llm-base-url."""
+    import os
+
+    from ._llm_client import check_url
+
+    env = "AUTOTUNE_LLM_BASE_URL"
+    return check_url(url, env if os.environ.get(env) == url else "--llm-base-url")
+
+
 def resolve_planner(name: str, options: PlannerOptions | None = None) -> tuple[str, str | None]:
     """The planner to run for a --planner value, and a note to print when it differs. `auto` and `llm`
     look at the LLM endpoint in `options` (llm.choose_planner: auto falls back to model-guided, llm
@@ -51,6 +62,7 @@ def resolve_planner(name: str, options: PlannerOptions | None = None) -> tuple[s
                 raise BadInput("--planner llm: no LLM endpoint configured; pass --llm-base-url "
                                "(e.g. http://127.0.0.1:8080/v1) or use --planner model")
             return "model", "planner: model-guided (the LLM planner is not configured: --llm-base-url sets one)"
+        check_llm_url(opts.llm_base_url)  # a malformed URL (or one with a password) is refused, even for auto
         from .llm import choose_planner
 
         return choose_planner(name, opts)

@@ -80,10 +80,31 @@ def sanitize(text: object, limit: int = MAX_RATIONALE) -> str:
     return s if len(s) <= limit else s[: limit - 3].rstrip() + "..."
 
 
+_BASIC = re.compile(r"(?i:basic)(\s+|\\?\"?\s*:\s*\\?\"?)([A-Za-z0-9+/]{4,}={0,2})")
+_USERINFO = re.compile(r"(?<=//)[^/\s@\"'<>]+@")  # scheme://user:password@host
+
+
+def _basic(m: re.Match) -> str:
+    """An HTTP Basic credential (base64 of user:password) becomes 'Basic <redacted>'; a plain word after
+    'basic' (basic authentication) stays."""
+    import base64
+    import binascii
+
+    token = m.group(2)
+    try:
+        raw = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return m.group(0)
+    return m.group(0)[: m.start(2) - m.start(0)] + "<redacted>" if b":" in raw else m.group(0)
+
+
 def redact(text: str, secret: str | None = None) -> str:
-    """Remove anything that looks like an API key (and the configured key itself) before storing."""
+    """Remove anything that looks like an API key, an HTTP Basic credential or a user:password in a URL (and the
+    configured key itself) before storing."""
     if secret and len(secret) >= 4:
         text = text.replace(secret, "<redacted>")
+    text = _BASIC.sub(_basic, text)
+    text = _USERINFO.sub("<redacted>@", text)
     return _KEYISH.sub("<redacted>", text)
 
 

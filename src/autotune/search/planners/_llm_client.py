@@ -31,7 +31,8 @@ except ImportError:  # pragma: no cover - depends on the installed openai
     except ImportError:  # no openai client (autotune[llm]) at all: client_missing() says so
         _http = None  # type: ignore[assignment]
 
-__all__ = ["Endpoint", "LLMFailure", "Usage", "api_key", "client_missing", "is_local", "safe_url"]
+__all__ = ["Endpoint", "LLMFailure", "Usage", "api_key", "check_url", "client_missing", "is_local", "safe_url",
+           "shown_url"]
 
 # structured output, most to least constrained; "json_object+schema" is llama-cpp-python's dialect
 MODES = ("json_schema", "json_object+schema", "json_object", "text")
@@ -61,17 +62,76 @@ def api_key() -> str | None:
 
 
 def is_local(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return False
     return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
 
 
 def safe_url(url: str) -> str:
-    """The URL without user:password and query (what may be printed and stored)."""
-    p = urlsplit(url)
-    netloc = p.hostname or ""
-    if p.port:
-        netloc += f":{p.port}"
-    return urlunsplit((p.scheme, netloc, p.path, "", ""))
+    """The URL without user:password and query (what may be printed and stored); never raises: a URL that does
+    not parse is shown with anything before an '@' hidden (shown_url)."""
+    try:
+        p = urlsplit(url)
+        netloc = p.hostname or ""
+        if ":" in netloc:  # an IPv6 address keeps its brackets
+            netloc = f"[{netloc}]"
+        if p.port:
+            netloc += f":{p.port}"
+    except ValueError:
+        return shown_url(url)
+    out = urlunsplit((p.scheme, netloc, p.path, "", ""))
+    return shown_url(url) if "@" in out else out  # no '://': the userinfo sits in what parsed as a path
+
+
+def shown_url(url: str, limit: int = 120) -> str:
+    """A URL as it may be printed whatever it holds: everything before its last '@' (a user name and password,
+    with or without a scheme) and any query are hidden, control characters dropped, the length capped."""
+    s = "".join(c for c in str(url) if c.isprintable())
+    scheme, sep, rest = s.partition("://")
+    if not sep:
+        scheme, rest = "", s
+    rest = rest.split("?", 1)[0].split("#", 1)[0]
+    if "@" in rest:
+        rest = "<user:password>@" + rest.rsplit("@", 1)[1]
+    if "@" in scheme:  # no '://', and what looked like a scheme holds the userinfo
+        scheme, rest = "", "<user:password>@" + s.rsplit("@", 1)[1]
+    out = f"{scheme}://{rest}" if sep else rest
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+def check_url(url: str, name: str = "--llm-base-url") -> str:
+    """`url` if it is a usable endpoint URL: http or https, a host, a port in 1..65535 when one is given, and no
+    user name or password (the key goes in OPENAI_API_KEY: userinfo would be sent as HTTP Basic credentials and
+    echoed into stored error messages). Else BadInput naming `name` (the flag or the environment variable) and
+    the URL with any userinfo hidden."""
+    from ...errors import BadInput
+
+    shown = shown_url(url)
+    example = "e.g. http://127.0.0.1:8080/v1"
+    if not isinstance(url, str) or not url.strip():
+        raise BadInput(f"{name} {shown!r}: give the endpoint's URL, {example}")
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise BadInput(f"{name} {shown!r}: a URL holds no spaces or control characters; {example}")
+    try:
+        p = urlsplit(url)
+        port = p.port
+    except ValueError as exc:
+        why = "its port is not a number from 1 to 65535" if "port" in str(exc).lower() else \
+            f"it is not a valid URL ({str(exc).split(':')[0]})"
+        raise BadInput(f"{name} {shown!r}: {why}; {example}") from None
+    if "@" in p.netloc or p.username is not None or p.password is not None or \
+            ("://" not in url and "@" in url):
+        raise BadInput(f"{name} {shown!r}: a user name or password in the URL is not accepted (it would be sent "
+                       f"and stored); put the key in OPENAI_API_KEY and give the URL without it, {example}")
+    if p.scheme.lower() not in ("http", "https") or "://" not in url:
+        raise BadInput(f"{name} {shown!r}: the URL must start with http:// or https://; {example}")
+    if not p.hostname:
+        raise BadInput(f"{name} {shown!r}: the URL names no host; {example}")
+    if port is not None and not 1 <= port <= 65535:
+        raise BadInput(f"{name} {shown!r}: its port is not a number from 1 to 65535; {example}")
+    return url
 
 
 class _CappedStream(_http.SyncByteStream if _http else object):
@@ -130,6 +190,94 @@ class Usage:
     mode: str | None = None
 
 
+MAX_TOKENS_PER_ANSWER = 10**8  # far above any context window; a count beyond it is the server's error
+
+
+def _tokens(value) -> tuple[int, str | None]:
+    """A token count the server reported: (the count, None) when it is a whole number from 0 to
+    MAX_TOKENS_PER_ANSWER (or absent), else (0, the value as shown) so that usage.json never goes negative,
+    fractional or astronomical."""
+    if value is None:
+        return 0, None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS_PER_ANSWER:
+        return value, None
+    if isinstance(value, float) and value.is_integer() and 0 <= value <= MAX_TOKENS_PER_ANSWER:
+        return int(value), None
+    return 0, sanitize(repr(value), 40)
+
+
+def last_exchange(out_dir: Path) -> int:
+    """The highest number among the stored exchanges (out_dir/exchanges/NNNN.json), 0 when there are none."""
+    folder = out_dir / "exchanges"
+    try:
+        names = [e.name for e in os.scandir(folder)]
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    except OSError as exc:
+        from ...errors import ConfigError
+
+        raise ConfigError(f"cannot read {folder}: {exc.strerror}; move it away or use another --study") from None
+    nums = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit() and n[:-5].isascii()]
+    return max(nums, default=0)
+
+
+_COUNTS = ("requests", "answered", "failures", "retries", "prompt_tokens", "completion_tokens", "valid_proposals",
+           "invalid_proposals", "used_proposals")
+
+
+def read_usage(path: Path, endpoint: str | None = None) -> Usage:
+    """The accounting a previous run of the study stored (usage.json), checked field by field; a fresh Usage
+    when there is none. A file that is not one autotune wrote is a one-line ConfigError naming it (never
+    silently replaced: its counts would be lost). The remembered output mode carries over only for the same
+    endpoint."""
+    import math
+
+    from ...errors import ConfigError
+
+    path = Path(path)
+    if path.is_symlink():
+        raise ConfigError(f"{path} is a symbolic link; remove it (the planner keeps its usage there) or use another "
+                          "--study")
+    if not path.exists():
+        return Usage()
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{path} is not the planner's usage record ({why}); move it away (the planner then starts "
+                           "a new one) or use another --study")
+
+    try:
+        if path.stat().st_size > 4_000_000:
+            raise bad("larger than 4 MB")
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise bad(f"not readable JSON: {sanitize(exc, 80)}") from None
+    if not isinstance(doc, dict):
+        raise bad(f"a JSON {type(doc).__name__}, not an object")
+    u = Usage()
+    for name in _COUNTS:
+        v = doc.get(name, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise bad(f"{name} {sanitize(repr(v), 40)} is not a count")
+        setattr(u, name, v)
+    for name in ("usd", "latency_s"):
+        v = doc.get(name, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise bad(f"{name} {sanitize(repr(v), 40)} is not a finite number, 0 or more")
+        setattr(u, name, float(v))
+    fb = doc.get("fallbacks", [])
+    if not isinstance(fb, list) or not all(isinstance(x, str) for x in fb):
+        raise bad("fallbacks is not a list of lines")
+    u.fallbacks = [sanitize(x, 300) for x in fb[-50:]]
+    mode = doc.get("mode")
+    if mode is not None and mode not in MODES:
+        raise bad(f"mode {sanitize(repr(mode), 40)} is not one of {', '.join(MODES)}")
+    if endpoint is not None and doc.get("endpoint") == endpoint:
+        u.mode = mode
+    return u
+
+
 def _cause(exc: BaseException) -> BaseException:
     seen = exc
     for _ in range(8):  # the transport's own error may sit under the client's wrappers
@@ -149,12 +297,16 @@ class Endpoint:
         import openai  # lazily: only this planner needs the client
 
         self._openai = openai
+        check_url(base_url)
         self.url, self.model, self.timeout_s, self.out_dir = base_url, model, float(timeout_s), out_dir
         self.max_bytes, self.max_tokens, self.attempts = max_bytes, max_tokens, attempts
         self.backoff_s, self.max_wait_s, self.usd_per_m = backoff_s, max_wait_s, usd_per_m
         self.key = api_key()
         self.usage = Usage()
         self._n = 0
+        if out_dir is not None:  # a resumed study: numbering and accounting go on from what is stored
+            self._n = last_exchange(Path(out_dir))
+            self.usage = read_usage(Path(out_dir) / "usage.json", safe_url(base_url))
         # per-read timeouts come from the client; the transport adds a whole-response deadline (2 x timeout)
         http = _http.Client(transport=_CappedTransport(max_bytes, 2 * self.timeout_s), timeout=self.timeout_s,
                             follow_redirects=False)
@@ -234,15 +386,20 @@ class Endpoint:
             dt = time.monotonic() - t0
             self.usage.latency_s += dt
             u = getattr(out, "usage", None)
-            pt, ct = int(getattr(u, "prompt_tokens", 0) or 0), int(getattr(u, "completion_tokens", 0) or 0)
+            pt, pt_bad = _tokens(getattr(u, "prompt_tokens", 0))
+            ct, ct_bad = _tokens(getattr(u, "completion_tokens", 0))
             self.usage.prompt_tokens += pt
             self.usage.completion_tokens += ct
             self.usage.usd += (pt * self.usd_per_m[0] + ct * self.usd_per_m[1]) / 1e6
             choice = out.choices[0] if getattr(out, "choices", None) else None
             text = getattr(getattr(choice, "message", None), "content", None) if choice else None
-            record["tries"].append({"mode": mode, "attempt": attempt + 1, "latency_s": round(dt, 3), "status": 200,
-                                    "prompt_tokens": pt, "completion_tokens": ct,
-                                    "finish_reason": getattr(choice, "finish_reason", None)})
+            try_ok = {"mode": mode, "attempt": attempt + 1, "latency_s": round(dt, 3), "status": 200,
+                      "prompt_tokens": pt, "completion_tokens": ct,
+                      "finish_reason": getattr(choice, "finish_reason", None)}
+            bad = [f"{n} {v}" for n, v in (("prompt_tokens", pt_bad), ("completion_tokens", ct_bad)) if v is not None]
+            if bad:  # a negative, fractional, huge or non-numeric count is not added up
+                try_ok["usage_note"] = "the server's token counts were not counted: " + ", ".join(bad)
+            record["tries"].append(try_ok)
             if not isinstance(text, str) or not text.strip():
                 raise LLMFailure("the endpoint answered with no text")
             return text[: self.max_bytes]

@@ -27,7 +27,7 @@ from ...errors import BadInput
 from ...fsutil import write_text_atomic
 from ...layout.dimensions import layout_key
 from ._llm_check import _Space, check_answer, redact, sanitize
-from ._llm_client import Endpoint, LLMFailure, api_key, client_missing, is_local, safe_url
+from ._llm_client import Endpoint, LLMFailure, api_key, check_url, client_missing, is_local, safe_url
 from ._llm_prompt import listed_candidates, messages, repair_message
 from .base import PlanContext, Planner, PlannerOptions, Proposal, TrialRecord
 from .heuristic import HeuristicPlanner, assess
@@ -57,6 +57,8 @@ class LLMPlanner(Planner):
         self.heuristic = HeuristicPlanner(o)
         self.endpoint: Endpoint | None = None
         self.disabled: str | None = None
+        if o.llm_base_url:
+            check_url(o.llm_base_url)  # malformed, or with a user:password: BadInput before anything is sent
         if not o.llm_base_url:
             self.disabled = "no LLM endpoint configured (--llm-base-url)"
         elif not api_key() and not is_local(o.llm_base_url):
@@ -72,7 +74,8 @@ class LLMPlanner(Planner):
         self.llm_keys: set[str] = set()
         self.llm_good: list[bool] = []  # per LLM-proposed trial: within 5% of the best so far
         self.best = 0.0
-        self.rounds: list[dict] = []
+        self.rounds: list[dict] = read_rounds(self.out_dir / "rounds.json") if self.out_dir is not None else []
+        self.round = max((r["round"] for r in self.rounds), default=0)  # a resumed study's rounds go on
         self._space: tuple | None = None
 
     # --- the endpoint ------------------------------------------------------------------------------------
@@ -190,12 +193,46 @@ class LLMPlanner(Planner):
         self.best = max(self.best, value)
 
 
+def read_rounds(path: Path) -> list[dict]:
+    """The rounds a previous run of the study recorded (rounds.json), checked: a list of objects, each with a
+    round number; [] when there is none. Anything else is a one-line ConfigError naming the file (never silently
+    replaced)."""
+    from ...errors import ConfigError
+
+    if path.is_symlink():
+        raise ConfigError(f"{path} is a symbolic link; remove it (the planner keeps its rounds there) or use another "
+                          "--study")
+    if not path.exists():
+        return []
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{path} is not the planner's record of rounds ({why}); move it away (the planner then "
+                           "starts a new one) or use another --study")
+
+    try:
+        if path.stat().st_size > 50_000_000:
+            raise bad("larger than 50 MB")
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise bad(f"not readable JSON: {sanitize(exc, 80)}") from None
+    if not isinstance(doc, list):
+        raise bad(f"a JSON {type(doc).__name__}, not a list")
+    for i, r in enumerate(doc):
+        n = r.get("round") if isinstance(r, dict) else None
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise bad(f"entry {i + 1} has no round number")
+    return doc[-500:]
+
+
 # --- what the CLI asks ---------------------------------------------------------------------------------
 def llm_available(options: PlannerOptions) -> tuple[bool, str]:
     """(True, which model at which endpoint) when an endpoint is configured and answers, else (False, why)."""
     url = options.llm_base_url
     if not url:
         return False, "no LLM endpoint configured (pass --llm-base-url, e.g. http://127.0.0.1:8080/v1)"
+    check_url(url)  # BadInput: a malformed URL is the user's to fix, not "did not answer"
     missing = client_missing()
     if missing:
         return False, missing

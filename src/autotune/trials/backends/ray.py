@@ -44,6 +44,84 @@ def _ray():
     return require("ray", "ray")
 
 
+TMP_PREFIX = "autotune-ray-"
+OWNER_FILE = "owner.pid"  # in a private session folder under /tmp: "pid <pid> <start time>" of the driver that made it
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), which tells a reused
+    pid from the original; None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("ascii", "replace")
+        return raw.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def make_own_tmp(base: str = "/tmp") -> str:
+    """A private session folder for Ray under `base`, stamped with this process as its owner (OWNER_FILE), so
+    that a later backend can remove it when this driver died without closing (kill -9)."""
+    tmp = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=base)
+    pid = os.getpid()
+    fd = os.open(os.path.join(tmp, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"pid {pid} {_start_time(pid) or '-'}\n")
+    return tmp
+
+
+def _owner_alive(text: str) -> bool:
+    """Whether the driver an OWNER_FILE names still runs (unreadable contents count as alive: kept)."""
+    parts = text.split()
+    if len(parts) != 3 or parts[0] != "pid" or not parts[1].isdigit():
+        return True
+    pid = int(parts[1])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: some process has the pid; the start time decides when readable
+        pass
+    started = _start_time(pid)
+    return started is None or parts[2] == "-" or started == parts[2]
+
+
+def sweep_stale_tmp(base: str = "/tmp") -> list[str]:
+    """Remove the session folders `base`/autotune-ray-* whose owner driver is dead (it was killed before it could
+    remove its own): only real folders (never a symlink) owned by this user that carry OWNER_FILE as a regular
+    file, whose pid is gone or reused. Returns the folders removed; errors leave a folder as it is."""
+    removed: list[str] = []
+    uid = os.getuid()
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for e in entries:
+        if not e.name.startswith(TMP_PREFIX):
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+            if not e.is_dir(follow_symlinks=False) or st.st_uid != uid:
+                continue
+            fd = os.open(os.path.join(e.path, OWNER_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                import stat as _stat
+
+                ost = os.fstat(fd)
+                if not _stat.S_ISREG(ost.st_mode) or ost.st_uid != uid:
+                    continue
+                text = os.read(fd, 200).decode("ascii", "replace")
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        if _owner_alive(text):
+            continue
+        shutil.rmtree(e.path, ignore_errors=True)  # rmtree does not follow symlinks inside
+        removed.append(e.path)
+    return removed
+
+
 class _RankWorker:
     """One rank: the runner as a subprocess in its own session on the node Ray placed this actor on."""
 
@@ -138,7 +216,8 @@ class RayBackend(Backend):
                 # when the backend closes (Ray's shutdown leaves its session folders behind)
                 tmp = os.environ.get("RAY_TMPDIR") or (str(Path(runs_dir).resolve() / ".ray") if runs_dir else "")
                 if not tmp or (len(tmp) > 40 and "RAY_TMPDIR" not in os.environ):
-                    tmp = self._own_tmp = tempfile.mkdtemp(prefix="autotune-ray-", dir="/tmp")
+                    sweep_stale_tmp("/tmp")  # what a killed driver (kill -9) left behind
+                    tmp = self._own_tmp = make_own_tmp("/tmp")
                 Path(tmp).mkdir(parents=True, exist_ok=True)
                 ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(tmp), logging_level="ERROR")
             self._owns_ray = True
