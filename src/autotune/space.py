@@ -279,8 +279,7 @@ def _enumerated(chunk: list[list], model: ModelSpec, workload: Workload, cluster
         return rows, LayoutTable.from_columns(cluster.count, rows, sp=True, **cols), {}
     weight = split_counts(cols, model.num_layers)
     t = LayoutTable.from_columns(cluster.count, rows, sp=True, **{**cols, "split": np.where(uneven, 0, cols["split"])})
-    masks = [(f"illegal: {code}", ok | (uneven if code in SPLIT_RULES else False))
-             for code, ok in check(model, workload, t).items()]
+    masks = [(f"illegal: {code}", ok | uneven if code in SPLIT_RULES else ok) for code, ok in check(model, workload, t).items()]
     legal, reasons = _first_reason(masks, rows, weight)
     keep = np.flatnonzero(legal & (weight > 0))
     n, cols = expand_splits(len(keep), {k: np.asarray(v)[keep] for k, v in cols.items()}, model.num_layers)

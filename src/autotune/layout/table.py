@@ -76,8 +76,14 @@ class LayoutTable:
     # --- derived ---------------------------------------------------------------------------------
     @property
     def dp(self) -> np.ndarray:
-        mp = self.tp * self.pp * self.cp
-        return np.where(self.world % mp == 0, self.world // mp, 0)
+        """DP per row (0 where TP x PP x CP does not divide the world). Computed once per table: the rules and
+        the cost model read it dozens of times (a table's degree columns are never changed in place)."""
+        key = (self.tp, self.pp, self.cp)  # the arrays themselves: a column replaced by another is a new key
+        cached = self.__dict__.get("_dp")
+        if cached is None or any(a is not b for a, b in zip(cached[0], key)):
+            mp = self.tp * self.pp * self.cp
+            cached = self.__dict__["_dp"] = (key, np.where(self.world % mp == 0, self.world // mp, 0))
+        return cached[1]
 
     @property
     def edp(self) -> np.ndarray:
