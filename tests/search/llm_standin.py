@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-__all__ = ["Reply", "StandIn", "chat", "answer"]
+__all__ = ["Reply", "StandIn", "chat", "answer", "planner_world"]
 
 
 @dataclass
@@ -117,3 +117,15 @@ class StandIn:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def planner_world(model: str, gpu: str, count: int):
+    """A planner's world for tests: (model, cluster, workload, explore result, candidate table, predictions, keys)."""
+    from autotune.catalog import ClusterSpec, Workload, load_model
+    from autotune.layout.dimensions import table_keys
+    from autotune.space import explore, load_space
+
+    m, c, w = load_model(model), ClusterSpec.of(gpu, count), Workload()
+    r = explore(load_space(None, m), m, w, c)
+    table = r.table.take(r.kept)
+    return m, c, w, r, table, r.evaluation.time.tokens_per_s_per_gpu[r.kept], table_keys(table)

@@ -13,16 +13,14 @@ import base64
 import json
 
 import pytest
-from llm_standin import Reply, StandIn, answer, chat
+from llm_standin import Reply, StandIn, answer, chat, planner_world
 
-from autotune.catalog import ClusterSpec, Workload, load_model
 from autotune.cli.main import main
 from autotune.errors import BadInput, ConfigError
 from autotune.search.planners import PlanContext, PlannerOptions, TrialRecord, resolve_planner
 from autotune.search.planners._llm_check import redact
 from autotune.search.planners._llm_client import check_url, safe_url, shown_url
 from autotune.search.planners.llm import LLMPlanner, llm_available
-from autotune.space import explore, load_space
 
 BAD = ["http://127.0.0.1:99999/v1", "http://[::1/v1", "http://127.0.0.1:notaport/v1", "127.0.0.1:8080/v1",
        "ftp://127.0.0.1/v1", "http:///v1"]
@@ -79,12 +77,7 @@ def test_basic_credentials_and_url_passwords_are_redacted():
 
 @pytest.fixture(scope="module")
 def world():
-    m, c, w = load_model("tiny-moe"), ClusterSpec.of("cpu", 2), Workload()
-    r = explore(load_space(None, m), m, w, c)
-    from autotune.layout.dimensions import table_keys
-
-    table = r.table.take(r.kept)
-    return m, c, w, r, table, r.evaluation.time.tokens_per_s_per_gpu[r.kept], table_keys(table)
+    return planner_world("tiny-moe", "cpu", 2)
 
 
 def ctx_of(world, history=None) -> PlanContext:

@@ -15,16 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llm_standin import Reply, StandIn, answer, chat
+from llm_standin import Reply, StandIn, answer, chat, planner_world
 
-from autotune.catalog import ClusterSpec, Workload, load_model
 from autotune.errors import BadInput
 from autotune.layout import violations
-from autotune.layout.dimensions import layout_key, layout_params, table_keys
+from autotune.layout.dimensions import layout_key, layout_params
 from autotune.search.planners import PlanContext, PlannerOptions, TrialRecord, get_planner, resolve_planner
 from autotune.search.planners._llm_check import MAX_RATIONALE, redact, sanitize
 from autotune.search.planners.llm import LLMPlanner, choose_planner, llm_available
-from autotune.space import explore, load_space
 from autotune.trials.prediction import prediction_of
 
 SECRET = "sk-test-SECRET"
@@ -32,10 +30,7 @@ SECRET = "sk-test-SECRET"
 
 @pytest.fixture(scope="module")
 def world():
-    m, c, w = load_model("Qwen3.5-122B-A10B"), ClusterSpec.of("H200", 32), Workload()
-    r = explore(load_space(None, m), m, w, c)
-    table = r.table.take(r.kept)
-    return m, c, w, r, table, r.evaluation.time.tokens_per_s_per_gpu[r.kept], table_keys(table)
+    return planner_world("Qwen3.5-122B-A10B", "H200", 32)
 
 
 def fresh(world) -> PlanContext:

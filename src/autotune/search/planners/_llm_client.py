@@ -225,6 +225,30 @@ _COUNTS = ("requests", "answered", "failures", "retries", "prompt_tokens", "comp
            "invalid_proposals", "used_proposals")
 
 
+def read_record(path: Path, what: str, keeps: str, max_bytes: int):
+    """(the JSON a previous run of the study stored at `path`, a maker of one-line ConfigErrors naming it); (None,
+    ...) when there is none. A link, an oversized or unreadable file is refused, never silently replaced (what it
+    holds would be lost)."""
+    from ...errors import ConfigError
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{path} is not the planner's {what} ({why}); move it away (the planner then starts a new "
+                           "one) or use another --study")
+
+    if path.is_symlink():
+        raise ConfigError(f"{path} is a symbolic link; remove it (the planner {keeps}) or use another --study")
+    if not path.exists():
+        return None, bad
+    try:
+        if path.stat().st_size > max_bytes:
+            raise bad(f"larger than {max_bytes // 1_000_000} MB")
+        return json.loads(path.read_text()), bad
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise bad(f"not readable JSON: {sanitize(exc, 80)}") from None
+
+
 def read_usage(path: Path, endpoint: str | None = None) -> Usage:
     """The accounting a previous run of the study stored (usage.json), checked field by field; a fresh Usage
     when there is none. A file that is not one autotune wrote is a one-line ConfigError naming it (never
@@ -232,27 +256,10 @@ def read_usage(path: Path, endpoint: str | None = None) -> Usage:
     endpoint."""
     import math
 
-    from ...errors import ConfigError
-
     path = Path(path)
-    if path.is_symlink():
-        raise ConfigError(f"{path} is a symbolic link; remove it (the planner keeps its usage there) or use another "
-                          "--study")
-    if not path.exists():
+    doc, bad = read_record(path, "usage record", "keeps its usage there", 4_000_000)
+    if doc is None:
         return Usage()
-
-    def bad(why: str) -> ConfigError:
-        return ConfigError(f"{path} is not the planner's usage record ({why}); move it away (the planner then starts "
-                           "a new one) or use another --study")
-
-    try:
-        if path.stat().st_size > 4_000_000:
-            raise bad("larger than 4 MB")
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise bad(f"not readable JSON: {sanitize(exc, 80)}") from None
     if not isinstance(doc, dict):
         raise bad(f"a JSON {type(doc).__name__}, not an object")
     u = Usage()

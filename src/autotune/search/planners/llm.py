@@ -27,7 +27,7 @@ from ...errors import BadInput
 from ...fsutil import write_text_atomic
 from ...layout.dimensions import layout_key
 from ._llm_check import _Space, check_answer, redact, sanitize
-from ._llm_client import Endpoint, LLMFailure, api_key, check_url, client_missing, is_local, safe_url
+from ._llm_client import Endpoint, LLMFailure, api_key, check_url, client_missing, is_local, read_record, safe_url
 from ._llm_prompt import listed_candidates, messages, repair_message
 from .base import PlanContext, Planner, PlannerOptions, Proposal, TrialRecord
 from .heuristic import HeuristicPlanner, assess
@@ -197,26 +197,9 @@ def read_rounds(path: Path) -> list[dict]:
     """The rounds a previous run of the study recorded (rounds.json), checked: a list of objects, each with a
     round number; [] when there is none. Anything else is a one-line ConfigError naming the file (never silently
     replaced)."""
-    from ...errors import ConfigError
-
-    if path.is_symlink():
-        raise ConfigError(f"{path} is a symbolic link; remove it (the planner keeps its rounds there) or use another "
-                          "--study")
-    if not path.exists():
+    doc, bad = read_record(Path(path), "record of rounds", "keeps its rounds there", 50_000_000)
+    if doc is None:
         return []
-
-    def bad(why: str) -> ConfigError:
-        return ConfigError(f"{path} is not the planner's record of rounds ({why}); move it away (the planner then "
-                           "starts a new one) or use another --study")
-
-    try:
-        if path.stat().st_size > 50_000_000:
-            raise bad("larger than 50 MB")
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise bad(f"not readable JSON: {sanitize(exc, 80)}") from None
     if not isinstance(doc, list):
         raise bad(f"a JSON {type(doc).__name__}, not a list")
     for i, r in enumerate(doc):
