@@ -63,7 +63,9 @@ CASES = [
     ("deepseek-v3", Layout(world=4, tp=2, ep=2, etp=2)),
     ("deepseek-v3", Layout(world=2, pp=2)),
     ("gpt-oss-120b", Layout(world=2, tp=2)),
-    ("gpt-oss-120b", Layout(world=4, ep=2, etp=2)),
+    # EP with ETP 1: megatron-core asserts ETP 1 for experts with biases (TransformerConfig.__post_init__; the
+    # harness's setattr of add_bias_linear after it had let an ETP 2 model be built that Megatron refuses)
+    ("gpt-oss-120b", Layout(world=4, ep=2)),
 ]
 
 
