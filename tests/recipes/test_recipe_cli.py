@@ -106,7 +106,7 @@ def test_validate_nothing_found(run_cli, tmp_path):
 def test_a_searched_recipe_with_an_uneven_split_validates_and_reads_back(run_cli, tmp_path):
     """Qwen3-235B-A22B's 94 layers over PP 8 x VPP 4: the search tries the split, its recipe writes it in
     layout.layer_split and the run block's flags, and reading the recipe back gives the same split."""
-    from autotune.layout.splits import legal_splits
+    from autotune.layout.splits import legal_splits, split_text
     from autotune.recipes import load_recipe
     from autotune.recipes.convert import layout_of
 
@@ -124,3 +124,5 @@ def test_a_searched_recipe_with_an_uneven_split_validates_and_reads_back(run_cli
         assert lay.layer_split in legal_splits(94, 8, 4)
         code, out, err = run_cli("recipes", "validate", str(p))
         assert code == 0, out + err
+    code, out, _ = run_cli("dashboard", str(tmp_path / "u"))  # the ranked trials show which split each ran
+    assert code == 0 and "split" in out and split_text(lay.layer_split) in out

@@ -49,6 +49,13 @@ class TrialView:
     prediction: Prediction | None = None
 
     @property
+    def split(self) -> str:
+        """The layer split as labels show it ('even', or '1,2x46,1')."""
+        from ..layout.splits import split_text
+
+        return split_text(tuple(self.layout.get("layer_split") or ()))
+
+    @property
     def display_state(self) -> str:
         if self.status == "ok":
             return "measured" if self.source == "measured" else "predicted"

@@ -52,12 +52,15 @@ def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
     t = Table(title=f"top {min(top, len(ranked))} of {len(ranked)} ranked trials")
     # "measured" is a real run's tokens/s/GPU: a simulated trial's only number is its prediction (its state
     # says so), the same as `autotune search` and the HTML report show it
-    for c in ("rank", "trial", "layout", "recompute", "disp.", "predicted", "measured", "MFU", "$/1M", "peak GiB", "state"):
-        t.add_column(c, justify="left" if c in ("layout", "recompute", "disp.", "state") else "right")
+    split = any(r.split != "even" for r in ranked[:top])  # an uneven layer split: a column when one shows
+    for c in ("rank", "trial", "layout") + (("split",) if split else ()) + ("recompute", "disp.", "predicted",
+                                                                           "measured", "MFU", "$/1M", "peak GiB", "state"):
+        t.add_column(c, justify="left" if c in ("layout", "split", "recompute", "disp.", "state") else "right")
     for k, r in enumerate(ranked[:top], 1):
         peak = r.peak_bytes or r.predicted_peak_bytes
         pred = r.predicted or (r.value if r.measured is None else None)  # an old study: the simulated value
-        t.add_row(str(k), str(r.number), r.label, r.recompute, r.dispatcher, f"{pred:,.1f}" if pred else "-",
+        t.add_row(str(k), str(r.number), r.label, *((r.split,) if split else ()), r.recompute, r.dispatcher,
+                  f"{pred:,.1f}" if pred else "-",
                   f"{r.measured:,.1f}" if r.measured else "-", f"{r.mfu:.1%}" if r.mfu else "-",
                   f"{r.usd_per_million_tokens:.2f}" if r.usd_per_million_tokens else "-",
                   f"{peak / GiB:.1f}" if peak else "-", r.display_state)
