@@ -126,3 +126,6 @@ def test_a_searched_recipe_with_an_uneven_split_validates_and_reads_back(run_cli
         assert code == 0, out + err
     code, out, _ = run_cli("dashboard", str(tmp_path / "u"))  # the ranked trials show which split each ran
     assert code == 0 and "split" in out and split_text(lay.layer_split) in out
+    code, _, err = run_cli("dashboard", str(tmp_path / "u"), "--html", str(tmp_path / "r.html"))
+    assert code == 0, err
+    assert f"split {split_text(lay.layer_split)}" in (tmp_path / "r.html").read_text()
