@@ -124,6 +124,8 @@ def test_a_searched_recipe_with_an_uneven_split_validates_and_reads_back(run_cli
         assert lay.layer_split in legal_splits(94, 8, 4)
         code, out, err = run_cli("recipes", "validate", str(p))
         assert code == 0, out + err
+    code, out, _ = run_cli("dashboard", str(tmp_path / "u"), "--json")
+    assert code == 0 and {t["layer_split"] for t in json.loads(out)["trials"]} <= {split_text(s) for s in legal_splits(94, 8, 4)}
     code, out, _ = run_cli("dashboard", str(tmp_path / "u"))  # the ranked trials show which split each ran
     assert code == 0 and "split" in out and split_text(lay.layer_split) in out
     code, _, err = run_cli("dashboard", str(tmp_path / "u"), "--html", str(tmp_path / "r.html"))

@@ -110,6 +110,8 @@ def test_dashboard_json_and_terminal_summary(capsys, sim_study, summary):
     assert d["study"] == "sim" and d["dispatched"] == 20 and d["backend"] == "simulate"
     ranked = sorted((t for t in d["trials"] if t["rank"]), key=lambda t: t["rank"])
     assert ranked[0]["number"] == summary["best"]["number"]
+    peaks = [t["peak_memory_bytes"] for t in ranked]
+    assert all(type(p) is int and p > 0 for p in peaks)  # bytes are whole numbers (Optuna stores floats)
     assert [f["stage"] for f in d["funnel"]][:len(summary["funnel"])] == [f["stage"] for f in summary["funnel"]]
     assert main(["dashboard", str(sim_study)]) == 0
     out = capsys.readouterr()[0]

@@ -29,7 +29,8 @@ def view_json(view: StudyView) -> dict:
                     "source": t.source if t.ok else None,  # what `value` is: measured, or the simulator's prediction
                     "mfu": t.mfu,
                     "usd_per_million_tokens": t.usd_per_million_tokens,
-                    "peak_memory_bytes": t.peak_bytes or t.predicted_peak_bytes, "gpu_hours": t.gpu_hours,
+                    "layer_split": t.split,
+                    "peak_memory_bytes": _bytes(t.peak_bytes or t.predicted_peak_bytes), "gpu_hours": t.gpu_hours,
                     "wall_s": t.wall_s, "reason": t.reason, "why": t.why,
                     "time_terms": t.prediction.time_terms if t.prediction else None} for t in view.trials],
         "funnel": [{"stage": s, "count": c} for s, c in funnel_stages(view)],
@@ -37,6 +38,11 @@ def view_json(view: StudyView) -> dict:
                      "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu, "correctness": r.correctness} for r in view.recipes],
         "notes": view.notes, "not_available": list(dict.fromkeys(view.missing)),
     }
+
+
+def _bytes(x) -> int | None:
+    """Bytes as an integer (Optuna keeps a trial's attributes as floats; a byte count reads as a whole number)."""
+    return int(round(x)) if x is not None else None
 
 
 def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
