@@ -43,6 +43,10 @@ def _layouts():
                      cuda_graphs=graphs, moe_capacity_factor=1.0 if graphs == "full" else 0.0)
     yield Layout(world=32, tp=2, ep=8, activation_offload_layers=4)
     yield Layout(world=32, tp=2, ep=8, fsdp=True)  # Megatron FSDP: its sharding flags and checkpoint format
+    # uneven layer splits (48 layers): account-for flags, first / last stage layers, the pipeline layout
+    for pp, vpp, split in ((2, 5, (4,) + (5,) * 8 + (4,)), (4, 1, (11, 13, 13, 11)), (4, 1, (9, 13, 13, 13)),
+                           (4, 2, (7,) + (6,) * 7)):
+        yield Layout(world=32, tp=2, pp=pp, vpp=vpp, ep=8, layer_split=split)
 
 
 def emitted_arguments() -> set[str]:
