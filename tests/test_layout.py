@@ -297,3 +297,19 @@ def test_a_qkv_bias_alone_keeps_the_other_linears_bias_free():
     assert "--disable-bias-linear" in args and "--add-qkv-bias" in args and not qwen2ish.bias_linear
     oss = slime_model_args(load_model("gpt-oss-20b"))
     assert "--add-qkv-bias" in oss and "--disable-bias-linear" not in oss
+
+
+def test_a_first_or_last_stage_count_leaving_middle_stages_empty_is_not_megatrons_flags():
+    """(0, 61) over PP 2: --decoder-last-pipeline-num-layers 61 leaves Megatron a middle stage with no layers, which
+    it refuses; the split is written as the pipeline layout instead (the embedding alone on the first stage)."""
+    from autotune.layout.args import split_args
+    from autotune.layout.splits import megatron_split, parse_split, split_config, split_flags
+
+    with pytest.raises(BadInput):
+        megatron_split(61, 2, 1, last=61)
+    assert split_flags((0, 61), 61, 2, 1) is None
+    assert split_config((0, 61), 61, 2, 1) == {"pipeline_model_parallel_layout": "E|" + "t" * 61 + "L"}
+    flags = dict(split_args(Layout(world=2, pp=2, layer_split=(0, 61))))
+    assert set(flags) == {"--pipeline-model-parallel-layout"}
+    with pytest.raises(BadInput):
+        parse_split("1x2000000000")  # refused before a list that size is built

@@ -32,7 +32,7 @@ def megatron_split(num_layers: int, pp: int, vpp: int = 1, first: int = 0, last:
         middle = pp - (first > 0) - (last > 0)
         rest = num_layers - first - last
         if pp < 2 or first % vpp or last % vpp or rest < 0 or (middle == 0 and rest) or \
-                (middle and rest % (middle * vpp)):
+                (middle and (rest == 0 or rest % (middle * vpp))):  # Megatron: no middle stage without layers
             raise BadInput(f"first/last pipeline stage layers {first}/{last}: the other {rest} of {num_layers} "
                            f"layers must split evenly over {max(middle, 0)} middle stage(s) x VPP {vpp}, and "
                            f"first/last must be multiples of VPP {vpp}")
@@ -135,7 +135,7 @@ def parse_split(text: str) -> tuple[int, ...]:
         for part in text.split(","):
             n, x, times = part.strip().partition("x")
             reps = int(times) if x else 1
-            if reps < 1:
+            if reps < 1 or len(out) + reps > 4096:  # bounded before the list is built
                 raise ValueError
             out += [int(n)] * reps
     except ValueError:
