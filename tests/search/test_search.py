@@ -496,3 +496,28 @@ def test_a_finished_trial_keeps_its_label_and_the_planners_rationale(tmp_path, c
         assert t.user_attrs["why"] and t.user_attrs["status"] == "ok"
     view = load_study(tmp_path / "why")
     assert all(t.why for t in view.trials)
+
+
+def test_a_study_from_before_uneven_splits_resumes_over_even_splits(tmp_path, capsys, monkeypatch):
+    """A study made before the layer_split dimension stored no such parameter and none of the PP / VPP values only
+    uneven splits make legal (Llama-3.1-8B's 32 layers over VPP 3); resumed, it keeps to even splits and says so,
+    where it had refused ('this space adds [3]')."""
+    from autotune.layout import dimensions
+    from autotune.search import study as study_mod
+
+    argv = ["search", "--model", "Llama-3.1-8B", "--gpu", "H200", "--count", "8", "--runs-dir", str(tmp_path),
+            "--study", "old", "--json"]
+    old_names = tuple(n for n in dimensions.PARAM_NAMES if n != "layer_split")
+    monkeypatch.setattr(study_mod, "PARAM_NAMES", old_names)
+    monkeypatch.setattr(study_mod, "layout_params",
+                        lambda lay: {k: v for k, v in dimensions.layout_params(lay).items() if k != "layer_split"})
+    old_space = tmp_path / "even.yaml"
+    old_space.write_text("extends: default\ndimensions:\n  layer_split: [even]\n")
+    assert main(argv + ["--trials", "3", "--space", str(old_space)]) == 0
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(argv + ["--trials", "5", "--resume"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dispatched"] == 5 and any("predates the search over uneven layer splits" in n for n in out["notes"])
+    study = optuna.load_study(study_name="old", storage=f"sqlite:///{tmp_path / 'old' / 'study.db'}")
+    assert all(not Layout.from_dict(t.user_attrs["layout"]).layer_split for t in study.trials)

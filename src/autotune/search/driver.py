@@ -113,8 +113,17 @@ class SearchDriver:
         for k, v in mine.items():
             if k not in have:
                 self.study.set_attr(k, v)
+        stored_all = self.study.stored_choices()
+        if stored_all and "layer_split" not in stored_all and any(v != "even" for v in self.choices.get("layer_split", [])):
+            # a study from before uneven splits were searched tried even splits only: it resumes over those
+            self.space = self.space.model_copy(deep=True)
+            self.space.dimensions.layer_split = ["even"]
+            self.candidates = Candidates(self.model, self.cluster, self.workload, self.space, self.cfg.noise)
+            self.choices = choices_of(self.candidates.context([], 0))
+            self.notes.append(f"study {self.sd.name!r} predates the search over uneven layer splits: it resumes over "
+                              "even splits only (a new --study searches them)")
         # Optuna keeps a parameter's choices as its first trial set them: a resumed study searches within those
-        for k, stored in self.study.stored_choices().items():
+        for k, stored in stored_all.items():
             new = [v for v in self.choices.get(k, []) if v not in stored]
             if new:
                 raise BadInput(f"study {self.sd.name!r} searched {k} over {list(stored)}; this space adds {new}: "
