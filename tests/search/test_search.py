@@ -521,3 +521,20 @@ def test_a_study_from_before_uneven_splits_resumes_over_even_splits(tmp_path, ca
     assert out["dispatched"] == 5 and any("predates the search over uneven layer splits" in n for n in out["notes"])
     study = optuna.load_study(study_name="old", storage=f"sqlite:///{tmp_path / 'old' / 'study.db'}")
     assert all(not Layout.from_dict(t.user_attrs["layout"]).layer_split for t in study.trials)
+
+
+def test_the_optuna_planner_samples_splits_that_fit_its_pp_and_vpp(tmp_path, capsys):
+    """Qwen3-235B-A22B's 94 layers: most PP x VPP pairs run only with an uneven split, each split fitting one pair.
+    Sampled as a free categorical the split named another pair's nearly always and the planner stalled; the mirror
+    samples the split's position among its PP x VPP's candidates, so every sample is a layout."""
+    space = tmp_path / "s.yaml"
+    space.write_text("extends: default\ndimensions:\n  tp: [1, 2]\n  pp: [4, 8, 16]\n  vpp: [1, 2, 3, 4]\n  cp: [1]\n"
+                     "  ep: [8]\n  etp: [1]\n  recompute: [full:uniform:1]\n  optimizer_offload: [0.0]\n")
+    assert main(["search", "--model", "Qwen3-235B-A22B", "--gpu", "H100", "--count", "64", "--space", str(space),
+                 "--planner", "optuna", "--seed", "3", "--trials", "8", "--runs-dir", str(tmp_path), "--study", "o",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dispatched"] == 8
+    study = optuna.load_study(study_name="o", storage=f"sqlite:///{tmp_path / 'o' / 'study.db'}")
+    done = [Layout.from_dict(t.user_attrs["layout"]) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 8 and any(lay.layer_split for lay in done)

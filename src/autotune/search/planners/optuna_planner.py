@@ -61,19 +61,43 @@ class OptunaPlanner(Planner):
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created in memory" on stderr
         self.mirror = optuna.create_study(direction="maximize", sampler=self.sampler)
         self.dists: dict | None = None
+        self.splits: dict[tuple, list[str]] = {}  # (PP, VPP) -> the candidates' layer splits there, even first
         self.pending: dict[str, optuna.Trial] = {}  # layout key -> mirror trial asked, not yet told
         self.backlog: list[TrialRecord] = []  # observed before the first proposal (resume)
 
     def _start(self, ctx: PlanContext) -> None:
-        self.dists = distributions(choices_of(ctx))
+        # A layer split fits one PP x VPP only: sampled on its own it would name another PP x VPP's split almost
+        # always. The mirror samples its position among the candidates' splits for the sampled PP and VPP instead
+        # (0: the even split, where there is one).
+        cols = table_params(ctx.table)
+        opts: dict[tuple, set] = {}
+        for pp, vpp, sp in zip(cols["pp"].tolist(), cols["vpp"].tolist(), cols["layer_split"].tolist()):
+            opts.setdefault((pp, vpp), set()).add(sp)
+        self.splits = {k: sorted(v, key=lambda x: (x != "even", x)) for k, v in opts.items()}
+        choices = choices_of(ctx)
+        choices["layer_split"] = list(range(max((len(v) for v in self.splits.values()), default=1)))
+        self.dists = distributions(choices)
         for rec in self.backlog:
             self._add(rec)
         self.backlog = []
 
+    def _to_mirror(self, params: dict) -> dict | None:
+        """A layout's parameters as the mirror samples them (its split as a position), or None if it cannot."""
+        opts = self.splits.get((params["pp"], params["vpp"]), [])
+        if params["layer_split"] not in opts:
+            return None
+        return {**params, "layer_split": opts.index(params["layer_split"])}
+
+    def _from_mirror(self, params: dict) -> dict | None:
+        """The mirror's sample as a layout's parameters, or None when the sampled PP x VPP has no split there."""
+        opts = self.splits.get((params["pp"], params["vpp"]), [])
+        k = params["layer_split"]
+        return {**params, "layer_split": opts[k]} if k < len(opts) else None
+
     def _add(self, rec: TrialRecord) -> None:
         """A trial the mirror did not ask for (resume, another planner's, a re-queued layout)."""
-        params = layout_params(rec.layout)
-        if any(params[k] not in self.dists[k].choices for k in PARAM_NAMES):
+        params = self._to_mirror(layout_params(rec.layout))
+        if params is None or any(params[k] not in self.dists[k].choices for k in PARAM_NAMES):
             return  # outside the candidates' values: the sampler cannot represent it
         state, value, over = _outcome(rec)
         self.mirror.add_trial(optuna.trial.create_trial(
@@ -106,9 +130,12 @@ class OptunaPlanner(Planner):
         for _ in range(k):
             for _attempt in range(MAX_DUPLICATE_ASKS):
                 trial = self.mirror.ask(self.dists)
+                params = self._from_mirror(trial.params)
                 try:
-                    lay = layout_from_params(ctx.cluster.count, trial.params)
-                except BadInput:  # values that make no layout (a layer split for another PP x VPP): as illegal
+                    if params is None:  # no candidate of that PP x VPP has a split at that position
+                        raise BadInput("no such split")
+                    lay = layout_from_params(ctx.cluster.count, params)
+                except BadInput:  # values that make no layout: as illegal
                     self.mirror.tell(trial, state=optuna.trial.TrialState.PRUNED)
                     continue
                 key = layout_key(lay)
