@@ -125,3 +125,30 @@ def test_the_first_model_guided_proposal_does_not_compare_a_layout_with_itself(c
     rec = _finish(cands, first.layout, 0)
     second = p.propose(cands.context([rec], 0), 1)[0]
     assert "chance to beat the best simulated trial" in second.why
+
+
+def test_the_optuna_mirror_samples_a_split_among_its_pp_and_vpps_own():
+    """Qwen3-235B-A22B's candidates hold many layer splits, each fitting one PP x VPP. The mirror's layer_split is a
+    position among the splits of the sampled PP x VPP (a handful), every candidate maps there and back, and a
+    position a pair lacks maps to nothing rather than to another pair's split."""
+    from autotune.layout.dimensions import layout_params
+    from autotune.layout.splits import legal_splits, parse_split
+
+    model = load_model("Qwen3-235B-A22B")
+    space = load_space(None, model)
+    space.dimensions.recompute, space.dimensions.optimizer_offload = ["full:uniform:1"], [0.0]
+    c = Candidates(model, ClusterSpec.of("H100", 64), Workload(), space)
+    opt = get_planner("optuna", PlannerOptions(seed=1, sampler="tpe"))
+    ctx = c.context([], 0)
+    opt._start(ctx)
+    names = {layout_params(c.table.row(i))["layer_split"] for i in range(len(c.table))}
+    assert len(names) > 10 and len(opt.dists["layer_split"].choices) <= 7
+    for i in range(0, len(c.table), max(1, len(c.table) // 200)):
+        p = layout_params(c.table.row(i))
+        assert opt._from_mirror(opt._to_mirror(p)) == p
+    for (pp, vpp), splits in opt.splits.items():
+        for k in opt.dists["layer_split"].choices:
+            got = opt._from_mirror({"pp": pp, "vpp": vpp, "layer_split": k})
+            assert (got is None) == (k >= len(splits))
+            if got is not None and got["layer_split"] != "even":
+                assert parse_split(got["layer_split"]) in legal_splits(94, pp, vpp)
