@@ -335,10 +335,10 @@ def test_moe_biases_need_etp_1():
 
 def test_exported_micro_batch_divides_the_global_batch():
     """num_microbatches_calculator.py:340: global batch % (micro-batch size x DP) == 0. A dynamic-batching layout
-    exports --micro-batch-size = the rows its max_tokens_per_gpu packs: the rules refuse a cap whose rows do not divide
-    a DP rank's rows (as they refuse such a --micro-batch-size), naming the value to use."""
+    exports --micro-batch-size = the rows its max_tokens_per_gpu packs, or the largest micro-batch below that divides
+    a DP rank's rows; the rules refuse a cap holding more rows than a DP rank gets, naming the value to use."""
     m, _, layout, work = _build("DeepSeek-V3", "GB200", 256, dict(tp=2, ep=16, max_tokens_per_gpu=16384), dict())
-    assert [v.code for v in violations(m, work, layout)] == ["tokens_divide_rows"]  # 2 rows; DP 128 gets 1 each
+    assert [v.code for v in violations(m, work, layout)] == ["tokens_within_rows"]  # 2 rows; DP 128 gets 1 each
     assert "use at most 8,192" in violations(m, work, layout)[0].message
     _, _, meg = _accepted("DeepSeek-V3", "GB200", 256, dict(tp=2, ep=16, max_tokens_per_gpu=8192), dict())
     _, _, meg2 = _accepted("DeepSeek-V3", "GB200", 256, dict(tp=8, ep=16, max_tokens_per_gpu=16384), dict())
@@ -346,6 +346,10 @@ def test_exported_micro_batch_divides_the_global_batch():
         mbs, gb = int(_values(words, "--micro-batch-size")[0]), int(_values(words, "--global-batch-size")[0])
         assert gb % (mbs * dp) == 0, f"--micro-batch-size {mbs} x DP {dp} does not divide --global-batch-size {gb}"
     assert int(_values(meg2, "--micro-batch-size")[0]) == 2
+    # a cap of 3 rows over a DP rank's 8 (slime packs 3, 3, 2): the export takes the largest divisor, 2
+    _, _, meg3 = _accepted("Qwen3-30B-A3B", "H100", 16, dict(ep=8, max_tokens_per_gpu=24576), dict())
+    mbs, gb = int(_values(meg3, "--micro-batch-size")[0]), int(_values(meg3, "--global-batch-size")[0])
+    assert mbs == 2 and gb % (mbs * 16) == 0
 
 
 def test_dense_models_get_no_moe_flags():

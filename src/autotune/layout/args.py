@@ -23,11 +23,23 @@ __all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "
 Style = Literal["slime", "megatron"]
 
 
+def export_micro_batch(layout: Layout, seq_len: int, global_batch: int | None) -> int:
+    """--micro-batch-size for a token-capped layout exported to Megatron: the rows the cap packs, or the largest
+    micro-batch below that divides the rows a DP rank gets (Megatron's micro-batch calculator needs it to divide;
+    slime's dynamic batching packs the remainder into a smaller last micro-batch instead)."""
+    rows = layout.rows_per_microbatch(seq_len)
+    if not global_batch or not layout.dp:
+        return rows
+    per_rank = max(1, global_batch // layout.dp)
+    return max(k for k in range(1, min(rows, per_rank) + 1) if per_rank % k == 0)
+
+
 def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192,
-                moe: bool = False) -> list[tuple[str, str | None]]:
+                moe: bool = False, global_batch: int | None = None) -> list[tuple[str, str | None]]:
     """Ordered (flag, value) pairs; value None for a switch. `moe`: the model has MoE layers (the attention
     CUDA-graph scope then also captures the router, as Megatron-Bridge's MoE recipes do; the megatron style names
-    the dispatcher, whose default there is allgather; a dense model gets no MoE flag)."""
+    the dispatcher, whose default there is allgather; a dense model gets no MoE flag). `global_batch`: the megatron
+    style's --micro-batch-size for a token cap then divides a DP rank's rows (export_micro_batch)."""
     a: list[tuple[str, str | None]] = [
         ("--tensor-model-parallel-size", str(layout.tp)),
         ("--pipeline-model-parallel-size", str(layout.pp)),
@@ -56,7 +68,7 @@ def layout_args(layout: Layout, style: Style = "slime", seq_len: int = 8192,
         if style == "slime":
             a += [("--use-dynamic-batch-size", None), ("--max-tokens-per-gpu", str(layout.max_tokens_per_gpu))]
         else:
-            a.append(("--micro-batch-size", str(layout.rows_per_microbatch(seq_len))))
+            a.append(("--micro-batch-size", str(export_micro_batch(layout, seq_len, global_batch))))
     else:
         a.append(("--micro-batch-size", str(layout.micro_batch_size or 1)))
     if layout.distributed_optimizer:

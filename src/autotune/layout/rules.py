@@ -77,21 +77,19 @@ def _split_message(m: ModelSpec, w: Workload, l: Layout) -> str:
     return f"{m.num_layers} layers do not split evenly over PP x VPP = {S} stages{hint}"
 
 
-def _tokens_divide_rows(m: ModelSpec, w: Workload, t: LayoutTable):
-    """A token cap packs whole rows per micro-batch (`rows_per_mb`); exported to Megatron that is
-    --micro-batch-size, and Megatron's micro-batch calculator needs it to divide the rows each DP rank gets."""
-    return (t.max_tokens == 0) | _div(w.global_batch // np.maximum(t.dp, 1), t.rows_per_mb(w.seq_len))
+def _tokens_within_rows(m: ModelSpec, w: Workload, t: LayoutTable):
+    """A token cap packs whole rows per micro-batch (`rows_per_mb`); one that holds more rows than a DP rank gets
+    would be costed as rows that do not exist. A cap whose rows do not divide the rank's is fine: slime's dynamic
+    batching packs what is left into a last, smaller micro-batch, and the Megatron export takes the largest
+    micro-batch that divides (layout/args.py, export_micro_batch)."""
+    return (t.max_tokens == 0) | (t.rows_per_mb(w.seq_len) <= w.global_batch // np.maximum(t.dp, 1))
 
 
 def _tokens_message(m: ModelSpec, w: Workload, l: Layout) -> str:
     local = max(1, w.seq_len // l.cp)
     rows, per_mb = w.global_batch // max(1, l.dp), l.rows_per_microbatch(w.seq_len)
-    share = f"the {rows} row(s) of {local:,} tokens a DP rank gets (global batch {w.global_batch} / DP {l.dp})"
-    if per_mb > rows:
-        return (f"max tokens per GPU {l.max_tokens_per_gpu:,} holds {per_mb} rows, more than {share}; use at most "
-                f"{rows * local:,}")
-    return (f"max tokens per GPU {l.max_tokens_per_gpu:,} packs {per_mb} rows per micro-batch, which do not divide "
-            f"{share} (Megatron's --micro-batch-size must); use {_divisor_below(l, w) * local:,}")
+    return (f"max tokens per GPU {l.max_tokens_per_gpu:,} holds {per_mb} rows, more than the {rows} row(s) of "
+            f"{local:,} tokens a DP rank gets (global batch {w.global_batch} / DP {l.dp}); use at most {rows * local:,}")
 
 
 def _divisor_below(l: Layout, w: Workload) -> int:
@@ -156,7 +154,7 @@ RULES: list[Rule] = [
     Rule("row_fits_tokens", lambda m, w, t: (t.max_tokens == 0) | (t.max_tokens >= w.seq_len // t.cp),
          lambda m, w, l: f"max tokens per GPU {l.max_tokens_per_gpu} is below one row's share "
                          f"({w.seq_len // l.cp} = {w.seq_len} tokens / CP {l.cp})"),
-    Rule("tokens_divide_rows", _tokens_divide_rows, _tokens_message),
+    Rule("tokens_within_rows", _tokens_within_rows, _tokens_message),
     Rule("microbatch_divides",
          lambda m, w, t: (t.max_tokens > 0) | _div(w.global_batch // np.maximum(t.dp, 1), t.mbs),
          lambda m, w, l: f"micro-batch size {l.micro_batch_size} does not divide the "
@@ -183,7 +181,7 @@ RULES: list[Rule] = [
 # checks an "uneven" row against the others first and against these once it has its splits
 SPLIT_RULES = ("layers_pp", "recompute_layers")
 # rules about a setting whose message names the value that fixes it (the nearest-layout search keeps settings)
-_NAMES_ITS_FIX = {code for code, _, _ in SETTING_RULES} | {"tokens_divide_rows", "microbatch_divides"}
+_NAMES_ITS_FIX = {code for code, _, _ in SETTING_RULES} | {"tokens_within_rows", "microbatch_divides"}
 
 
 def check(model: ModelSpec, workload: Workload, t: LayoutTable) -> dict[str, np.ndarray]:

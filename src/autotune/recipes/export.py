@@ -88,7 +88,7 @@ def slime_command(recipe: Recipe) -> str:
 def megatron_args(recipe: Recipe, name: str = "") -> str:
     """Megatron-core arguments for the recipe's layout and workload, as a bash array (model arguments not included)."""
     lay, work = run_layout(recipe), workload_of(recipe)
-    pairs = list(layout_args(lay, "megatron", work.seq_len, moe=is_moe(recipe)))
+    pairs = list(layout_args(lay, "megatron", work.seq_len, moe=is_moe(recipe), global_batch=work.global_batch))
     pairs += [
         ("--seq-length", str(work.seq_len)),
         ("--global-batch-size", str(work.global_batch)),
