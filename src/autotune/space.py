@@ -373,13 +373,11 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     if not practical:
         return SpaceResult(space, n, funnel + [("fits", 0), ("kept", 0)], reasons, last_reasons,
                            sub, None, np.array([], dtype=int), notes)
-    if not len(sub):
-        last_reasons = {k: v for k, v in oom.items() if v}
     reasons.update(oom)
     funnel.append(("fits", len(sub)))
-    if not len(sub):
-        return SpaceResult(space, n, funnel + [("kept", 0)], {k: v for k, v in reasons.items() if v}, last_reasons,
-                           sub, None, np.array([], dtype=int), notes)
+    if not len(sub):  # memory removed the last of them
+        return SpaceResult(space, n, funnel + [("kept", 0)], {k: v for k, v in reasons.items() if v},
+                           {k: v for k, v in oom.items() if v}, sub, None, np.array([], dtype=int), notes)
     ev = evaluate(model, workload, cluster, sub, cal)
     tps = ev.time.tokens_per_s_per_gpu
     keep = tps >= p.keep_within * tps.max()

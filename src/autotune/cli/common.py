@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
-from ..errors import BadInput
+from ..errors import BadInput, Unwritable
 from ..layout import Layout, Recompute
 
 __all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt", "JsonOpt", "resolve",
@@ -105,32 +105,22 @@ def output_dir(name: str, path) -> Path:
 
 
 def regular_target(name: str, path, stdout: bool = False) -> Path:
-    """The file a write to `path` lands in: `path`, or the target of a symlink at `path` (resolved through every
-    link; the write goes through to it and the link stays). An existing target must be a regular file: a device
-    (/dev/null), a FIFO or a socket is refused, since the atomic write would replace it with a regular file; so is a
-    link to nothing. `stdout`: the command prints to stdout without this option, so the message offers that."""
-    import stat as _stat
+    """The file a write to `path` lands in (fsutil.write_target: `path`, or the regular file a symlink there
+    resolves to; the write goes through it and the link stays), refused as the option's one-line BadInput when it
+    is a device (/dev/null), a FIFO, a socket or a link to nothing; a folder is returned for the callers' own
+    message. `stdout`: the command prints to stdout without this option, so the message offers that."""
+    import errno as _errno
 
-    from ..fsutil import not_regular
+    from ..fsutil import write_target
 
-    p = Path(path)
-    way_out = f"give a file path, or leave {name} out to print on stdout" if stdout else "give a file path"
     try:
-        link = p.is_symlink()
-    except OSError:
-        link = False
-    target = Path(os.path.realpath(p)) if link else p
-    if link and not target.exists():
-        raise BadInput(f"{name} {str(p)!r} is a symbolic link to {str(target)!r}, which does not exist; {way_out}")
-    try:
-        st = os.stat(target)
-    except OSError:
-        return target
-    what = not_regular(st)
-    if what is not None and not _stat.S_ISDIR(st.st_mode):  # a folder: the callers' own message
-        shown = f"{str(p)!r} (a link to {str(target)!r})" if link else repr(str(p))
-        raise BadInput(f"{name} {shown} is {what}, not a regular file; {way_out}")
-    return target
+        return write_target(path, follow=True)
+    except Unwritable as exc:
+        if exc.errno == _errno.EISDIR:
+            return Path(path)
+        why = str(exc).removeprefix("cannot write ").split("; give a file")[0]  # '<path>: it is a FIFO, ...'
+        way_out = f"give a file path, or leave {name} out to print on stdout" if stdout else "give a file path"
+        raise BadInput(f"{name} {why}; {way_out}") from None
 
 
 def output_file(name: str, path, new_folders: bool = False, stdout: bool | None = None) -> Path:

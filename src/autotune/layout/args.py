@@ -15,7 +15,7 @@ from ..catalog.workload import FP4_RECIPES, FP8_RECIPES, precision_of_class, rec
 from ..errors import BadInput
 from .core import FLEX_DISPATCHERS, Layout, Recompute
 from .setting_args import graphs_of, setting_args
-from .splits import megatron_split, split_flags
+from .splits import megatron_split, pipeline_layout_text, split_flags
 
 __all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_switches",
            "precision_from_args"]
@@ -109,9 +109,7 @@ def split_args(layout: Layout) -> list[tuple[str, str | None]]:
         return []
     kw = split_flags(ls, sum(ls), layout.pp, layout.vpp)
     if kw is None:
-        stages = ["t" * k for k in ls]
-        stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
-        return [("--pipeline-model-parallel-layout", "|".join(stages))]
+        return [("--pipeline-model-parallel-layout", pipeline_layout_text(ls))]
     out: list[tuple[str, str | None]] = []
     if kw.get("embedding"):
         out.append(("--account-for-embedding-in-pipeline-split", None))

@@ -24,7 +24,8 @@ from .splits import legal_splits, parse_split, split_text
 from .table import LayoutTable, split_code, split_of
 
 __all__ = ["Dimension", "DIMENSIONS", "PARAM_NAMES", "layout_params", "layout_from_params", "layout_key",
-           "table_params", "table_keys", "feature_columns", "grid_axes", "grid_columns", "expand_splits", "split_counts", "SPLIT_CHOICES", "UNEVEN"]
+           "table_params", "table_keys", "feature_columns", "grid_axes", "grid_columns", "expand_splits", "split_counts",
+           "SPLIT_CHOICES", "UNEVEN"]
 
 
 @dataclass(frozen=True)
@@ -131,16 +132,23 @@ def _split_values(t: LayoutTable) -> np.ndarray:
     return np.array([split_text(split_of(int(c))) for c in uniq], dtype=object)[inv.reshape(-1)]
 
 
+def _split_options(cols: dict, todo: np.ndarray, num_layers: int) -> tuple[np.ndarray, list[list[int]]]:
+    """For the "uneven" rows (`todo`): each one's (PP, VPP) group, and per group the codes of the splits Megatron
+    accepts there (splits.legal_splits; none where the layers divide evenly)."""
+    key = cols["pp"].astype(np.int64) * 4096 + cols["vpp"].astype(np.int64)  # (PP, VPP) as one integer
+    pairs, group = np.unique(key[todo], return_inverse=True)
+    options = [[split_code(s) for s in legal_splits(num_layers, int(k) // 4096, int(k) % 4096)] for k in pairs]
+    return group.reshape(-1), options
+
+
 def split_counts(cols: dict, num_layers: int) -> np.ndarray:
     """How many rows each enumerated row becomes: 1, or for an "uneven" row the number of splits Megatron accepts
     for its (PP, VPP) (0 when its layers divide evenly: the even row covers it)."""
     todo = cols["split"] == UNEVEN
     out = np.ones(len(todo), dtype=np.int64)
     if todo.any():
-        key = cols["pp"].astype(np.int64) * 4096 + cols["vpp"].astype(np.int64)
-        pairs, group = np.unique(key[todo], return_inverse=True)
-        k = np.array([len(legal_splits(num_layers, int(p) // 4096, int(p) % 4096)) for p in pairs], dtype=np.int64)
-        out[todo] = k[group.reshape(-1)]
+        group, options = _split_options(cols, todo, num_layers)
+        out[todo] = np.array([len(o) for o in options], dtype=np.int64)[group]
     return out
 
 
@@ -152,15 +160,12 @@ def expand_splits(n: int, cols: dict, num_layers: int) -> tuple[int, dict]:
     todo = split == UNEVEN
     if not todo.any():
         return n, cols
-    key = cols["pp"].astype(np.int64) * 4096 + cols["vpp"].astype(np.int64)  # (PP, VPP) as one integer
-    pairs, group = np.unique(key[todo], return_inverse=True)
-    options = [[split_code(s) for s in legal_splits(num_layers, int(k) // 4096, int(k) % 4096)] for k in pairs]
+    group, options = _split_options(cols, todo, num_layers)
     width = max(1, max(len(o) for o in options))
-    codes = np.array([o + [0] * (width - len(o)) for o in options], dtype=np.int64).reshape(len(pairs), width)
-    counts = np.ones(n, dtype=np.int64)
+    codes = np.array([o + [0] * (width - len(o)) for o in options], dtype=np.int64).reshape(len(options), width)
     g = np.zeros(n, dtype=np.int64)
-    g[todo] = group.reshape(-1)
-    counts[todo] = np.array([len(o) for o in options], dtype=np.int64)[g[todo]]
+    g[todo] = group
+    counts = np.where(todo, np.array([len(o) for o in options], dtype=np.int64)[g], 1)
     idx = np.repeat(np.arange(n), counts)
     copy = np.arange(len(idx)) - np.repeat(np.cumsum(counts) - counts, counts)  # which of its row's copies
     out = {k: np.asarray(v)[idx] for k, v in cols.items()}

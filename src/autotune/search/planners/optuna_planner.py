@@ -94,6 +94,16 @@ class OptunaPlanner(Planner):
         k = params["layer_split"]
         return {**params, "layer_split": opts[k]} if k < len(opts) else None
 
+    def _layout(self, ctx: PlanContext, mirror_params: dict):
+        """The layout a mirror sample names, or None when it names none."""
+        params = self._from_mirror(mirror_params)
+        if params is None:
+            return None
+        try:
+            return layout_from_params(ctx.cluster.count, params)
+        except BadInput:
+            return None
+
     def _add(self, rec: TrialRecord) -> None:
         """A trial the mirror did not ask for (resume, another planner's, a re-queued layout)."""
         params = self._to_mirror(layout_params(rec.layout))
@@ -130,12 +140,8 @@ class OptunaPlanner(Planner):
         for _ in range(k):
             for _attempt in range(MAX_DUPLICATE_ASKS):
                 trial = self.mirror.ask(self.dists)
-                params = self._from_mirror(trial.params)
-                try:
-                    if params is None:  # no candidate of that PP x VPP has a split at that position
-                        raise BadInput("no such split")
-                    lay = layout_from_params(ctx.cluster.count, params)
-                except BadInput:  # values that make no layout: as illegal
+                lay = self._layout(ctx, trial.params)
+                if lay is None:  # values that make no layout (a split position its PP x VPP lacks): as illegal
                     self.mirror.tell(trial, state=optuna.trial.TrialState.PRUNED)
                     continue
                 key = layout_key(lay)
