@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..catalog import Workload
 from ..layout import Layout
+from ..words import count
 from .convert import PHRASE
 
 __all__ = ["summarize", "highlights"]
@@ -71,8 +72,8 @@ def _extras(layout: Layout) -> list[tuple[str, str]]:
         out.append((f"token drop at capacity factor {cf}", f"token drop (capacity {cf})"))
     if layout.activation_offload_layers:
         n = layout.activation_offload_layers
-        out.append((f"activations of {n} layer{'s' if n != 1 else ''} per chunk offloaded",
-                    f"activation offload {n} layer{'s' if n != 1 else ''}"))
+        out.append((f"activations of {count(n, 'layer')} per chunk offloaded",
+                    f"activation offload {count(n, 'layer')}"))
     return out
 
 
@@ -82,13 +83,13 @@ def highlights(layout: Layout, workload: Workload, moe: bool = True) -> str:
         bits = [f"max {layout.max_tokens_per_gpu:,} tokens/GPU"]
     else:
         n = layout.micro_batch_size or 1
-        bits = [f"micro-batch {n} row{'s' if n != 1 else ''}"]
+        bits = [f"micro-batch {count(n, 'row')}"]
     rc = layout.recompute
     # the seed page leaves its reference recompute (full, uniform, 1 layer) unsaid and says the others; with "no
     # recompute" written out, a recipe whose highlights name no recompute is that reference
     if rc.granularity == "full" and not (rc.method == "uniform" and rc.num_layers == 1):
         n = rc.num_layers
-        bits.append(f"{'block ' if rc.method == 'block' else ''}recompute {n} layer{'s' if n != 1 else ''}")
+        bits.append(f"{'block ' if rc.method == 'block' else ''}recompute {count(n, 'layer')}")
     elif rc.granularity == "selective":
         bits.append("selective recompute")
     elif rc.granularity == "none":
