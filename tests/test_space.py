@@ -49,6 +49,9 @@ def test_chunked_screening_gives_the_funnel_of_one_table(monkeypatch):
     assert chunked.funnel == whole.funnel and chunked.reasons == whole.reasons
     assert list(table_keys(chunked.table)) == list(table_keys(whole.table))
     assert list(chunked.kept) == list(whole.kept)
+    # the memory results screened per chunk (of different PP widths) are joined and reused by the time model
+    assert np.array_equal(chunked.evaluation.memory.total, whole.evaluation.memory.total)
+    assert np.array_equal(chunked.evaluation.time.tokens_per_s_per_gpu, whole.evaluation.time.tokens_per_s_per_gpu)
     t = enumerate_space(space, m, w, c)  # the table the chunks cut up, in the same order
     assert whole.funnel[0][1] == len(t)
 

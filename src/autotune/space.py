@@ -22,7 +22,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
 
 from .catalog import ClusterSpec, ModelSpec, Workload
 from .cost import Calibration, Evaluation, evaluate, load_calibration
-from .cost.memory import estimate_memory
+from .cost.memory import MemoryResult, estimate_memory
 from .errors import ConfigError
 from .layout import DISPATCHERS, RULES, LayoutTable, Recompute, check
 from .layout.core import CUDA_GRAPHS
@@ -174,9 +174,11 @@ def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec, ca
     return axes, size
 
 
-def chunks(axes: list[list], rows: int = MAX_CHUNK):
-    """`axes` split into sub-grids of at most `rows` rows, in enumeration order: the leading axes are fixed
-    to one value each (every combination of them in turn), the trailing ones stay whole."""
+def chunks(axes: list[list], rows: int | None = None):
+    """`axes` split into sub-grids of at most `rows` rows (default MAX_CHUNK, read at the call), in enumeration
+    order: the leading axes are fixed to one value each (every combination of them in turn), the trailing ones
+    stay whole."""
+    rows = MAX_CHUNK if rows is None else rows
     sizes = [max(len(a), 1) for a in axes]
     k = 0
     while k < len(axes) and int(np.prod(sizes[k:])) > rows:
@@ -327,7 +329,7 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     reasons: dict[str, int] = {f"illegal: {r.code}": 0 for r in RULES}  # in the rules' order
     later: dict[str, int] = {}
     oom = {"predicted OOM": 0, "predicted host OOM (offloaded optimizer)": 0}
-    parts = []
+    parts, mems = [], []
     for chunk in chunks(axes):
         rows, t, r_split = _enumerated(chunk, model, workload, cluster)
         done += int(np.prod([max(len(a), 1) for a in chunk]))
@@ -345,7 +347,9 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
             fits = gpu_fits & mem.host_fits
             oom["predicted OOM"] += int((~gpu_fits).sum())
             oom["predicted host OOM (offloaded optimizer)"] += int((gpu_fits & ~fits).sum())
-            part = part.take(np.flatnonzero(fits))
+            idx = np.flatnonzero(fits)
+            part = part.take(idx)
+            mems.append(mem.take(idx))  # kept for evaluate: the memory model runs once per row
         parts.append(part)
         survivors += len(part)
         if survivors > MAX_EVALUATED:
@@ -378,7 +382,7 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     if not len(sub):  # memory removed the last of them
         return SpaceResult(space, n, funnel + [("kept", 0)], {k: v for k, v in reasons.items() if v},
                            {k: v for k, v in oom.items() if v}, sub, None, np.array([], dtype=int), notes)
-    ev = evaluate(model, workload, cluster, sub, cal)
+    ev = evaluate(model, workload, cluster, sub, cal, memory=MemoryResult.concat(mems, int(sub.pp.max())))
     tps = ev.time.tokens_per_s_per_gpu
     keep = tps >= p.keep_within * tps.max()
     reasons["cannot win (predicted below {:.0%} of the best)".format(p.keep_within)] = int((~keep).sum())

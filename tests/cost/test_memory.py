@@ -176,3 +176,31 @@ def test_cpu_ranks_share_the_host_memory():
     assert two.capacity_bytes == pytest.approx(one.capacity_bytes / 2)
     h100 = estimate_memory(model, Workload(seq_len=512, global_batch=8), ClusterSpec.of("H100", 2), t)
     assert h100.capacity_bytes == ClusterSpec.of("H100", 2).gpu.memory_bytes
+
+
+def test_memory_results_of_parts_join_into_the_whole():
+    """space.explore screens memory a chunk at a time and hands evaluate the joined parts: rows of different PP
+    widths joined (and cut to the rows' largest PP) must equal the memory model run on all of them at once, and
+    the time model on top of them too."""
+    from autotune.cost import evaluate
+    from autotune.cost.memory import MemoryResult
+
+    m, w = load_model("Qwen3.5-122B-A10B"), Workload()
+    cluster = ClusterSpec.of("H200", 32)
+    wide = [Layout.parse(l, max_tokens_per_gpu=8192) for l in ("TP1 PP8 EP4 DP4", "TP2 PP4 VPP2 EP8 DP4")]
+    narrow = [Layout.parse(l, max_tokens_per_gpu=8192) for l in ("TP1 PP4 EP8 DP8", "TP2 PP2 EP8 DP8")]
+    whole = estimate_memory(m, w, cluster, LayoutTable.from_layouts(narrow + wide[1:]))
+    parts = [estimate_memory(m, w, cluster, LayoutTable.from_layouts(narrow)),
+             estimate_memory(m, w, cluster, LayoutTable.from_layouts(wide)).take(np.array([1]))]
+    assert [next(iter(p.terms.values())).shape[1] for p in parts] == [4, 8]  # the PP8 row set the width
+    joined = MemoryResult.concat(parts, stages=4)  # cut back: the largest PP left is 4
+    assert joined.total.shape == whole.total.shape
+    assert np.array_equal(joined.total, whole.total) and np.array_equal(joined.host_bytes, whole.host_bytes)
+    assert all(np.array_equal(a, b) for a, b in zip(joined.params, whole.params))
+    t = LayoutTable.from_layouts(narrow + wide[1:])
+    reused, fresh = evaluate(m, w, cluster, t, memory=joined), evaluate(m, w, cluster, t)
+    assert np.array_equal(reused.time.tokens_per_s_per_gpu, fresh.time.tokens_per_s_per_gpu)
+    padded = MemoryResult.concat(parts[:1] + [estimate_memory(m, w, cluster, LayoutTable.from_layouts(wide))])
+    assert padded.total.shape == (4, 8) and np.array_equal(padded.total[:2, 4:], np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="3 rows for 2 layouts"):
+        evaluate(m, w, cluster, LayoutTable.from_layouts(narrow), memory=joined)

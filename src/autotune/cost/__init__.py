@@ -66,8 +66,13 @@ class Evaluation:
 
 
 def evaluate(model: ModelSpec, workload: Workload, cluster: ClusterSpec, table: LayoutTable,
-             calibration: Calibration | None = None) -> Evaluation:
+             calibration: Calibration | None = None, memory: MemoryResult | None = None) -> Evaluation:
+    """Memory and time of every layout in `table`. `memory`: the memory model's result for exactly these rows,
+    already computed with this calibration's memory coefficients (space.explore screens memory first), so it is
+    not computed twice."""
     cal = calibration if calibration is not None else load_calibration(cluster.gpu.name)
-    mem = estimate_memory(model, workload, cluster, table, cal.memory)
+    mem = memory if memory is not None else estimate_memory(model, workload, cluster, table, cal.memory)
+    if len(mem.n_stages) != len(table):
+        raise ValueError(f"evaluate: memory result has {len(mem.n_stages)} rows for {len(table)} layouts")
     tim = estimate_time(model, workload, cluster, table, cal.time, cal.memory, mem=mem)
     return Evaluation(table, mem, tim, cal)

@@ -150,6 +150,34 @@ class MemoryResult:
                     f"memory per node, {self.host_capacity_bytes / GiB:,.0f} GiB there; offload less")
         return None
 
+    def take(self, idx) -> "MemoryResult":
+        """The rows `idx` (an index array), like LayoutTable.take."""
+        idx = np.asarray(idx)
+        return MemoryResult({k: np.ascontiguousarray(v[idx]) for k, v in self.terms.items()}, self.n_stages[idx],
+                            self.capacity_bytes, self.host_bytes[idx], self.host_capacity_bytes,
+                            None if self.params is None else tuple(np.ascontiguousarray(p[idx]) for p in self.params))
+
+    @classmethod
+    def concat(cls, parts: list["MemoryResult"], stages: int | None = None) -> "MemoryResult":
+        """The rows of `parts` in order, as one result with `stages` stage columns (default: the widest part's),
+        each part's columns padded with zeros or cut to that width: nothing beyond a row's PP is read (`total`
+        masks it, the time model sums the stages below PP), so `stages` = the rows' largest PP loses nothing."""
+        if not parts:
+            raise ValueError("MemoryResult.concat needs at least one part")
+        S = stages if stages is not None else max(next(iter(p.terms.values())).shape[1] for p in parts)
+
+        def fit(a: np.ndarray) -> np.ndarray:
+            w = a.shape[1]
+            return a[:, :S] if w >= S else np.pad(a, ((0, 0), (0, S - w)))
+
+        first = parts[0]
+        terms = {k: np.concatenate([fit(p.terms[k]) for p in parts]) for k in first.terms}
+        params = None
+        if all(p.params is not None for p in parts):
+            params = tuple(np.concatenate([fit(p.params[j]) for p in parts]) for j in range(len(first.params)))
+        return cls(terms, np.concatenate([p.n_stages for p in parts]), first.capacity_bytes,
+                   np.concatenate([p.host_bytes for p in parts]), first.host_capacity_bytes, params)
+
     def stage_breakdown(self, i: int) -> list[dict[str, float]]:
         out = []
         for s in range(int(self.n_stages[i])):
