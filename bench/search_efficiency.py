@@ -282,6 +282,8 @@ def main(argv=None) -> int:
     ap.add_argument("--planners", default=None, help="comma list (tpe and gp are the optuna planner's samplers)")
     ap.add_argument("--realities", default=",".join(REALITIES))
     ap.add_argument("--pairs", type=int, default=len(PAIRS), help="how many model/cluster pairs to run")
+    ap.add_argument("--models", default=None,
+                    help="comma list of model names: run only these pairs (e.g. Qwen3-235B-A22B)")
     ap.add_argument("--gp-seeds", type=int, default=10,
                     help="seeds for the GP sampler (each ask takes about a second: 30 seeds x 5 realities is an hour)")
     ap.add_argument("--quick", action="store_true", help="10 seeds, model and random only, two realities")
@@ -297,17 +299,24 @@ def main(argv=None) -> int:
         args.seeds, args.realities = min(args.seeds, 10), "f20+int,lomo"
         args.planners = args.planners or "model,random"
     planners = args.planners.split(",") if args.planners else default_planners()
+    pairs = PAIRS[: args.pairs]
+    if args.models:
+        wanted = args.models.split(",")
+        unknown = sorted(set(wanted) - {p[0] for p in PAIRS})
+        if unknown:
+            ap.error(f"--models {','.join(unknown)}: not a benchmark pair; choose from {', '.join(p[0] for p in PAIRS)}")
+        pairs = [p for p in PAIRS if p[0] in wanted]
     _, r = lomo_residuals()
     lomo_rms = float(np.sqrt(np.mean(r**2)))
     if args.hardness:
-        print_hardness([Setup(p) for p in PAIRS[: args.pairs]], args.realities.split(","), args.seeds, lomo_rms)
+        print_hardness([Setup(p) for p in pairs], args.realities.split(","), args.seeds, lomo_rms)
         return 0
     print(f"goal: within {1 - GOAL:.0%} of reality's best; cap {args.cap} trials; {args.seeds} seeds; "
           f"{args.noise:.0%} noise; leave-one-model-out RMS log error {lomo_rms:.3f}; CMA-ES: not applicable "
           "(categorical space)")
     print(f"{'reality':10s} {'model / cluster':32s} {'planner':10s} {'trials med':>10s} {'p90':>5s} "
           f"{'GPU-h med':>10s} {'p90':>7s} {'reached':>8s} {'GPU-h/hit':>9s} {'s/run':>6s}")
-    setups = [Setup(p) for p in PAIRS[: args.pairs]]
+    setups = [Setup(p) for p in pairs]
     summary, floor = [], []
     for kind in args.realities.split(","):
         for s in setups:
