@@ -79,6 +79,22 @@ def test_dashboard_and_search_tables_keep_their_numbers(sim_study, monkeypatch, 
     _numbers_whole(table, [f"{r['predicted']:,.1f}" for r in out["trials"] if r["predicted"]], width)
 
 
+def test_a_piped_dashboard_takes_the_width_columns_asks_for(sim_study, monkeypatch):
+    """Off a terminal the summary widens to 150 columns so a log never folds a layout label, but a COLUMNS the
+    user set is that width: every line within it, every number whole."""
+    view = load_study(sim_study)
+    ranked = view.ranked()[:15]
+    nums = [f"{t.predicted:,.1f}" for t in ranked]
+    monkeypatch.delenv("COLUMNS", raising=False)
+    c = _console(80, terminal=False)
+    render_summary(view, c)
+    assert max(len(line) for line in c.file.getvalue().splitlines()) > 80  # widened: no COLUMNS
+    monkeypatch.setenv("COLUMNS", "80")
+    c = _console(80, terminal=False)
+    render_summary(view, c)
+    _numbers_whole(c.file.getvalue(), nums, 80)
+
+
 def test_live_view_keeps_its_numbers_at_80():
     v = LiveView("searching", 10, 0.01, enabled=False, console=_console(80))
     for n, pred in enumerate((3124.4, 31224.4)):
