@@ -157,6 +157,17 @@ def test_first_last_and_explicit_layouts_round_trip_through_arguments():
     assert layout_from_args(flags, world=64, num_layers=61).layer_split == fl
     with pytest.raises(BadInput, match="non-negative layer counts"):
         Layout(world=8, pp=2, layer_split=(4, 4, 4))
+    with pytest.raises(BadInput, match=r"layer split 1,2x46,1 \(48 stages\): give PP x VPP = 4 "):
+        Layout(world=8, pp=4, layer_split=(1,) + (2,) * 46 + (1,))  # a long split named the way it was written
+
+
+def test_a_split_of_equal_stages_is_the_even_split():
+    """`--layer-split 12x4` on 48 layers over PP 4 is what Megatron does with no split flag: the same layout
+    (label, key, arguments), not an "uneven" one."""
+    even = Layout(world=32, pp=4, ep=8, max_tokens_per_gpu=8192)
+    written = even.with_(layer_split=(12, 12, 12, 12))
+    assert written == even and written.layer_split == ()
+    assert format_args(layout_args(written, "megatron")) == format_args(layout_args(even, "megatron"))
 
 
 def test_the_cost_model_follows_the_split():

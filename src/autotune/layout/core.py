@@ -178,8 +178,12 @@ class Layout:
             raise BadInput(f"--activation-offload-layers {self.activation_offload_layers!r}: give a layer count >= 0")
         object.__setattr__(self, "layer_split", tuple(int(x) for x in self.layer_split))
         if self.layer_split and (len(self.layer_split) != self.pp * self.vpp or min(self.layer_split) < 0):
-            raise BadInput(f"layer split {list(self.layer_split)}: give PP x VPP = {self.pp * self.vpp} "
-                           "non-negative layer counts (one per virtual pipeline stage)")
+            from .splits import split_text
+
+            raise BadInput(f"layer split {split_text(self.layer_split)} ({len(self.layer_split)} stages): give PP x VPP "
+                           f"= {self.pp * self.vpp} non-negative layer counts (one per virtual pipeline stage)")
+        if len(set(self.layer_split)) == 1:  # every stage the same: Megatron's even split, which takes no flags
+            object.__setattr__(self, "layer_split", ())
 
     # --- derived degrees -------------------------------------------------------------------------
     @property
