@@ -200,6 +200,8 @@ def test_memory_results_of_parts_join_into_the_whole():
     t = LayoutTable.from_layouts(narrow + wide[1:])
     reused, fresh = evaluate(m, w, cluster, t, memory=joined), evaluate(m, w, cluster, t)
     assert np.array_equal(reused.time.tokens_per_s_per_gpu, fresh.time.tokens_per_s_per_gpu)
+    per_row = [k for k, v in whole.terms.items() if v.strides[1] == 0]  # one value per row, over every stage
+    assert per_row and all(joined.terms[k].strides[1] == 0 for k in per_row)  # still views: no (n, S) copy
     padded = MemoryResult.concat(parts[:1] + [estimate_memory(m, w, cluster, LayoutTable.from_layouts(wide))])
     assert padded.total.shape == (4, 8) and np.array_equal(padded.total[:2, 4:], np.zeros((2, 4)))
     with pytest.raises(ValueError, match="3 rows for 2 layouts"):

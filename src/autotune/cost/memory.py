@@ -151,11 +151,12 @@ class MemoryResult:
         return None
 
     def take(self, idx) -> "MemoryResult":
-        """The rows `idx` (an index array), like LayoutTable.take."""
+        """The rows `idx` (an index array), like LayoutTable.take; a term that is one value per row (broadcast over
+        the stages) stays that way."""
         idx = np.asarray(idx)
-        return MemoryResult({k: np.ascontiguousarray(v[idx]) for k, v in self.terms.items()}, self.n_stages[idx],
+        return MemoryResult({k: _rows(v, idx) for k, v in self.terms.items()}, self.n_stages[idx],
                             self.capacity_bytes, self.host_bytes[idx], self.host_capacity_bytes,
-                            None if self.params is None else tuple(np.ascontiguousarray(p[idx]) for p in self.params))
+                            None if self.params is None else tuple(_rows(p, idx) for p in self.params))
 
     @classmethod
     def concat(cls, parts: list["MemoryResult"], stages: int | None = None) -> "MemoryResult":
@@ -165,16 +166,11 @@ class MemoryResult:
         if not parts:
             raise ValueError("MemoryResult.concat needs at least one part")
         S = stages if stages is not None else max(next(iter(p.terms.values())).shape[1] for p in parts)
-
-        def fit(a: np.ndarray) -> np.ndarray:
-            w = a.shape[1]
-            return a[:, :S] if w >= S else np.pad(a, ((0, 0), (0, S - w)))
-
         first = parts[0]
-        terms = {k: np.concatenate([fit(p.terms[k]) for p in parts]) for k in first.terms}
+        terms = {k: _joined([p.terms[k] for p in parts], S) for k in first.terms}
         params = None
         if all(p.params is not None for p in parts):
-            params = tuple(np.concatenate([fit(p.params[j]) for p in parts]) for j in range(len(first.params)))
+            params = tuple(_joined([p.params[j] for p in parts], S) for j in range(len(first.params)))
         return cls(terms, np.concatenate([p.n_stages for p in parts]), first.capacity_bytes,
                    np.concatenate([p.host_bytes for p in parts]), first.host_capacity_bytes, params)
 
@@ -185,6 +181,33 @@ class MemoryResult:
             row["total"] = float(sum(row.values()))
             out.append(row)
         return out
+
+
+def _per_row(a: np.ndarray) -> bool:
+    """Whether a (n, S) term is one value per row broadcast over the stages (the memory model's views)."""
+    return a.ndim == 2 and a.shape[1] > 0 and a.strides[1] == 0
+
+
+def _rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Rows `idx` of a (n, S) term, a per-row term kept as a broadcast view."""
+    if _per_row(a):
+        return np.broadcast_to(a[idx, :1], (len(idx), a.shape[1]))
+    return a[idx]
+
+
+def _joined(arrays: list[np.ndarray], S: int) -> np.ndarray:
+    """(n, S) terms of different stage widths stacked by rows, each cut or zero-padded to S columns (what lies
+    beyond a row's PP is never read); per-row terms stay one value per row."""
+    n = sum(len(a) for a in arrays)
+    if all(_per_row(a) for a in arrays):
+        return np.broadcast_to(np.concatenate([a[:, :1] for a in arrays]), (n, S))
+    out = np.zeros((n, S))
+    r = 0
+    for a in arrays:
+        w = min(a.shape[1], S)
+        out[r:r + len(a), :w] = a[:, :w]
+        r += len(a)
+    return out
 
 
 def stage_params(model: ModelSpec, t: LayoutTable, S: int) -> tuple[np.ndarray, np.ndarray]:
