@@ -27,8 +27,9 @@ Prints, per reality, model/cluster pair and planner: median and p90 trials and G
 and the share of runs that reached it within the cap (a run that never did counts as cap + 1 trials and
 the GPU-hours it spent; GPU-h/hit is all GPU-hours spent over the runs that reached the goal, the cost of a
 success when a planner that misses must be run again). A proposal outside the candidates costs nothing
-but counts toward a stall (MAX_SCREENED_IN_A_ROW). CMA-ES is listed as not applicable: every searched
-dimension is categorical, which optuna's CmaEsSampler hands to its independent (random) sampler.
+but counts toward a stall (the driver's MAX_SCREENED_IN_A_ROW, 300, in a row; GP: 30, its asks are slow).
+CMA-ES is listed as not applicable: every searched dimension is categorical, which optuna's CmaEsSampler
+hands to its independent (random) sampler.
 
     python bench/search_efficiency.py [--quick] [--seeds 30] [--cap 20] [--realities lomo,f20+int]
         [--planners model,oracle,random,tpe,gp,...] [--explain K] [--hardness]   (default: model, oracle, random, tpe,
@@ -55,6 +56,7 @@ from autotune.layout.dimensions import layout_key
 from autotune.search.acquisition import TRIAL_STARTUP_S
 from autotune.search.planners import PLANNERS, PlanContext, PlannerOptions, TrialRecord, get_planner
 from autotune.search.candidates import believe, prior_belief
+from autotune.search.driver import MAX_SCREENED_IN_A_ROW
 from autotune.search.priors import PRIOR_WIDTHS, lomo_residuals
 from autotune.search.residual import ResidualModel
 from autotune.space import explore, load_space
@@ -65,8 +67,9 @@ FEATURES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dispatcher", "rc_gran", "rc_l
             "offload", "dist_opt", "precision_aware", "shared_overlap")
 GOAL = 0.98
 NOISE = 0.02  # the trials' noise the default run assumes (--noise), part of the rows' unexplained residual
-MAX_SCREENED_IN_A_ROW = 30  # proposals outside the candidates in a row before a planner counts as stalled
-# (the driver allows 300; a GP ask takes about a second, so the bench stops sooner: wall time, not trials)
+# proposals outside the candidates in a row before a planner counts as stalled: the driver's allowance
+# (search/driver.py), except for GP, whose asks take about a second each (wall time, not trials)
+GP_SCREENED_IN_A_ROW = 30
 
 
 class Reality:
@@ -183,7 +186,8 @@ def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, n
     tried: set[str] = set()
     pred, std, residual = learner.belief([], noise) if uses_model else (setup.base_pred, 0.1, None)
     gpu_hours, screened = 0.0, 0
-    while len(measured) < cap and screened < MAX_SCREENED_IN_A_ROW:
+    stall = GP_SCREENED_IN_A_ROW if planner == "gp" else MAX_SCREENED_IN_A_ROW
+    while len(measured) < cap and screened < stall:
         ctx = PlanContext(setup.model, setup.cluster, setup.workload, setup.table, pred, setup.keys, set(tried),
                           list(history), sigma=std, rng=np.random.default_rng(seed * 1000 + len(history)),
                           residual=residual, noise=noise)
