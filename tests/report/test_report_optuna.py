@@ -53,7 +53,7 @@ def test_serves_the_study_and_stops_on_ctrl_c(sim_study):
     try:
         assert _studies(port) == ["sim"]
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=45) == 0  # stop() allows the server 10 s; a loaded 2-core machine needs the rest
         assert "stopped optuna-dashboard" in proc.stderr.read()
         assert _closed(port)
     finally:
