@@ -3,7 +3,10 @@ the dashboard's text, --json and --html say the same about what was measured."""
 
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from rich.console import Console
@@ -79,20 +82,21 @@ def test_dashboard_and_search_tables_keep_their_numbers(sim_study, monkeypatch, 
     _numbers_whole(table, [f"{r['predicted']:,.1f}" for r in out["trials"] if r["predicted"]], width)
 
 
-def test_a_piped_dashboard_takes_the_width_columns_asks_for(sim_study, monkeypatch):
-    """Off a terminal the summary widens to 150 columns so a log never folds a layout label, but a COLUMNS the
-    user set is that width: every line within it, every number whole."""
+def test_a_piped_dashboard_takes_the_width_columns_asks_for(sim_study):
+    """Piped (a log, `| less`), the console is 160 columns wide so a layout label never folds (cli/console.py),
+    unless COLUMNS asks for a width: every line within it, every number whole. The real path: a child process."""
     view = load_study(sim_study)
-    ranked = view.ranked()[:15]
-    nums = [f"{t.predicted:,.1f}" for t in ranked]
-    monkeypatch.delenv("COLUMNS", raising=False)
-    c = _console(80, terminal=False)
-    render_summary(view, c)
-    assert max(len(line) for line in c.file.getvalue().splitlines()) > 80  # widened: no COLUMNS
-    monkeypatch.setenv("COLUMNS", "80")
-    c = _console(80, terminal=False)
-    render_summary(view, c)
-    _numbers_whole(c.file.getvalue(), nums, 80)
+    nums = [f"{t.predicted:,.1f}" for t in view.ranked()[:15]]
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+
+    def piped(**extra) -> str:
+        return subprocess.run([sys.executable, "-m", "autotune.cli.main", "dashboard", str(sim_study)],
+                              capture_output=True, text=True, env={**env, **extra}, check=True).stdout
+
+    wide = piped()
+    assert 80 < max(len(line) for line in wide.splitlines()) <= 160
+    _numbers_whole(piped(COLUMNS="80"), nums, 80)
 
 
 def test_live_view_keeps_its_numbers_at_80():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from rich.console import Console
 from rich.table import Table
 
@@ -48,9 +46,6 @@ def _bytes(x) -> int | None:
 
 
 def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
-    if not console.is_terminal and not os.environ.get("COLUMNS"):  # a log or a pipe: wide enough that the table
-        # never folds a layout label, unless COLUMNS asks for a width (fit() then keeps every number whole)
-        console = Console(file=console.file, width=max(console.width, 150), highlight=False, soft_wrap=False)
     sim = " (predicted)" if view.backend == "simulate" else ""
     console.print(f"[bold]study {view.name}[/]: {view.model} on {view.count or '?'} x {view.gpu}, {view.backend} backend, "
                   f"{view.planner} planner")
