@@ -212,3 +212,12 @@ def test_a_token_cap_whose_rows_do_not_divide_a_ranks_is_estimated(capsys):
 
     assert main([*QWEN30, "--max-tokens-per-gpu", "24576", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["throughput"]["tokens_per_s_per_gpu"] > 0
+
+
+def test_a_split_with_the_wrong_layer_count_is_named_as_written(capsys):
+    """1 + 3 x 30 + 2 = 93 decoder layers for a 94-layer model: the error shows the split as typed (not 32 numbers)
+    and the count it is off by, with the option that picks Megatron's split."""
+    err = bad(capsys, "estimate", "--model", "Qwen3-235B-A22B", "--gpu", "H100", "--count", "64", "--layout",
+              "TP2 PP8 VPP4 EP8 DP4", "--layer-split", "1,3x30,2")
+    assert "layer split 1,3x30,2 places 93 decoder layers; Qwen3-235B-A22B has 94" in err
+    assert "--layer-split auto" in err and "[1, 3, 3" not in err

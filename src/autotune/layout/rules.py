@@ -65,9 +65,9 @@ def _split_ok(m: ModelSpec, w: Workload, t: LayoutTable):
 
 def _split_message(m: ModelSpec, w: Workload, l: Layout) -> str:
     S = l.pp * l.vpp
-    if l.layer_split:
-        return (f"layer split {list(l.layer_split)} has {len(l.layer_split)} stages for PP x VPP = {S} and "
-                f"{sum(l.layer_split)} layers for {m.num_layers}")
+    if l.layer_split:  # Layout itself refuses a split with other than PP x VPP stages: here the layers are off
+        return (f"layer split {split_text(l.layer_split)} places {sum(l.layer_split)} decoder layers; "
+                f"{m.name} has {m.num_layers} (--layer-split auto: Megatron's split for PP x VPP = {S})")
     crowded = too_many_stages(m.num_layers, l.pp, l.vpp)
     if crowded:
         return crowded
