@@ -103,6 +103,13 @@ def test_export_refuses_nodes_and_writes_through_a_link(tmp_path, capsys, nodes)
         line = one_line(err)
         assert rc == 2 and str(p) in line and "not a regular file" in line and "stdout" in line, (name, line)
     kinds_kept(nodes)
+    dangling = tmp_path / "gone.sh"
+    dangling.symlink_to(tmp_path / "nowhere.sh")
+    rc, _, err = run(capsys, "export", SEED, "--out", dangling, "--format", "script")
+    line = one_line(err)
+    assert rc == 2 and f"--out {dangling}: it is a symbolic link to" in line and "does not exist" in line, line
+    assert "cannot write" not in line and line.count("give a file path") == 1 and "stdout" in line, line
+    assert not (tmp_path / "nowhere.sh").exists()
     real = tmp_path / "launch.sh"
     real.write_text("old\n")
     link = tmp_path / "launch_link.sh"

@@ -53,11 +53,13 @@ class StudyLocked(BadInput):
 
 class Unwritable(BadInput, OSError):
     """A file cannot be written where asked (missing folder, a file in the way, no permission); the message names
-    the user's path, not the temp file. Still an OSError, so code that catches failed writes keeps catching it."""
+    the user's path, not the temp file. Still an OSError, so code that catches failed writes keeps catching it.
+    `problem`: what is wrong with the path, without "cannot write" or the way out (e.g. "out.json: it is a FIFO, not
+    a regular file"), for a caller that words its own message around it (cli.common.regular_target)."""
 
-    def __init__(self, message: str, filename: str | None = None, errno: int | None = None):
+    def __init__(self, message: str, filename: str | None = None, errno: int | None = None, problem: str | None = None):
         super().__init__(message)
-        self.filename, self.errno = filename, errno
+        self.filename, self.errno, self.problem = filename, errno, problem
 
     def __str__(self) -> str:
         return self.args[0]

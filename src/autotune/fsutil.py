@@ -117,8 +117,8 @@ def write_target(path: str | Path, follow: bool = True) -> Path:
         try:
             st = os.stat(real)
         except FileNotFoundError:
-            raise Unwritable(f"cannot write {path}: it is a symbolic link to {real}, which does not exist; give a "
-                             f"file path", str(path), errno.ENOENT) from None
+            problem = f"{path}: it is a symbolic link to {real}, which does not exist"
+            raise Unwritable(f"cannot write {problem}; give a file path", str(path), errno.ENOENT, problem) from None
         except OSError as exc:
             raise _unwritable(path, real.parent, exc) from exc
         target = real
@@ -127,8 +127,8 @@ def write_target(path: str | Path, follow: bool = True) -> Path:
         shown = f"{path} (a link to {target})" if target != path else str(path)
         if what == "a folder":
             raise Unwritable(f"cannot write {shown}: it is a folder; give a file name", str(path), errno.EISDIR)
-        raise Unwritable(f"cannot write {shown}: it is {what}, not a regular file; give a file path",
-                         str(path), errno.EINVAL)
+        problem = f"{shown}: it is {what}, not a regular file"
+        raise Unwritable(f"cannot write {problem}; give a file path", str(path), errno.EINVAL, problem)
     return target
 
 

@@ -118,9 +118,10 @@ def regular_target(name: str, path, stdout: bool = False) -> Path:
     except Unwritable as exc:
         if exc.errno == _errno.EISDIR:
             return Path(path)
-        why = str(exc).removeprefix("cannot write ").split("; give a file")[0]  # '<path>: it is a FIFO, ...'
+        if exc.problem is None:  # the link's target could not be looked at: fsutil's message has its own way out
+            raise BadInput(f"{name}: {exc}") from None
         way_out = f"give a file path, or leave {name} out to print on stdout" if stdout else "give a file path"
-        raise BadInput(f"{name} {why}; {way_out}") from None
+        raise BadInput(f"{name} {exc.problem}; {way_out}") from None  # '<path>: it is a FIFO, not a regular file'
 
 
 def output_file(name: str, path, new_folders: bool = False, stdout: bool | None = None) -> Path:
