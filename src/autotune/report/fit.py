@@ -61,7 +61,7 @@ class FitTable:
         self._padding = table._fit_padding = getattr(table, "_fit_padding", table.padding)
         for c in table.columns:
             if any(c is n for n in self.numeric):
-                w = max((cell_len(line) for x in c._cells for line in _plain(x).splitlines() or [""]), default=1)
+                w = max((cell_len(line) for x in c.cells for line in _plain(x).splitlines() or [""]), default=1)
                 self._data[id(c)] = max(1, w)
                 c.no_wrap, c.overflow, c.min_width = True, "fold", max(1, w)
             else:
@@ -77,13 +77,17 @@ class FitTable:
         c.max_width = width
 
     def _needed(self, console: Console, options: ConsoleOptions) -> int:
-        total = self.table._extra_width
-        for c in self.table.columns:
-            m = self.table._measure_column(console, options, c)
+        """The width the table needs with its numbers whole and its text columns squeezed to TEXT_MIN. Rich has
+        no public per-column measure, so this reads the three helpers Table renders with (_extra_width,
+        _measure_column, _get_padding_width: rich 13 to 15; tests/report/test_report_fit.py prints through them)."""
+        t = self.table
+        total = t._extra_width
+        for i, c in enumerate(t.columns):
+            m = t._measure_column(console, options, c)
             if any(c is n for n in self.numeric):
                 total += m.maximum
             else:
-                total += min(m.maximum, TEXT_MIN + self.table._get_padding_width(c._index))
+                total += min(m.maximum, TEXT_MIN + t._get_padding_width(i))
         return total
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
