@@ -194,3 +194,34 @@ def test_space_shows_the_split_column_only_when_a_top_layout_has_one(capsys):
     assert "split" in out and re.search(r"\b\d+,\d+x\d+,\d+\b", out)  # e.g. 1,2x46,1 (folded runs)
     assert main(["space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--top", "3"]) == 0
     assert "split" not in capsys.readouterr().out.split("top 3", 1)[1]
+
+
+def _run_cli(capsys, *args):
+    from autotune.cli.main import main
+
+    capsys.readouterr()
+    rc = main(["space", *args])
+    out, err = capsys.readouterr()
+    return rc, out, err.strip().splitlines()[-1] if err.strip() else ""
+
+
+@pytest.mark.parametrize("count, batch, fixed", [(32, 3, 4), (40, 128, 130)])
+def test_when_no_layout_is_legal_the_way_out_is_the_rule_the_closest_layouts_break(capsys, count, batch, fixed):
+    """A global batch no DP divides: the message names dp_batch among the rules the nearest layouts break (not
+    every rule that fired over the whole grid), suggests a global batch, and that batch does give layouts."""
+    base = ["--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", str(count), "--top", "1"]
+    rc, _, line = _run_cli(capsys, *base, "--global-batch", str(batch))
+    assert rc == 2 and "none is legal; the closest break" in line and "illegal: dp_batch" in line, line
+    assert "uneven layer splits" not in line and "world_mp" not in line, line
+    assert f"use --global-batch {fixed} " in line, line
+    rc, out, line = _run_cli(capsys, *base, "--global-batch", str(fixed), "--json")
+    assert rc == 0 and json.loads(out)["top"], line
+
+
+def test_a_split_the_space_cannot_make_points_at_uneven_splits(tmp_path, capsys):
+    """94 layers over PP 4 with only even splits listed: the closest layouts break layers_pp alone."""
+    sp = tmp_path / "even.yaml"
+    sp.write_text("dimensions:\n  tp: [1]\n  pp: [4]\n  vpp: [1]\n  layer_split: [even]\n")
+    rc, _, line = _run_cli(capsys, "--model", "Qwen3-235B-A22B", "--gpu", "H100", "--count", "64", "--space", str(sp))
+    assert rc == 2 and "the closest break 1 rule" in line and "illegal: layers_pp" in line, line
+    assert "layer_split: [even, uneven]" in line and "--global-batch" not in line, line

@@ -29,7 +29,8 @@ from .layout.core import CUDA_GRAPHS
 from .layout.dimensions import DIMENSIONS, SPLIT_CHOICES, UNEVEN, expand_splits, grid_axes, grid_columns, split_counts
 from .layout.rules import SPLIT_RULES
 
-__all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult", "chunks", "MAX_CHUNK"]
+__all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult", "chunks", "MAX_CHUNK",
+           "nothing_survives"]
 
 
 _SPACE_TYPES = {int: list[StrictInt], bool: list[StrictBool], str: list[StrictStr], float: list[StrictFloat | StrictInt]}
@@ -249,11 +250,43 @@ class SpaceResult:
     enumerated: int
     funnel: list[tuple[str, int]]  # (stage, count remaining)
     reasons: dict[str, int]  # reason -> layouts removed for it (first reason only)
-    last_reasons: dict[str, int]  # reasons that removed the final layouts of the last non-empty stage
+    last_reasons: dict[str, int]  # reasons that removed the final layouts of the last non-empty stage; when no
+    # layout is legal, the rules the closest layouts break (those breaking the fewest rules), most often first
     table: LayoutTable  # the layouts that fit (legal, supported, practical, and in memory once evaluated)
     evaluation: Evaluation | None
     kept: np.ndarray  # indices into `table`, best first
     notes: list[str] = field(default_factory=list)
+    blocked_dp: int = 0  # when no layout is legal: the smallest DP among the closest rows the batch does not divide
+    closest_broken: int = 0  # when no layout is legal: how many rules the closest layouts break (last_reasons')
+
+
+def nothing_survives(res: SpaceResult, workload: Workload, subject: str = "no layout") -> str:
+    """Why no layout survived, and the way out that fits what removed the last of them (one line, for BadInput):
+    the rule that alone keeps most layouts out when none is legal, the memory when none fits."""
+    why = ", ".join(f"{k} ({v:,})" for k, v in res.last_reasons.items()) or "nothing enumerated"
+    codes = set(res.last_reasons)
+    top = next(iter(res.last_reasons), "")
+    if any("OOM" in c or "memory" in c for c in codes):
+        hint = "add GPUs, shorten --seq-len, or widen the space (--space: recompute, offload)"
+    elif "illegal: dp_batch" in codes and res.blocked_dp:
+        g, d = workload.global_batch, res.blocked_dp
+        hint = (f"the global batch ({g} rows) must divide over DP, and the smallest DP these layouts leave is {d}: "
+                f"use --global-batch {-(-g // d) * d} (a multiple of {d}), or a GPU count that leaves a DP dividing {g}")
+    elif "illegal: layers_pp" in codes:
+        hint = ("let the space try uneven layer splits (--space with layer_split: [even, uneven]), or list PP x VPP "
+                "values that divide the model's layers")
+    elif top in ("illegal: interleaved_microbatches", "illegal: microbatch_divides", "illegal: tokens_within_rows"):
+        hint = "use a larger --global-batch (more micro-batches per DP rank), or drop VPP from the space"
+    elif top.startswith("illegal: world"):
+        hint = "use a GPU count that the space's TP x PP x CP and EP x ETP x PP divide (e.g. a power of 2)"
+    else:
+        hint = "widen the space (--space), or change the GPU count"
+    if res.closest_broken:
+        k = res.closest_broken
+        why = f"none is legal; the closest break {k} rule{'s' if k > 1 else ''} (layouts breaking each): {why}"
+    else:
+        why = f"the last candidates were removed by: {why}"
+    return f"{subject} survives pruning; {why}. {hint[0].upper()}{hint[1:]}"
 
 
 def _first_reason(masks: list[tuple[str, np.ndarray]], n: int,
@@ -270,6 +303,26 @@ def _first_reason(masks: list[tuple[str, np.ndarray]], n: int,
     return alive, counts
 
 
+def _closest(masks: list[tuple[str, np.ndarray]], dp: np.ndarray, weight: np.ndarray | None = None):
+    """Among the rows some rule refuses: how many rules the closest ones break (the fewest), per rule the layouts of
+    those rows that break it, and the smallest DP among them whose batch does not divide. None when none is refused.
+    What to change when nothing is legal: the rules the nearest layouts still break, not every rule that fired."""
+    if not masks or not len(dp):
+        return None
+    fails = ~np.stack([np.asarray(m, dtype=bool) for _, m in masks], axis=1)
+    broken = fails.sum(axis=1)
+    refused = (broken > 0) & (True if weight is None else weight > 0)
+    if not refused.any():
+        return None
+    k = int(broken[refused].min())
+    near = refused & (broken == k)
+    w = np.ones(len(dp)) if weight is None else weight
+    counts = {reason: int(w[fails[:, j] & near].sum()) for j, (reason, _) in enumerate(masks) if (fails[:, j] & near).any()}
+    j = [reason for reason, _ in masks].index("illegal: dp_batch")
+    batch = fails[:, j] & near
+    return k, counts, int(dp[batch].min()) if batch.any() else 0
+
+
 def _enumerated(chunk: list[list], model: ModelSpec, workload: Workload, cluster: ClusterSpec):
     """One chunk's combinations with their layer splits: (layouts it stands for, legal-so-far table, {reason:
     layouts removed}). An "uneven" row is first checked, as one row, against the rules that do not read the split;
@@ -278,14 +331,15 @@ def _enumerated(chunk: list[list], model: ModelSpec, workload: Workload, cluster
     rows, cols = grid_columns(chunk, workload)
     uneven = cols["split"] == UNEVEN
     if not uneven.any():
-        return rows, LayoutTable.from_columns(cluster.count, rows, sp=True, **cols), {}
+        return rows, LayoutTable.from_columns(cluster.count, rows, sp=True, **cols), {}, None
     weight = split_counts(cols, model.num_layers)
     t = LayoutTable.from_columns(cluster.count, rows, sp=True, **{**cols, "split": np.where(uneven, 0, cols["split"])})
     masks = [(f"illegal: {code}", ok | uneven if code in SPLIT_RULES else ok) for code, ok in check(model, workload, t).items()]
     legal, reasons = _first_reason(masks, rows, weight)
     keep = np.flatnonzero(legal & (weight > 0))
     n, cols = expand_splits(len(keep), {k: np.asarray(v)[keep] for k, v in cols.items()}, model.num_layers)
-    return int(weight.sum()), LayoutTable.from_columns(cluster.count, n, sp=True, **cols), reasons
+    return (int(weight.sum()), LayoutTable.from_columns(cluster.count, n, sp=True, **cols), reasons,
+            _closest(masks, t.dp, weight))
 
 
 def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: ClusterSpec, p: "Prune",
@@ -296,6 +350,7 @@ def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: Clust
     take effect (TP 1) duplicates the row without it."""
     legal_masks = [(f"illegal: {r.code}", m) for r, m in zip(RULES, check(model, workload, t).values())]
     legal, reasons = _first_reason(legal_masks, len(t))
+    closest = None if legal.any() else _closest(legal_masks, t.dp)  # what to change when nothing is legal
     soft = [("needs DeepEP (flex dispatcher) which the cluster lacks", ~((t.dispatcher == 2) & (not cluster.has_deepep))),
             ("needs HybridEP (the flex dispatcher's hybridep backend) which the cluster lacks",
              ~((t.dispatcher == 3) & (not cluster.has_hybridep))),
@@ -310,7 +365,7 @@ def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: Clust
                   ~(tp_overlap_both & t.tp_comm_overlap & ~t.sp_eff))]
     kept, later = _first_reason([("legal", legal)] + soft + practical, len(t))
     later.pop("legal", None)
-    return legal, kept, reasons, later
+    return legal, kept, reasons, later, closest
 
 
 def _add(into: dict[str, int], counts: dict[str, int]) -> None:
@@ -328,13 +383,21 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     n = n_legal = practical = survivors = done = 0
     reasons: dict[str, int] = {f"illegal: {r.code}": 0 for r in RULES}  # in the rules' order
     later: dict[str, int] = {}
+    blockers: dict[str, int] = {}  # per rule, the closest-to-legal rows that break it, over the chunks (_screen)
+    fewest, blocked_dp = 10**9, 0
     oom = {"predicted OOM": 0, "predicted host OOM (offloaded optimizer)": 0}
     parts, mems = [], []
     for chunk in chunks(axes):
-        rows, t, r_split = _enumerated(chunk, model, workload, cluster)
+        rows, t, r_split, near_split = _enumerated(chunk, model, workload, cluster)
         done += int(np.prod([max(len(a), 1) for a in chunk]))
-        legal, kept, r_legal, r_later = _screen(t, model, workload, cluster, p,
-                                                tp_overlap_both=len(set(space.dimensions.tp_comm_overlap)) > 1)
+        legal, kept, r_legal, r_later, closest = _screen(
+            t, model, workload, cluster, p, tp_overlap_both=len(set(space.dimensions.tp_comm_overlap)) > 1)
+        for near in (near_split, closest):
+            if near is not None and near[0] <= fewest:
+                if near[0] < fewest:
+                    fewest, blockers, blocked_dp = near[0], {}, 0
+                _add(blockers, near[1])
+                blocked_dp = min(d for d in (blocked_dp, near[2]) if d) if blocked_dp or near[2] else 0
         n, n_legal = n + rows, n_legal + int(legal.sum())
         _add(reasons, r_split)
         _add(reasons, r_legal)
@@ -373,10 +436,12 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
                      "is not available on this cluster")
     notes += [note for d in DIMENSIONS if (note := d.narrowed(list(getattr(space.dimensions, d.key)), model, cluster))]
     funnel.append(("supported and practical", practical))
-    last_reasons = last if last is not None else dict(reasons)
+    if last is None:
+        last = dict(sorted(blockers.items(), key=lambda kv: -kv[1])) if not n_legal and blockers else dict(reasons)
     if not practical:
-        return SpaceResult(space, n, funnel + [("fits", 0), ("kept", 0)], reasons, last_reasons,
-                           sub, None, np.array([], dtype=int), notes)
+        return SpaceResult(space, n, funnel + [("fits", 0), ("kept", 0)], reasons, last,
+                           sub, None, np.array([], dtype=int), notes, *((blocked_dp, fewest) if not n_legal and blockers
+                                                                         else (0, 0)))
     reasons.update(oom)
     funnel.append(("fits", len(sub)))
     if not len(sub):  # memory removed the last of them
@@ -389,4 +454,4 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     order = np.argsort(-tps, kind="stable")
     kept = order[keep[order]]
     funnel.append(("kept", int(len(kept))))
-    return SpaceResult(space, n, funnel, {k: v for k, v in reasons.items() if v}, last_reasons, sub, ev, kept, notes)
+    return SpaceResult(space, n, funnel, {k: v for k, v in reasons.items() if v}, last, sub, ev, kept, notes)

@@ -9,7 +9,7 @@ from rich.table import Table
 from ..errors import BadInput
 from ..layout.splits import split_text
 from ..report.fit import fit
-from ..space import explore, load_space
+from ..space import explore, load_space, nothing_survives
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
                      PerNodeOpt, PrecisionOpt, SeqOpt, SpaceOpt, missing_software, resolve)
 from .console import console, print_json, screening
@@ -56,7 +56,7 @@ def space(
             "reasons": res.reasons, "notes": res.notes, "top": best,
         })
         if not best:  # the same exit code as the tables: a script must not read an empty space as a result
-            raise BadInput(_nothing_survives(res))
+            raise BadInput(nothing_survives(res, workload))
         return
     prec = "" if workload.precision == "bf16" else f" in {workload.precision}"
     console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on "
@@ -76,7 +76,7 @@ def space(
     for note in res.notes:
         console.print(f"note: {note}", markup=False)
     if not best:
-        raise BadInput(_nothing_survives(res))
+        raise BadInput(nothing_survives(res, workload))
     t = Table(title=f"top {len(best)} by predicted tokens/s/GPU")
     offload = any(b["layout_detail"]["optimizer_offload"] for b in best)  # a column only when it matters
     disp = m.is_moe  # a dense model has no token dispatcher to show
@@ -97,22 +97,6 @@ def space(
                   f"{thr['usd_per_million_tokens']:.2f}", f"{b['memory']['peak_bytes'] / GiB:.1f}",
                   f"{top_term[0]} {top_term[1] / thr['step_time_s']:.0%}")
     console.print(fit(t))
-
-
-def _nothing_survives(res) -> str:
-    """Why no layout survived, and the way out that fits the reason that removed the last of them."""
-    why = ", ".join(f"{k} ({v:,})" for k, v in res.last_reasons.items())
-    codes = " ".join(res.last_reasons)
-    if "OOM" in codes or "memory" in codes:
-        hint = "add GPUs, shorten --seq-len, or widen the space (--space: recompute, offload)"
-    elif "layers_pp" in codes:
-        hint = ("let the space try uneven layer splits (--space with layer_split: [even, uneven]), or list PP x VPP "
-                "values that divide the model's layers")
-    elif "dp_batch" in codes or "world" in codes or "microbatch" in codes:
-        hint = "use a GPU count and --global-batch that divide (fewer GPUs, or a larger --global-batch)"
-    else:
-        hint = "widen the space (--space), or change the GPU count"
-    return f"no layout survives pruning; the last candidates were removed by: {why}. {hint[0].upper()}{hint[1:]}"
 
 
 def register(app: typer.Typer) -> None:

@@ -31,7 +31,7 @@ from ..cost import Calibration, evaluate, load_calibration
 from ..errors import BadInput
 from ..layout import Layout, LayoutTable, violations
 from ..layout.dimensions import layout_key, table_keys
-from ..space import SearchSpace, SpaceResult, explore
+from ..space import SearchSpace, SpaceResult, explore, nothing_survives
 from ..trials.prediction import prediction_of
 from ..trials.spec import Prediction
 from .planners import PlanContext, TrialRecord
@@ -88,10 +88,8 @@ class Candidates:
         self.funnel = res.funnel
         self.space_notes = list(res.notes)  # what the cluster's software took out of the space, and why
         if len(res.kept) == 0:
-            why = ", ".join(f"{k} ({v:,})" for k, v in res.last_reasons.items()) or "nothing enumerated"
-            raise BadInput(f"no layout of {model.name} on {cluster.count} x {cluster.gpu.name} "
-                           f"survives pruning; the last candidates were removed by: {why}. "
-                           "Widen the space (--space), change --count, or shorten --seq-len")
+            raise BadInput(nothing_survives(res, workload, f"no layout of {model.name} on {cluster.count} x "
+                                                           f"{cluster.gpu.name}"))
         self.table: LayoutTable = res.table.take(res.kept)
         self.keys = table_keys(self.table)
         # predicted peak GPU memory per candidate, and the lowest one a trial ran out of memory at (with its trial)
