@@ -332,8 +332,10 @@ def main(argv=None) -> int:
                 for seed in range(seeds):
                     reality = Reality(kind, s.model, s.cluster, s.workload, s.table, np.random.default_rng(seed),
                                       lomo_rms)
-                    run = one_run(s, reality, planner, seed, args.explain or args.cap, args.noise, args.parallel)
-                    if args.explain and planner == "model" and run.trials is None:
+                    explaining = bool(args.explain) and planner == "model"  # only its runs stop at K to be explained
+                    run = one_run(s, reality, planner, seed, args.explain if explaining else args.cap, args.noise,
+                                  args.parallel)
+                    if explaining and run.trials is None:
                         notes.append(f"    seed {seed}: {explain(s, reality, run, args.noise)}")
                         if args.explain < args.cap:  # the whole run again, same reality and noise, for the table
                             reality = Reality(kind, s.model, s.cluster, s.workload, s.table,
