@@ -25,12 +25,20 @@ def test_label_round_trip_and_derived_degrees():
     odd = Layout.parse("TP2 PP2 VPP3 CP2 EP4 ETP2", world=64)
     assert odd.label() == "TP2 PP2 VPP3 CP2 EP4 ETP2 DP8" and odd.expert_dp == 4
     assert not lay.sp and Layout.parse("TP2 PP1", world=2).sp  # SP only takes effect with TP > 1
+    # run together or joined as a recipe's name writes them; VPP / ETP are not read as PP / TP
+    for text in ("TP2PP2VPP3CP2EP4ETP2", "tp2-pp2-vpp3-cp2-ep4-etp2", "TP2_PP2 VPP3,CP2 EP4ETP2"):
+        assert Layout.parse(text, world=64) == odd, text
 
 
-@pytest.mark.parametrize("bad", ["TP1 PP4 XX8", "TP0 PP4", "TP1 TP2", "PP4"])
+@pytest.mark.parametrize("bad", ["TP1 PP4 XX8", "TP0 PP4", "TP1 TP2", "PP4", "TP1PP4XX", "TP1 PP4 DP8 TP1PP2"])
 def test_bad_labels(bad):
     with pytest.raises(BadInput):
         Layout.parse(bad)
+
+
+def test_a_degree_given_twice_names_both():
+    with pytest.raises(BadInput, match=r"TP given twice \(TP1 and TP2\); give each degree once"):
+        Layout.parse("TP1PP4 EP8 TP2 DP8")
 
 
 def test_count_mismatch_names_both():

@@ -106,7 +106,8 @@ class Recompute:
         return "no recompute"
 
 
-_LABEL = re.compile(r"^(TP|PP|VPP|CP|EP|ETP|DP)(\d+)$", re.IGNORECASE)
+_DEGREE = r"(VPP|ETP|TP|PP|CP|EP|DP)(\d+)"  # VPP and ETP before PP and TP / EP: the longest name first
+_LABEL = re.compile(rf"^(?:{_DEGREE})+$", re.IGNORECASE)  # one token: a degree, or several run together (TP1PP4)
 
 
 @dataclass(frozen=True)
@@ -239,21 +240,25 @@ class Layout:
 
     @classmethod
     def parse(cls, label: str, world: int | None = None, **options) -> "Layout":
-        """Parse 'TP1 PP4 EP8 DP8' (any order, commas allowed). DP, if given, must match the world size."""
+        """Parse 'TP1 PP4 EP8 DP8' (any order; commas, dashes or underscores between degrees, or none: 'TP1PP4EP8',
+        'tp1-pp4-ep8' as recipe names write it). DP, if given, must match the world size."""
         degrees: dict[str, int] = {}
-        for token in label.replace(",", " ").split():
-            m = _LABEL.match(token.strip())
-            if not m:
+        for token in re.split(r"[\s,;_-]+", label.strip()):
+            if not token:
+                continue
+            if not _LABEL.match(token):
                 raise BadInput(
                     f"layout {label!r}: cannot read {token!r}; write degrees like 'TP1 PP4 EP8 DP8' "
                     "(TP, PP, VPP, CP, EP, ETP, DP)"
                 )
-            key = m.group(1).lower()
-            if key in degrees:
-                raise BadInput(f"layout {label!r}: {key.upper()} given twice")
-            degrees[key] = int(m.group(2))
-            if degrees[key] < 1:
-                raise BadInput(f"layout {label!r}: {key.upper()} must be at least 1")
+            for name, value in re.findall(_DEGREE, token, re.IGNORECASE):
+                key = name.lower()
+                if key in degrees:
+                    raise BadInput(f"layout {label!r}: {key.upper()} given twice ({key.upper()}{degrees[key]} and "
+                                   f"{key.upper()}{value}); give each degree once")
+                degrees[key] = int(value)
+                if degrees[key] < 1:
+                    raise BadInput(f"layout {label!r}: {key.upper()} must be at least 1")
         dp = degrees.pop("dp", None)
         mp = degrees.get("tp", 1) * degrees.get("pp", 1) * degrees.get("cp", 1)
         if world is None:
