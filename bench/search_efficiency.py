@@ -10,6 +10,9 @@ A "reality" is the shipped cost model with errors of a stated family, plus 2% no
   lomo         terms, and lognormal factors per feature value and interaction whose spreads (drawn per
                feature, then scaled) make the total log error match the calibration's leave-one-model-out
                RMS (search/priors.lomo_residuals: measured, not chosen here)
+  terms-wide   every time term x a lognormal factor whose spread is that of the shipped calibration's fitted
+               per-term factors about 1 (RMS log over the Megatron GPU kinds' fitted factors: how far a kind's terms
+               sit from the physics, so what a cluster of a kind, or a software stack, the calibration lacks faces)
   lomo+own     lomo, with part of that error each layout's own (shared with no other layout): the
                calibration rows' residual that no feature group explains (priors.PRIOR_WIDTHS["noise"],
                0.066 on the shipped rows, less the trial noise: 0.063), the features' spreads scaled to the
@@ -62,7 +65,7 @@ from autotune.search.residual import ResidualModel
 from autotune.space import explore, load_space
 
 PAIRS = [("Qwen3.5-122B-A10B", "H200", 32), ("Qwen3-235B-A22B", "H100", 64), ("Llama-3.1-70B", "H100", 32)]
-REALITIES = ("terms", "terms+f10", "f10+int", "f20+int", "lomo", "lomo+own")
+REALITIES = ("terms", "terms+f10", "f10+int", "f20+int", "lomo", "lomo+own", "terms-wide")
 FEATURES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dispatcher", "rc_gran", "rc_layers", "rc_modules", "max_tokens",
             "offload", "dist_opt", "precision_aware", "shared_overlap")
 GOAL = 0.98
@@ -75,9 +78,13 @@ GP_SCREENED_IN_A_ROW = 30
 class Reality:
     """The cluster's true throughput for every candidate, and noisy measurements of it."""
 
-    def __init__(self, kind: str, model, cluster, workload, table, rng: np.random.Generator, lomo_rms: float):
+    def __init__(self, kind: str, model, cluster, workload, table, rng: np.random.Generator, lomo_rms: float,
+                 term_sd: float = 0.0):
         base = load_calibration(cluster.gpu.name)
-        scale = {t: base.time.scale.get(t, 1.0) * float(rng.uniform(0.7, 1.3)) for t in STEP_TERMS}
+        if kind == "terms-wide":
+            scale = {t: base.time.scale.get(t, 1.0) * float(np.exp(rng.normal(0.0, term_sd))) for t in STEP_TERMS}
+        else:
+            scale = {t: base.time.scale.get(t, 1.0) * float(rng.uniform(0.7, 1.3)) for t in STEP_TERMS}
         cal = dataclasses.replace(base, time=dataclasses.replace(base.time, scale=scale))
         ev = evaluate(model, workload, cluster, table, cal)
         log_f = np.zeros(len(table))
@@ -85,7 +92,7 @@ class Reality:
         sd = np.zeros(len(cols))
         normal = kind in ("lomo", "lomo+own")
         own = float(np.sqrt(max(PRIOR_WIDTHS["noise"] ** 2 - NOISE**2, 0.0))) if kind == "lomo+own" else 0.0
-        if kind != "terms":
+        if kind not in ("terms", "terms-wide"):
             nodes = np.ceil(table.ep * table.etp / cluster.gpus_per_node)
             rc = table.rc_gran * 100 + table.rc_layers
             cols += [] if kind == "terms+f10" else [table.ep * 1000 + nodes, table.pp * 1000 + rc,
@@ -157,6 +164,16 @@ class Oracle:
             self.residual.fit_rows(self.residual.Xc[idx], np.log(np.array([v for _, v in measured]) / self.base[idx]))
         corr, std = self.residual.predict()
         return self.base * corr, np.maximum(std, noise), self.residual
+
+
+def term_spread() -> float:
+    """RMS log of the shipped calibration's fitted time-term factors (those not left at 1) over the Megatron GPU
+    kinds: the spread of a kind's terms about the physics before its rows were fitted."""
+    from autotune.cost.calibrate import SHIPPED, read_calibrations
+
+    logs = [np.log(v) for kind, cal in read_calibrations(SHIPPED).items() if "+" not in kind
+            for v in cal.factors.values() if abs(v - 1.0) > 1e-9]
+    return float(np.sqrt(np.mean(np.square(logs))))
 
 
 def planner_for(name: str, seed: int):
@@ -253,13 +270,13 @@ def hardness(setup: Setup, reality: Reality) -> tuple[int, int, bool, bool]:
     return int(hit.sum()), rank, bool(hit[order[:5]].any()), bool(hit[order[:10]].any())
 
 
-def print_hardness(setups: list[Setup], realities: list[str], seeds: int, lomo_rms: float) -> None:
+def print_hardness(setups: list[Setup], realities: list[str], seeds: int, lomo_rms: float, term_sd: float) -> None:
     print(f"{'reality':10s} {'model / cluster':32s} {'candidates':>10s} {'at goal':>8s} {'rank of best med':>17s} "
           f"{'p90':>6s} {'top 5':>6s} {'top 10':>7s}")
     for kind in realities:
         for s in setups:
             rows = np.array([hardness(s, Reality(kind, s.model, s.cluster, s.workload, s.table,
-                                                 np.random.default_rng(seed), lomo_rms)) for seed in range(seeds)])
+                                                 np.random.default_rng(seed), lomo_rms, term_sd)) for seed in range(seeds)])
             label = f"{s.name} / {s.cluster.count} x {s.cluster.gpu.name}"
             print(f"{kind:10s} {label:32s} {len(s.table):10d} {np.median(rows[:, 0]):8.0f} {np.median(rows[:, 1]):17.0f} "
                   f"{np.percentile(rows[:, 1], 90):6.0f} {rows[:, 2].mean():6.0%} {rows[:, 3].mean():7.0%}", flush=True)
@@ -311,13 +328,13 @@ def main(argv=None) -> int:
             ap.error(f"--models {','.join(unknown)}: not a benchmark pair; choose from {', '.join(p[0] for p in PAIRS)}")
         pairs = [p for p in PAIRS if p[0] in wanted]
     _, r = lomo_residuals()
-    lomo_rms = float(np.sqrt(np.mean(r**2)))
+    lomo_rms, term_sd = float(np.sqrt(np.mean(r**2))), term_spread()
     if args.hardness:
-        print_hardness([Setup(p) for p in pairs], args.realities.split(","), args.seeds, lomo_rms)
+        print_hardness([Setup(p) for p in pairs], args.realities.split(","), args.seeds, lomo_rms, term_sd)
         return 0
     print(f"goal: within {1 - GOAL:.0%} of reality's best; cap {args.cap} trials; {args.seeds} seeds; "
-          f"{args.noise:.0%} noise; leave-one-model-out RMS log error {lomo_rms:.3f}; CMA-ES: not applicable "
-          "(categorical space)")
+          f"{args.noise:.0%} noise; leave-one-model-out RMS log error {lomo_rms:.3f}; term spread (terms-wide) "
+          f"{term_sd:.3f}; CMA-ES: not applicable (categorical space)")
     print(f"{'reality':10s} {'model / cluster':32s} {'planner':10s} {'trials med':>10s} {'p90':>5s} "
           f"{'GPU-h med':>10s} {'p90':>7s} {'reached':>8s} {'GPU-h/hit':>9s} {'s/run':>6s}")
     setups = [Setup(p) for p in pairs]
@@ -331,7 +348,7 @@ def main(argv=None) -> int:
                 notes = []
                 for seed in range(seeds):
                     reality = Reality(kind, s.model, s.cluster, s.workload, s.table, np.random.default_rng(seed),
-                                      lomo_rms)
+                                      lomo_rms, term_sd)
                     explaining = bool(args.explain) and planner == "model"  # only its runs stop at K to be explained
                     run = one_run(s, reality, planner, seed, args.explain if explaining else args.cap, args.noise,
                                   args.parallel)
@@ -339,7 +356,7 @@ def main(argv=None) -> int:
                         notes.append(f"    seed {seed}: {explain(s, reality, run, args.noise)}")
                         if args.explain < args.cap:  # the whole run again, same reality and noise, for the table
                             reality = Reality(kind, s.model, s.cluster, s.workload, s.table,
-                                              np.random.default_rng(seed), lomo_rms)
+                                              np.random.default_rng(seed), lomo_rms, term_sd)
                             run = one_run(s, reality, planner, seed, args.cap, args.noise, args.parallel)
                     k, h = run.trials, run.gpu_hours
                     trials.append(k if k is not None else args.cap + 1)

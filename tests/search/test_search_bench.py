@@ -51,6 +51,26 @@ def test_the_oracle_knows_a_terms_only_reality(bench, setup):
     assert run.trials == 1
 
 
+def test_terms_wide_draws_term_factors_at_the_calibrations_spread(bench, setup):
+    """terms-wide: no per-feature error, each time term x lognormal(0, the shipped calibration's RMS log factor);
+    the spread is read from the shipped factors, and the drawn reality moves by more than terms' U[0.7, 1.3]."""
+    from autotune.cost.calibrate import SHIPPED, read_calibrations
+
+    sd = bench.term_spread()
+    fitted = [f for k, c in read_calibrations(SHIPPED).items() if "+" not in k for f in c.factors.values() if f != 1.0]
+    assert len(fitted) > 50 and 0.1 < sd < 1.0
+    assert sd == pytest.approx(float(np.sqrt(np.mean(np.log(fitted) ** 2))))
+    spread = {}
+    for kind in ("terms", "terms-wide"):
+        logs = [np.log(bench.Reality(kind, setup.model, setup.cluster, setup.workload, setup.table,
+                                     np.random.default_rng(seed), 0.3, sd).base / setup.base_pred)
+                for seed in range(6)]
+        spread[kind] = float(np.std([x.mean() for x in logs]))
+        assert not np.any(bench.Reality(kind, setup.model, setup.cluster, setup.workload, setup.table,
+                                        np.random.default_rng(0), 0.3, sd).sd)  # the terms alone: no feature error
+    assert spread["terms-wide"] > spread["terms"]
+
+
 def test_a_missed_run_is_explained_with_its_numbers(bench, setup):
     reality = bench.Reality("f20+int", setup.model, setup.cluster, setup.workload, setup.table,
                             np.random.default_rng(3), 0.3)
