@@ -323,7 +323,7 @@ def _closest(masks: list[tuple[str, np.ndarray]], dp: np.ndarray, weight: np.nda
     return k, counts, int(dp[batch].min()) if batch.any() else 0
 
 
-def _enumerated(chunk: list[list], model: ModelSpec, workload: Workload, cluster: ClusterSpec):
+def _enumerated(chunk: list[list], model: ModelSpec, workload: Workload, cluster: ClusterSpec, closest: bool = False):
     """One chunk's combinations with their layer splits: (layouts it stands for, legal-so-far table, {reason:
     layouts removed}). An "uneven" row is first checked, as one row, against the rules that do not read the split;
     the survivors become one row per split Megatron accepts (most rows of a large space are illegal for other
@@ -339,18 +339,18 @@ def _enumerated(chunk: list[list], model: ModelSpec, workload: Workload, cluster
     keep = np.flatnonzero(legal & (weight > 0))
     n, cols = expand_splits(len(keep), {k: np.asarray(v)[keep] for k, v in cols.items()}, model.num_layers)
     return (int(weight.sum()), LayoutTable.from_columns(cluster.count, n, sp=True, **cols), reasons,
-            _closest(masks, t.dp, weight))
+            _closest(masks, t.dp, weight) if closest else None)
 
 
 def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: ClusterSpec, p: "Prune",
-            tp_overlap_both: bool = False):
+            tp_overlap_both: bool = False, closest: bool = False):
     """Which rows of `t` are legal, and which of those the cluster supports and the placement rules keep:
     (legal mask, kept mask, {reason: rows removed for it}, {reason: legal rows removed for it}).
     `tp_overlap_both`: the space lists TP communication overlap on and off, so a row asking for it where it cannot
     take effect (TP 1) duplicates the row without it."""
     legal_masks = [(f"illegal: {r.code}", m) for r, m in zip(RULES, check(model, workload, t).values())]
     legal, reasons = _first_reason(legal_masks, len(t))
-    closest = None if legal.any() else _closest(legal_masks, t.dp)  # what to change when nothing is legal
+    nearest = _closest(legal_masks, t.dp) if closest and not legal.any() else None  # what to change: explore
     soft = [("needs DeepEP (flex dispatcher) which the cluster lacks", ~((t.dispatcher == 2) & (not cluster.has_deepep))),
             ("needs HybridEP (the flex dispatcher's hybridep backend) which the cluster lacks",
              ~((t.dispatcher == 3) & (not cluster.has_hybridep))),
@@ -365,12 +365,31 @@ def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: Clust
                   ~(tp_overlap_both & t.tp_comm_overlap & ~t.sp_eff))]
     kept, later = _first_reason([("legal", legal)] + soft + practical, len(t))
     later.pop("legal", None)
-    return legal, kept, reasons, later, closest
+    return legal, kept, reasons, later, nearest
 
 
 def _add(into: dict[str, int], counts: dict[str, int]) -> None:
     for k, v in counts.items():
         into[k] = into.get(k, 0) + v
+
+
+def _nearest_legal(axes, model: ModelSpec, workload: Workload, cluster: ClusterSpec, p: "Prune",
+                   overlap_both: bool) -> tuple[int, dict[str, int], int]:
+    """When no layout is legal, a second pass over the chunks (only then: it costs as much as the first's rule
+    checks): how many rules the closest layouts break, per rule how many of them break it, and the smallest DP
+    among those whose batch it does not divide (see _closest)."""
+    fewest, blockers, blocked_dp = 0, {}, 0
+    for chunk in chunks(axes):
+        _, t, _, near_split = _enumerated(chunk, model, workload, cluster, closest=True)
+        near_screen = _screen(t, model, workload, cluster, p, tp_overlap_both=overlap_both, closest=True)[4]
+        for near in (near_split, near_screen):
+            if near is None or (fewest and near[0] > fewest):
+                continue
+            if not fewest or near[0] < fewest:
+                fewest, blockers, blocked_dp = near[0], {}, 0
+            _add(blockers, near[1])
+            blocked_dp = min(d for d in (blocked_dp, near[2]) if d) if blocked_dp or near[2] else 0
+    return fewest, blockers, blocked_dp
 
 
 def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec,
@@ -383,21 +402,13 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     n = n_legal = practical = survivors = done = 0
     reasons: dict[str, int] = {f"illegal: {r.code}": 0 for r in RULES}  # in the rules' order
     later: dict[str, int] = {}
-    blockers: dict[str, int] = {}  # per rule, the closest-to-legal rows that break it, over the chunks (_screen)
-    fewest, blocked_dp = 10**9, 0
     oom = {"predicted OOM": 0, "predicted host OOM (offloaded optimizer)": 0}
     parts, mems = [], []
+    overlap_both = len(set(space.dimensions.tp_comm_overlap)) > 1
     for chunk in chunks(axes):
-        rows, t, r_split, near_split = _enumerated(chunk, model, workload, cluster)
+        rows, t, r_split, _ = _enumerated(chunk, model, workload, cluster)
         done += int(np.prod([max(len(a), 1) for a in chunk]))
-        legal, kept, r_legal, r_later, closest = _screen(
-            t, model, workload, cluster, p, tp_overlap_both=len(set(space.dimensions.tp_comm_overlap)) > 1)
-        for near in (near_split, closest):
-            if near is not None and near[0] <= fewest:
-                if near[0] < fewest:
-                    fewest, blockers, blocked_dp = near[0], {}, 0
-                _add(blockers, near[1])
-                blocked_dp = min(d for d in (blocked_dp, near[2]) if d) if blocked_dp or near[2] else 0
+        legal, kept, r_legal, r_later, _ = _screen(t, model, workload, cluster, p, tp_overlap_both=overlap_both)
         n, n_legal = n + rows, n_legal + int(legal.sum())
         _add(reasons, r_split)
         _add(reasons, r_legal)
@@ -436,12 +447,13 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
                      "is not available on this cluster")
     notes += [note for d in DIMENSIONS if (note := d.narrowed(list(getattr(space.dimensions, d.key)), model, cluster))]
     funnel.append(("supported and practical", practical))
+    fewest, blockers, blocked_dp = _nearest_legal(axes, model, workload, cluster, p, overlap_both) if not n_legal \
+        else (0, {}, 0)
     if last is None:
-        last = dict(sorted(blockers.items(), key=lambda kv: -kv[1])) if not n_legal and blockers else dict(reasons)
+        last = dict(sorted(blockers.items(), key=lambda kv: -kv[1])) if blockers else dict(reasons)
     if not practical:
         return SpaceResult(space, n, funnel + [("fits", 0), ("kept", 0)], reasons, last,
-                           sub, None, np.array([], dtype=int), notes, *((blocked_dp, fewest) if not n_legal and blockers
-                                                                         else (0, 0)))
+                           sub, None, np.array([], dtype=int), notes, blocked_dp, fewest)
     reasons.update(oom)
     funnel.append(("fits", len(sub)))
     if not len(sub):  # memory removed the last of them
