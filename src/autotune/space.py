@@ -262,7 +262,7 @@ class SpaceResult:
 
 def nothing_survives(res: SpaceResult, workload: Workload, subject: str = "no layout") -> str:
     """Why no layout survived, and the way out that fits what removed the last of them (one line, for BadInput):
-    the rule that alone keeps most layouts out when none is legal, the memory when none fits."""
+    when none is legal, the rules the closest layouts break (explore's second pass); when none fits, the memory."""
     why = ", ".join(f"{k} ({v:,})" for k, v in res.last_reasons.items()) or "nothing enumerated"
     codes = set(res.last_reasons)
     top = next(iter(res.last_reasons), "")
@@ -388,7 +388,7 @@ def _nearest_legal(axes, model: ModelSpec, workload: Workload, cluster: ClusterS
             if not fewest or near[0] < fewest:
                 fewest, blockers, blocked_dp = near[0], {}, 0
             _add(blockers, near[1])
-            blocked_dp = min(d for d in (blocked_dp, near[2]) if d) if blocked_dp or near[2] else 0
+            blocked_dp = min(filter(None, (blocked_dp, near[2])), default=0)  # 0: no such layout yet
     return fewest, blockers, blocked_dp
 
 
