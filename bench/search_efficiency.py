@@ -306,7 +306,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=None,
                     help="comma list of model names: run only these pairs (e.g. Qwen3-235B-A22B)")
     ap.add_argument("--gp-seeds", type=int, default=10,
-                    help="seeds for the GP sampler (each ask takes about a second: 30 seeds of one reality and three pairs take about an hour on 2 cores)")
+                    help="seeds for the GP sampler (each ask takes about a second: 30 seeds of one reality and "
+                         "three pairs take about an hour on 2 cores)")
     ap.add_argument("--quick", action="store_true", help="10 seeds, model and random only, two realities")
     ap.add_argument("--explain", type=int, default=0, metavar="K",
                     help="print why each model-guided run that needed more than K trials missed (0: off)")
