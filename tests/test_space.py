@@ -214,6 +214,9 @@ def test_when_no_layout_is_legal_the_way_out_is_the_rule_the_closest_layouts_bre
     assert rc == 2 and "none is legal; the closest break" in line and "illegal: dp_batch" in line, line
     assert "uneven layer splits" not in line and "world_mp" not in line, line
     assert f"use --global-batch {fixed} " in line, line
+    rc, out, line = _run_cli(capsys, *base, "--global-batch", str(batch), "--json")  # a script reads the same
+    doc = json.loads(out)
+    assert rc == 2 and doc["top"] == [] and "illegal: dp_batch" in doc["last_reasons"] and doc["error"] in line
     rc, out, line = _run_cli(capsys, *base, "--global-batch", str(fixed), "--json")
     assert rc == 0 and json.loads(out)["top"], line
 

@@ -48,15 +48,18 @@ def space(
     with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
         res = explore(sp, m, workload, cluster)
     best = [report(m, cluster, workload, res.table.row(int(i)), res.evaluation, int(i)) for i in res.kept[:top]]
+    why_none = None if best else nothing_survives(res, workload)
     if json_out:
         print_json({
             "model": m.name, "gpu": cluster.gpu.name, "count": cluster.count, "precision": workload.precision,
             "space": sp.source,
             "funnel": [{"stage": s, "count": c} for s, c in res.funnel],
             "reasons": res.reasons, "notes": res.notes, "top": best,
+            # what removed the last layouts (when none is legal: the rules the closest break) and the way out
+            **({"last_reasons": res.last_reasons, "error": why_none} if why_none else {}),
         })
-        if not best:  # the same exit code as the tables: a script must not read an empty space as a result
-            raise BadInput(nothing_survives(res, workload))
+        if why_none:  # the same exit code as the tables: a script must not read an empty space as a result
+            raise BadInput(why_none)
         return
     prec = "" if workload.precision == "bf16" else f" in {workload.precision}"
     console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on "
@@ -75,8 +78,8 @@ def space(
     console.print(fit(r))
     for note in res.notes:
         console.print(f"note: {note}", markup=False)
-    if not best:
-        raise BadInput(nothing_survives(res, workload))
+    if why_none:
+        raise BadInput(why_none)
     t = Table(title=f"top {len(best)} by predicted tokens/s/GPU")
     offload = any(b["layout_detail"]["optimizer_offload"] for b in best)  # a column only when it matters
     disp = m.is_moe  # a dense model has no token dispatcher to show
