@@ -369,10 +369,13 @@ def test_a_real_small_model_served_locally_plans_legal_layouts(world, tmp_path, 
                               out_dir=tmp_path / "study" / "planner")
         p = LLMPlanner(opts, n_candidates=6, max_tokens=300)  # a short prompt and answer: a 2-core CPU is slow
         props = run(p, ctx, 3)  # asserts every proposal legal, screened and untried
+        server = srv.status()
     assert len(props) == 3 and len(ctx.history) == 3
     u = usage(tmp_path)
-    assert u["answered"] >= 1 and u["completion_tokens"] > 0 and u["model"] == "smollm2"
     exchanges = sorted((tmp_path / "study" / "planner" / "exchanges").glob("*.json"))
+    failures = [json.loads(f.read_text()).get("failure") for f in exchanges]
+    assert u["answered"] >= 1, f"no answer; server {server}; failures {failures}"
+    assert u["completion_tokens"] > 0 and u["model"] == "smollm2"
     assert exchanges and all(json.loads(f.read_text())["messages"] for f in exchanges)
 
 
@@ -388,3 +391,38 @@ def test_a_layout_behind_the_memory_wall_is_refused_with_the_reason(world):
     ctx.walled = {ctx.keys[i]}
     checked = check_answer(ctx, text, listed=[i])
     assert checked.valid == [] and "ran out" in checked.invalid[0][1]
+
+
+_CRASHING_SERVER = '''
+import http.server, json, os, signal, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "smollm2"}]}).encode()
+        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        os.kill(os.getpid(), signal.SIGSEGV)  # as llama.cpp's AMX kernels did on its first matmul
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+def test_a_local_server_that_crashes_on_its_first_completion_fails_at_start_with_the_signal(tmp_path):
+    """llama-cpp-python 0.3.36 built natively on an AMX CPU listed its model, then died of SIGSEGV on the first
+    completion; the planner saw only 'Connection error'. The local server now proves one completion at start."""
+    import sys
+
+    from autotune.search.planners._llm_local import LocalServer
+
+    script = tmp_path / "crash_server.py"
+    script.write_text(_CRASHING_SERVER)
+
+    class Crashing(LocalServer):
+        def command(self):
+            return [sys.executable, str(script), str(self.port)]
+
+    srv = Crashing(tmp_path / "none.gguf", startup_s=30, log=tmp_path / "server.log")
+    with pytest.raises(RuntimeError, match=r"failed its first completion \(signal SIGSEGV"):
+        srv.start()
+    assert srv.status() == "signal SIGSEGV"

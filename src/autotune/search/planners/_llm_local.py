@@ -2,7 +2,8 @@
 behind `python -m llama_cpp.server` (`llama-cpp-python[server]`) on 127.0.0.1.
 
 For the LLM planner's integration test and benchmarks: `local_model()` finds the GGUF, `LocalServer`
-starts the server on a free port, waits until it answers `/v1/models`, and stops it (terminate, then
+starts the server on a free port, waits until it answers `/v1/models` and one one-token completion
+(a build whose kernels crash fails there, with the signal), and stops it (terminate, then
 kill) on exit. Nothing is downloaded; both packages are optional and `local_model()` says what is
 missing. The server's log goes where the caller says (default: discarded).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -39,6 +41,25 @@ def local_model() -> tuple[Path | None, str]:
     return found[0], ""
 
 
+def exit_reason(code: int | None) -> str:
+    """'exit code 1', 'signal SIGSEGV' (a negative Popen return code), or 'still running' for None."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _cpu_has_amx() -> bool:
+    try:
+        return "amx_int8" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,30 +83,66 @@ class LocalServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--model_alias", self.model,
+                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
+                "--n_threads", str(self.threads)]
+
     def start(self) -> "LocalServer":
         if self.log:
             Path(self.log).parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "wb") if self.log else subprocess.DEVNULL  # noqa: SIM115 - closed below
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--model_alias", self.model,
-               "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-               "--n_threads", str(self.threads)]
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if out is not subprocess.DEVNULL:
             out.close()
         while time.monotonic() - t0 < self.startup_s:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode} while starting"
+                raise RuntimeError(f"llama_cpp.server stopped while starting ({exit_reason(self.proc.returncode)})"
                                    + (f"; see {self.log}" if self.log else ""))
             try:
                 with urllib.request.urlopen(f"{self.url}/models", timeout=2) as r:
                     if json.loads(r.read()).get("data"):
-                        self.started_s = time.monotonic() - t0
-                        return self
+                        break
             except (OSError, ValueError):
                 time.sleep(0.5)
+        else:
+            self.close()
+            raise RuntimeError(f"llama_cpp.server did not answer within {self.startup_s:.0f} s")
+        self._first_token()
+        self.started_s = time.monotonic() - t0
+        return self
+
+    def _first_token(self) -> None:
+        """One one-token completion: a server that lists its model can still crash on its first matmul."""
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "hi"}],
+                           "max_tokens": 1}).encode()
+        req = urllib.request.Request(f"{self.url}/chat/completions", data=body,
+                                     headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.startup_s) as r:
+                r.read()
+            return
+        except OSError as exc:
+            err = exc
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        why = exit_reason(self.proc.poll())
         self.close()
-        raise RuntimeError(f"llama_cpp.server did not answer within {self.startup_s:.0f} s")
+        hint = ""
+        if why == "signal SIGSEGV" and _cpu_has_amx():
+            # llama.cpp built with -march=native on a CPU with AMX crashes in ggml_backend_amx_mul_mat (seen here,
+            # llama-cpp-python 0.3.36, SmolLM2 Q4_1); a build without native flags does not use AMX
+            hint = ("; this CPU has AMX, whose llama.cpp kernels crash on this model: reinstall with "
+                    "CMAKE_ARGS=-DGGML_NATIVE=OFF pip install --no-cache-dir --force-reinstall 'llama-cpp-python[server]'")
+        raise RuntimeError(f"llama_cpp.server failed its first completion ({why}; {err}){hint}"
+                           + (f"; see {self.log}" if self.log else ""))
+
+    def status(self) -> str:
+        """How the server process stands: 'still running', 'exit code N' or 'signal NAME'."""
+        return exit_reason(self.proc.poll() if self.proc else None)
 
     def close(self) -> None:
         if self.proc and self.proc.poll() is None:
