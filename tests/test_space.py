@@ -43,6 +43,7 @@ def test_chunked_screening_gives_the_funnel_of_one_table(monkeypatch):
     whole = explore(space, m, w, c)
     assert whole.funnel[0][1] <= space_mod.MAX_CHUNK  # one chunk
     monkeypatch.setattr(space_mod, "MAX_CHUNK", 4096)
+    monkeypatch.setattr(space_mod, "TIME_CHUNK", 1000)
     parts = list(space_mod.chunks(space_mod.grid_axes(space.dimensions.model_dump(), m, c), 4096))
     assert len(parts) > 10
     chunked = explore(space, m, w, c)
@@ -54,6 +55,29 @@ def test_chunked_screening_gives_the_funnel_of_one_table(monkeypatch):
     assert np.array_equal(chunked.evaluation.time.tokens_per_s_per_gpu, whole.evaluation.time.tokens_per_s_per_gpu)
     t = enumerate_space(space, m, w, c)  # the table the chunks cut up, in the same order
     assert whole.funnel[0][1] == len(t)
+
+
+def test_the_result_holds_the_layouts_that_can_win_and_the_time_model_runs_in_chunks(monkeypatch):
+    """The time model screens every fitting row TIME_CHUNK at a time (575k rows at once held 3 GB), and the
+    result keeps only the rows within keep_within of the best, evaluated whole: the same rows, order and numbers
+    as with every fitting row kept and cut afterwards."""
+    m, w, c = load_model("Qwen3-30B-A3B"), Workload(), ClusterSpec.of("H200", 16)
+    space = load_space(None, m)
+    space.dimensions.optimizer_offload = [0.0]
+    res = explore(space, m, w, c)
+    every = load_space(None, m)
+    every.dimensions.optimizer_offload = [0.0]
+    every.prune.keep_within = 0.0
+    monkeypatch.setattr(space_mod, "TIME_CHUNK", 777)
+    all_fit = explore(every, m, w, c)
+    tps, best = all_fit.evaluation.time.tokens_per_s_per_gpu, all_fit.evaluation.time.tokens_per_s_per_gpu.max()
+    can_win = np.flatnonzero(tps >= space.prune.keep_within * best)
+    assert 0 < len(res.table) == len(res.kept) == len(can_win) < len(all_fit.table)
+    assert list(table_keys(res.table)) == list(table_keys(all_fit.table.take(can_win)))
+    assert np.allclose(res.evaluation.time.tokens_per_s_per_gpu, tps[can_win], rtol=1e-12)
+    assert np.all(np.diff(res.evaluation.time.tokens_per_s_per_gpu[res.kept]) <= 0)  # best first
+    assert res.reasons["cannot win (predicted below 70% of the best)"] == len(all_fit.table) - len(can_win)
+    assert dict(res.funnel)["fits"] == dict(all_fit.funnel)["fits"] == len(all_fit.table)
 
 
 def test_a_space_larger_than_one_table_is_explored():

@@ -4,8 +4,9 @@
 enumerates every combination, removes illegal layouts (Megatron's rules), layouts that need software
 the cluster lacks, impractical placements, predicted OOMs and layouts that cannot win, and reports the
 funnel with counts per reason. Combinations are enumerated and screened MAX_CHUNK at a time (the survivors of
-each chunk kept), so a space of tens of millions costs the memory of what is legal in it. Everything after
-enumeration is vectorised. No torch, no ray.
+each chunk kept), so a space of tens of millions costs the memory of what fits in it; the time model then
+screens those TIME_CHUNK at a time and the result holds, fully evaluated, only the layouts that can win.
+Everything after enumeration is vectorised. No torch, no ray.
 """
 
 from __future__ import annotations
@@ -101,8 +102,10 @@ MAX_NODES = 100_000  # YAML nodes after aliases are expanded
 MAX_ENUMERATED = 5_000_000  # combinations materialised as one table (enumerate_space)
 MAX_EXPLORED = 50_000_000  # combinations `explore` screens, MAX_CHUNK at a time (~3M a second on one core)
 MAX_CHUNK = 1 << 20  # rows enumerated and checked at once: bounds explore's memory whatever the space's size
-# layouts evaluated at once: the cost model holds ~7 KB per layout (2.2 GB for Qwen3-30B-A3B's 303,030 on 64 H100);
-# the default spaces leave at most 463,209 (Llama-4-Maverick on 256 B200) of every catalog model on 8 to 4,096 GPUs
+TIME_CHUNK = 1 << 16  # fitting rows whose tokens/s the time model computes at once
+# layouts that fit, held until the time model has screened them: ~1.5 KB each (the row, 154 B, and its memory
+# terms per stage, 1,296 B at 16 stages: Qwen3-30B-A3B on 64 H100); the default spaces leave at most 463,209
+# (Llama-4-Maverick on 256 B200) of every catalog model on 8 to 4,096 GPUs
 MAX_EVALUATED = 1_000_000
 
 
@@ -252,9 +255,10 @@ class SpaceResult:
     reasons: dict[str, int]  # reason -> layouts removed for it (first reason only)
     last_reasons: dict[str, int]  # reasons that removed the final layouts of the last non-empty stage; when no
     # layout is legal, the rules the closest layouts break (those breaking the fewest rules), most often first
-    table: LayoutTable  # the layouts that fit (legal, supported, practical, and in memory once evaluated)
-    evaluation: Evaluation | None
-    kept: np.ndarray  # indices into `table`, best first
+    table: LayoutTable  # the kept layouts (legal, supported, practical, fit, can win), in enumeration order; when
+    # none is kept, those that got furthest (no evaluation)
+    evaluation: Evaluation | None  # of `table`'s rows
+    kept: np.ndarray  # indices into `table`, best first (every row)
     notes: list[str] = field(default_factory=list)
     blocked_dp: int = 0  # when no layout is legal: the smallest DP among the closest rows the batch does not divide
     closest_broken: int = 0  # when no layout is legal: how many rules the closest layouts break (last_reasons')
@@ -423,15 +427,16 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
             oom["predicted host OOM (offloaded optimizer)"] += int((gpu_fits & ~fits).sum())
             idx = np.flatnonzero(fits)
             part = part.take(idx)
-            mems.append(mem.take(idx))  # kept for evaluate: the memory model runs once per row
-        parts.append(part)
+            if len(part):
+                parts.append(part)
+                mems.append(mem.take(idx))  # kept for evaluate: the memory model runs once per row
         survivors += len(part)
         if survivors > MAX_EVALUATED:
             raise ConfigError(f"search space {space.source}: more than {MAX_EVALUATED:,} layouts of {model.name} on "
                               f"{cluster.count} x {cluster.gpu.name} fit in memory ({survivors:,} after {done:,} of "
-                              f"{size:,} combinations), too many to evaluate at once (~7 KB each); list fewer values "
+                              f"{size:,} combinations), too many to hold at once (~1.5 KB each); list fewer values "
                               "per dimension")
-    sub = parts[0] if len(parts) == 1 else LayoutTable.concat(parts)
+    empty = part.take(np.array([], dtype=int))  # the table when nothing fits (no chunk left a row)
     reasons = {k: v for k, v in reasons.items() if v}
     funnel = [("enumerated", n), ("legal", n_legal)]
     last = later if n_legal and not practical else None  # what removed the final candidates
@@ -453,17 +458,31 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
         last = dict(sorted(blockers.items(), key=lambda kv: -kv[1])) if blockers else dict(reasons)
     if not practical:
         return SpaceResult(space, n, funnel + [("fits", 0), ("kept", 0)], reasons, last,
-                           sub, None, np.array([], dtype=int), notes, blocked_dp, fewest)
+                           empty, None, np.array([], dtype=int), notes, blocked_dp, fewest)
     reasons.update(oom)
-    funnel.append(("fits", len(sub)))
-    if not len(sub):  # memory removed the last of them
+    funnel.append(("fits", survivors))
+    if not survivors:  # memory removed the last of them
         return SpaceResult(space, n, funnel + [("kept", 0)], {k: v for k, v in reasons.items() if v},
-                           {k: v for k, v in oom.items() if v}, sub, None, np.array([], dtype=int), notes)
-    ev = evaluate(model, workload, cluster, sub, cal, memory=MemoryResult.concat(mems, int(sub.pp.max())))
-    tps = ev.time.tokens_per_s_per_gpu
-    keep = tps >= p.keep_within * tps.max()
-    reasons["cannot win (predicted below {:.0%} of the best)".format(p.keep_within)] = int((~keep).sum())
-    order = np.argsort(-tps, kind="stable")
-    kept = order[keep[order]]
+                           {k: v for k, v in oom.items() if v}, empty, None, np.array([], dtype=int), notes)
+    # the time model twice: tokens/s of every fitting row, TIME_CHUNK rows at a time (all a row's terms are
+    # ~5 KB: 575k rows at once held 3 GB), then the whole evaluation of the rows that can win
+    def tokens_per_s(rows: LayoutTable, mem: MemoryResult) -> np.ndarray:
+        memory = MemoryResult.concat([mem], int(rows.pp.max()))  # the stage columns the time model reads
+        return evaluate(model, workload, cluster, rows, cal, memory=memory).time.tokens_per_s_per_gpu
+
+    tps = [np.concatenate([tokens_per_s(part.take(sl), mem.take(sl)) for sl in _slices(len(part), TIME_CHUNK)])
+           for part, mem in zip(parts, mems)]
+    best = max(float(x.max()) for x in tps)
+    keep = [np.flatnonzero(x >= p.keep_within * best) for x in tps]
+    reasons["cannot win (predicted below {:.0%} of the best)".format(p.keep_within)] = survivors - sum(map(len, keep))
+    table = LayoutTable.concat([part.take(k) for part, k in zip(parts, keep)])
+    memory = MemoryResult.concat([mem.take(k) for mem, k in zip(mems, keep)], int(table.pp.max()))
+    ev = evaluate(model, workload, cluster, table, cal, memory=memory)
+    kept = np.argsort(-ev.time.tokens_per_s_per_gpu, kind="stable")
     funnel.append(("kept", int(len(kept))))
-    return SpaceResult(space, n, funnel, {k: v for k, v in reasons.items() if v}, last, sub, ev, kept, notes)
+    return SpaceResult(space, n, funnel, {k: v for k, v in reasons.items() if v}, last, table, ev, kept, notes)
+
+
+def _slices(n: int, size: int) -> list[np.ndarray]:
+    """Row indices 0..n-1 in consecutive runs of at most `size`."""
+    return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
