@@ -252,3 +252,16 @@ def test_a_split_the_space_cannot_make_points_at_uneven_splits(tmp_path, capsys)
     rc, _, line = _run_cli(capsys, "--model", "Qwen3-235B-A22B", "--gpu", "H100", "--count", "64", "--space", str(sp))
     assert rc == 2 and "the closest break 1 rule" in line and "illegal: layers_pp" in line, line
     assert "layer_split: [even, uneven]" in line and "--global-batch" not in line, line
+
+
+def test_a_global_batch_smaller_than_the_gpu_count_is_named_with_the_batch_that_frees_data_parallelism():
+    """128 rows on 4,096 GPUs left every layout at DP <= 128 and the best at 0.5% MFU, silently; the funnel now
+    says why and which batch lets DP use the GPUs, and no such note appears once the rows cover the GPUs."""
+    m, c = load_model("Llama-3.1-8B"), ClusterSpec.of("H100", 64)
+    small = explore(load_space(None, m), m, Workload(global_batch=16), c)
+    note = next(n for n in small.notes if n.startswith("--global-batch 16 rows on 64 GPUs"))
+    assert "at least 4 GPUs" in note and f"gets {16 * 8192 // 64:,} tokens" in note and "--global-batch 64 or more" in note
+    assert np.all(small.table.dp <= 16)
+    enough = explore(load_space(None, m), m, Workload(global_batch=64), c)
+    assert not any("rows per step than GPUs" in n for n in enough.notes)
+    assert enough.evaluation.time.mfu.max() > small.evaluation.time.mfu.max()

@@ -480,7 +480,19 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     ev = evaluate(model, workload, cluster, table, cal, memory=memory)
     kept = np.argsort(-ev.time.tokens_per_s_per_gpu, kind="stable")
     funnel.append(("kept", int(len(kept))))
+    if workload.global_batch < cluster.count:
+        notes.append(small_batch_note(workload, cluster, float(ev.time.mfu[kept[0]])))
     return SpaceResult(space, n, funnel, {k: v for k, v in reasons.items() if v}, last, table, ev, kept, notes)
+
+
+def small_batch_note(workload: Workload, cluster: ClusterSpec, best_mfu: float) -> str:
+    """A global batch of fewer rows than GPUs: DP cannot exceed the rows, so every layout splits each row over
+    count / rows GPUs or more, however small the model."""
+    g, n = workload.global_batch, cluster.count
+    return (f"--global-batch {g:,} rows on {n:,} GPUs: fewer rows per step than GPUs, so every layout splits each row "
+            f"over at least {-(-n // g):,} GPUs (TP x CP x PP) and each GPU gets {g * workload.seq_len / n:,.0f} "
+            f"tokens per step (best predicted MFU {best_mfu:.1%}); --global-batch {n:,} or more lets data "
+            "parallelism use the GPUs")
 
 
 def _slices(n: int, size: int) -> list[np.ndarray]:
