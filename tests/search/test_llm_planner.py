@@ -426,3 +426,19 @@ def test_a_local_server_that_crashes_on_its_first_completion_fails_at_start_with
     with pytest.raises(RuntimeError, match=r"failed its first completion \(signal SIGSEGV"):
         srv.start()
     assert srv.status() == "signal SIGSEGV"
+
+
+def test_a_rationale_that_copies_the_prompts_example_is_not_shown_as_one(world):
+    """SmolLM2 answered every round with the answer shape's own rationale, so trials read 'llm: one short
+    sentence'. The prompt and the check share the example; a copy of it is reported as no rationale."""
+    from autotune.search.planners._llm_check import RATIONALE_EXAMPLE, check_answer
+    from autotune.search.planners._llm_prompt import messages
+
+    ctx = fresh(world)
+    listed = [int(i) for i in np.argsort(-ctx.predicted)[:3]]
+    system = messages(ctx, 2, listed, [])[0]["content"]
+    assert f'"rationale": "{RATIONALE_EXAMPLE}"' in system and "${" not in system
+    answer = {"proposals": [{"candidate": "c0", "rationale": "One short sentence."},
+                            {"candidate": "c1", "rationale": "EP inside the node"}]}
+    got = check_answer(ctx, json.dumps(answer), listed=listed).valid
+    assert got == [(listed[0], "no rationale given (it copied the prompt's example)"), (listed[1], "EP inside the node")]

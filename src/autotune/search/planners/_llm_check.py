@@ -28,6 +28,8 @@ from .base import PlanContext
 __all__ = ["Answer", "Checked", "answer_schema", "check_answer", "sanitize", "redact", "MAX_RATIONALE"]
 
 MAX_RATIONALE = 160
+# the rationale the prompt's answer shape shows; a small model copies it word for word, which says nothing
+RATIONALE_EXAMPLE = "one short sentence"
 MAX_PROPOSALS = 16  # per answer: more is noise, and bounds the work of checking an answer
 
 
@@ -213,5 +215,15 @@ def check_answer(ctx: PlanContext, text: str, listed: list[int], space: _Space |
             invalid.append((what, why))
             continue
         seen.add(i)
-        valid.append((i, sanitize(p.rationale) or "no rationale given"))
+        valid.append((i, _rationale(p.rationale)))
     return Checked(valid, invalid)
+
+
+def _rationale(text: str) -> str:
+    """The sanitised rationale; none given, or the prompt's example copied, is said as such."""
+    s = sanitize(text)
+    if not s:
+        return "no rationale given"
+    if s.strip(" .!").casefold() == RATIONALE_EXAMPLE:
+        return "no rationale given (it copied the prompt's example)"
+    return s

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...layout.dimensions import PARAM_NAMES, layout_params
 from ...trials.spec import Prediction
+from ._llm_check import RATIONALE_EXAMPLE
 from .base import PlanContext
 
 __all__ = ["template", "listed_candidates", "messages", "repair_message"]
@@ -72,7 +73,8 @@ def messages(ctx: PlanContext, k: int, listed: list[int], hints: list[str],
     example = ", ".join(f'"{n}": {json.dumps(v)}' for n, v in layout_params(ctx.table.row(listed[0])).items()) \
         if listed else ""
     system = template("system").safe_substitute(
-        node_size=c.node_size, k=k, dimension_names=", ".join(PARAM_NAMES), param_example=example)
+        node_size=c.node_size, k=k, dimension_names=", ".join(PARAM_NAMES), param_example=example,
+        rationale_example=RATIONALE_EXAMPLE)
     user = template("user").safe_substitute(
         model=f"{m.name}: {m.describe()}",
         cluster=f"{c.count} x {c.gpu.name}, {c.gpus_per_node} per node ({c.nodes} nodes), "
