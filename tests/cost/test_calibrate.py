@@ -103,6 +103,37 @@ def test_source_names_and_gpus_map_onto_the_catalog():
     assert gpu_kind("MI300X") == (None, None)
 
 
+def test_every_catalog_name_and_hub_spellings_of_it_map_onto_the_catalog():
+    """A table that names a model the way the catalog does ('NVIDIA-Nemotron-3-Nano-30B-A3B', 'Qwen3.5-397B-A17B')
+    was skipped as 'not in the catalog' unless a table-spelling pattern happened to match it."""
+    from autotune.catalog import model_names
+
+    for name in model_names():
+        assert catalog_name(name) == (name, None), name
+        assert catalog_name(name.upper().replace("-", "_")) == (name, None), name
+    for src, want in [("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16", "NVIDIA-Nemotron-3-Super-120B-A12B"),
+                      ("NVIDIA Nemotron 3 Super", "NVIDIA-Nemotron-3-Super-120B-A12B"),
+                      ("meta-llama/Meta-Llama-3.1-8B-Instruct", "Llama-3.1-8B"), ("Qwen/Qwen3-30B-A3B-Base", "Qwen3-30B-A3B"),
+                      ("Qwen3_5_27B", "Qwen3.5-27B"), ("deepseek-ai/DeepSeek-V3", "DeepSeek-V3")]:
+        assert catalog_name(src) == (want, None), src
+    assert catalog_name("Qwen3-8B")[0] is None  # no config in the catalog
+    for text, kind in [("NVIDIA H100 80GB HBM3", "H100"), ("H100-SXM5-80GB", "H100"), ("GB200 NVL72", "GB200"),
+                       ("DGX-B200", "B200"), ("B300 (8 per node)", "B300"), ("A100-SXM4-80GB", None)]:
+        assert gpu_kind(text)[0] == kind, text
+
+
+
+def test_the_fp8_recipes_spelt_as_megatron_bridge_and_nemo_name_them_are_read():
+    from autotune.cost._published import precision_of
+
+    src = "Megatron-Bridge perf summary:26.08"
+    for text, want in [("FP8-DS", "fp8-delayed"), ("fp8_ds", "fp8-delayed"), ("FP8 (delayed)", "fp8-delayed"),
+                       ("FP8 Hybrid", "fp8-delayed"), ("FP8-SC", "fp8-blockwise"), ("FP8 subchannel", "fp8-blockwise"),
+                       ("fp8_cs", "fp8-tensorwise"), ("FP8-MX", "mxfp8"), ("bfloat16", "bf16"), ("BF16 (mixed)", "bf16")]:
+        assert precision_of(text, src)[0] == want, text
+    assert precision_of("BF16/FP8", src)[0] is None  # which one ran is not said
+
+
 def test_published_rows_kept_and_skipped_with_reasons():
     kept, skipped = published_measurements()
     assert len(kept) >= 10 and all(m.gpu in GPUS for m in kept)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 
-from ..catalog import load_model
+from ..catalog import load_model, model_names
 from ..catalog.hardware import VARIANT_KINDS
 from ..layout import SELECTIVE_MODULES, Recompute
 from ._presets import row_settings
@@ -119,10 +119,16 @@ _PRECISIONS = [
     (r"nvfp4|fp4", None, "nvfp4", "NVFP4 read as Megatron-Bridge's bf16_with_nvfp4_mixed (every TE linear in NVFP4)"),
     (r"rowwise", None, None, "FP8 rowwise scaling (torchao) has no Transformer Engine recipe"),
     (r"alternate granularity", None, None, "the row does not say which FP8 granularity it is"),
-    (r"^bf16$|implies bf16", None, "bf16", ""),
+    (r"^(bf16|bfloat16)( \(.*\))?$|implies bf16", None, "bf16", ""),
     (r"mxfp8|fp8.mx|mx.style", None, "mxfp8", ""),
-    (r"blockwise|tile/block", None, "fp8-blockwise", ""),
+    # sub-channel scaling is blockwise FP8 (Megatron-Bridge's bf16_with_fp8_subchannel_scaling_mixed sets
+    # fp8_recipe="blockwise"); its perf scripts call it fp8_sc
+    (r"blockwise|tile/block|subchannel|sub.channel|fp8.sc\b", None, "fp8-blockwise", ""),
     (r"fp8.cs|current scaling|tensorwise|float8", None, "fp8-tensorwise", ""),
+    # delayed scaling (bf16_with_fp8_delayed_scaling_mixed, fp8_ds); NeMo's "fp8 hybrid" is Transformer Engine's
+    # DelayedScaling with the HYBRID format (E4M3 forward, E5M2 backward), NeMo 2's default FP8 recipe
+    (r"fp8.ds\b|delayed", None, "fp8-delayed", ""),
+    (r"fp8.hybrid", None, "fp8-delayed", "FP8 hybrid read as delayed scaling (NeMo's default FP8 recipe)"),
     (r"^fp8$", r"^(megatron-bridge|nemo framework)", "fp8-tensorwise",
      "plain FP8 read as the source's default current scaling"),
     (r"^fp8$", r"^(nemo 24|megatron-lm examples/llama)", "fp8-delayed", "plain FP8 read as delayed scaling"),
@@ -134,8 +140,9 @@ _PRECISIONS = [
 # build_pipeline_schedule `n_microbatches = ... pipeline_parallel_degree`; config_manager.py "The default value will be
 # the number of pipeline stages"); later pages in micro-batches of pipeline_parallel_microbatch_size (default 1)
 _TORCHTITAN_PP_BY_DEGREE = ("torchtitan benchmarks llama3_h100_202412",)
-_RECOMPUTE = {"": "none", "none": "none", "selective ac": "selective", "per-op sac": "selective",
-              "selective": "selective", "full ac": "full", "full": "full"}
+_RECOMPUTE = {"": "none", "none": "none", "no": "none", "off": "none", "no ac": "none",
+              "selective ac": "selective", "per-op sac": "selective", "sac": "selective", "selective": "selective",
+              "selective recompute": "selective", "full ac": "full", "full": "full", "full recompute": "full"}
 _MODULE_NAMES = {"up_proj": "mla_up_proj"}  # the sources' short names for Megatron's recompute modules
 # (source prefix, catalog model, GPU kinds) -> recompute the source's recipe sets where the row is blank.
 # Megatron-Bridge's gpt-oss-120b BF16 perf presets for B200 and H100 set recompute_modules=["layernorm",
@@ -151,20 +158,36 @@ def _norm(text: str) -> str:
     return re.sub(r"[\s_\-]+", " ", text.strip().lower())
 
 
+def _bare(text: str) -> str:
+    """A model name without its hub organisation, vendor prefix or release suffix: 'NVIDIA-Nemotron-3-Nano-30B-A3B'
+    and 'meta-llama/Meta-Llama-3.1-8B-Instruct' read as 'nemotron 3 nano 30b a3b' and 'llama 3.1 8b'."""
+    n = _norm(text.rsplit("/", 1)[-1])  # a hub id's organisation ('deepseek-ai/DeepSeek-V3') goes
+    n = re.sub(r"^(nvidia|meta) (?=\S)", "", n)
+    n = re.sub(r"^qwen3 5 ", "qwen3.5 ", n)  # 'Qwen3_5_27B': the point spelt as a separator
+    return re.sub(r" (instruct|hf|base|chat)$", "", n)
+
+
 def catalog_name(source_name: str) -> tuple[str | None, str | None]:
-    """(catalog name, None), or (None, reason)."""
-    n = _norm(source_name)
+    """(catalog name, None), or (None, reason): the catalog's own names first (vendor prefix, '-Instruct', '-hf'
+    and '_' / '-' / ' ' ignored), then the spellings the published tables use (_NAMES)."""
+    n, bare = _norm(source_name), _bare(source_name)
+    exact = {_bare(m): m for m in model_names()}
+    if bare in exact:
+        return exact[bare], None
     for pattern, name in _NAMES:
-        if re.search(pattern, n):
+        if re.search(pattern, n) or re.search(pattern, bare):
             return name, None
     return None, f"model {source_name!r} is not in the catalog"
 
 
 def gpu_kind(text: str) -> tuple[str | None, int | None]:
     """('H100', None) for 'H100 (Grand Teton, ...)'; the node size when the text says '(N per node)'."""
-    kind = re.split(r"[\s(]", text.strip(), maxsplit=1)[0].upper()
+    # the first catalog kind named as a word of its own: 'H100 (Grand Teton)', 'NVIDIA H100 80GB HBM3',
+    # 'H100-SXM5-80GB', 'GB200 NVL72' ('B200' inside 'GB200' is not a word of its own)
+    found = re.search(r"(?<![A-Z0-9])(" + "|".join(sorted(_GPUS, key=len, reverse=True)) + r")(?![0-9])",
+                      text.strip().upper())
     per = re.search(r"(\d+) per node", text)
-    return (kind if kind in _GPUS else None), (int(per.group(1)) if per else None)
+    return (found.group(1) if found else None), (int(per.group(1)) if per else None)
 
 
 # (pattern on the lower-cased GPU text, catalog.GPU_VARIANTS name; its kind: catalog.VARIANT_KINDS)
