@@ -265,3 +265,21 @@ def test_a_global_batch_smaller_than_the_gpu_count_is_named_with_the_batch_that_
     enough = explore(load_space(None, m), m, Workload(global_batch=64), c)
     assert not any("rows per step than GPUs" in n for n in enough.notes)
     assert enough.evaluation.time.mfu.max() > small.evaluation.time.mfu.max()
+
+
+def test_rows_per_micro_batch_stop_at_the_micro_batch_token_cap():
+    """The default space lists 1-8 rows per micro-batch (Megatron-Bridge's recipes run 8 rows of 4,096 tokens);
+    prune.max_microbatch_tokens (32,768, the recipes' largest micro-batch) leaves 8 rows out at 8,192 tokens, says
+    so, and a cap of 0 lifts it."""
+    m, c = load_model("Qwen3-30B-A3B"), ClusterSpec.of("B200", 8)
+    space = load_space(None, m)
+    space.prune.keep_within = 0.0
+    short = explore(space, m, Workload(seq_len=4096, global_batch=512), c)
+    assert (short.table.max_tokens * short.table.cp == 8 * 4096).any()
+    assert not any("micro-batch" in n for n in short.notes)
+    long = explore(space, m, Workload(seq_len=8192, global_batch=512), c)
+    assert (long.table.max_tokens * long.table.cp).max() == 4 * 8192
+    assert any(n.startswith("rows per micro-batch 8 not tried: at 8,192-token rows") for n in long.notes)
+    space.prune.max_microbatch_tokens = 0
+    uncapped = explore(space, m, Workload(seq_len=8192, global_batch=512), c)
+    assert uncapped.funnel[0][1] > long.funnel[0][1] and not any("micro-batch" in n for n in uncapped.notes)

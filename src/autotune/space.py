@@ -80,6 +80,8 @@ class Prune(BaseModel):
     ep_tp_within_nodes: int = Field(default=8, ge=1)  # nodes an EP x ETP x TP group may span
     memory_margin: float = Field(default=0.03, ge=0, lt=1)  # HBM share kept free: 0 (none) to below 1
     keep_within: float = Field(default=0.70, gt=0, le=1)  # keep layouts predicted at least this share of the best
+    # rows per micro-batch above this many tokens (rows x seq_len) are not enumerated; 0: no cap
+    max_microbatch_tokens: int = Field(default=0, ge=0)
 
 
 class SearchSpace(BaseModel):
@@ -166,10 +168,25 @@ def _read_yaml(text: str, label: str) -> dict:
     return data
 
 
-def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec, cap: int) -> tuple[list[list], int]:
+def _rows_cap(space: "SearchSpace", workload: Workload) -> tuple[dict, str | None]:
+    """The space's dimensions with the rows per micro-batch above prune.max_microbatch_tokens left out (the smallest
+    listed always stays), and a note naming what was left out."""
+    dims = space.dimensions.model_dump()
+    cap, rows = space.prune.max_microbatch_tokens, list(dims["rows_per_microbatch"])
+    keep = [r for r in rows if not cap or r * workload.seq_len <= cap] or [min(rows)]
+    if keep == rows:
+        return dims, None
+    dropped = ", ".join(str(r) for r in rows if r not in keep)
+    return {**dims, "rows_per_microbatch": keep}, (
+        f"rows per micro-batch {dropped} not tried: at {workload.seq_len:,}-token rows a micro-batch would pass "
+        f"prune.max_microbatch_tokens ({cap:,})")
+
+
+def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec, cap: int,
+                workload: Workload) -> tuple[list[list], int]:
     """The enumeration axes and their product (the combinations), refused when that exceeds `cap` (before numpy
     allocates)."""
-    axes = grid_axes(space.dimensions.model_dump(), model, cluster)
+    axes = grid_axes(_rows_cap(space, workload)[0], model, cluster)
     size = int(np.prod([max(len(a), 1) for a in axes], dtype=object))
     if size > cap:
         counts = " x ".join(str(len(a)) for a in axes)
@@ -242,7 +259,7 @@ def load_space(path: str | None = None, model: ModelSpec | None = None) -> Searc
 
 def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec) -> LayoutTable:
     """Every combination of the space's values for this model and cluster, as a LayoutTable."""
-    axes, _ = _sized_axes(space, model, cluster, MAX_ENUMERATED)
+    axes, _ = _sized_axes(space, model, cluster, MAX_ENUMERATED, workload)
     n, cols = grid_columns(axes, workload, model.num_layers)
     return LayoutTable.from_columns(cluster.count, n, sp=True, **cols)
 
@@ -400,7 +417,7 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
             calibration: Calibration | None = None) -> SpaceResult:
     """The space's funnel for this model and cluster. Combinations are enumerated and screened MAX_CHUNK rows
     at a time, so memory follows the survivors, not the space's size (up to MAX_EXPLORED combinations)."""
-    axes, size = _sized_axes(space, model, cluster, MAX_EXPLORED)
+    axes, size = _sized_axes(space, model, cluster, MAX_EXPLORED, workload)
     p = space.prune
     cal = calibration if calibration is not None else load_calibration(cluster.gpu.name)
     n = n_legal = practical = survivors = done = 0
@@ -451,6 +468,7 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
         notes.append("precision-aware optimizer replaced by the plain distributed optimizer: Transformer Engine "
                      "is not available on this cluster")
     notes += [note for d in DIMENSIONS if (note := d.narrowed(list(getattr(space.dimensions, d.key)), model, cluster))]
+    notes += [note] if (note := _rows_cap(space, workload)[1]) else []
     funnel.append(("supported and practical", practical))
     fewest, blockers, blocked_dp = _nearest_legal(axes, model, workload, cluster, p, overlap_both) if not n_legal \
         else (0, {}, 0)
