@@ -265,6 +265,8 @@ def test_a_global_batch_smaller_than_the_gpu_count_is_named_with_the_batch_that_
     enough = explore(load_space(None, m), m, Workload(global_batch=64), c)
     assert not any("rows per step than GPUs" in n for n in enough.notes)
     assert enough.evaluation.time.mfu.max() > small.evaluation.time.mfu.max()
+    big = space_mod.small_batch_note(Workload(global_batch=1280), ClusterSpec.of("H100", 4096), 0.01)
+    assert big.startswith("--global-batch 1280 rows on 4,096 GPUs") and "--global-batch 4096 or more" in big  # as typed
 
 
 def test_rows_per_micro_batch_stop_at_the_micro_batch_token_cap():

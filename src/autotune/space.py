@@ -507,9 +507,9 @@ def small_batch_note(workload: Workload, cluster: ClusterSpec, best_mfu: float) 
     """A global batch of fewer rows than GPUs: DP cannot exceed the rows, so every layout splits each row over
     count / rows GPUs or more, however small the model."""
     g, n = workload.global_batch, cluster.count
-    return (f"--global-batch {g:,} rows on {n:,} GPUs: fewer rows per step than GPUs, so every layout splits each row "
+    return (f"--global-batch {g} rows on {n:,} GPUs: fewer rows per step than GPUs, so every layout splits each row "
             f"over at least {-(-n // g):,} GPUs (TP x CP x PP) and each GPU gets {g * workload.seq_len / n:,.0f} "
-            f"tokens per step (best predicted MFU {best_mfu:.1%}); --global-batch {n:,} or more lets data "
+            f"tokens per step (best predicted MFU {best_mfu:.1%}); --global-batch {n} or more lets data "
             "parallelism use the GPUs")
 
 
