@@ -272,8 +272,8 @@ class SpaceResult:
     reasons: dict[str, int]  # reason -> layouts removed for it (first reason only)
     last_reasons: dict[str, int]  # reasons that removed the final layouts of the last non-empty stage; when no
     # layout is legal, the rules the closest layouts break (those breaking the fewest rules), most often first
-    table: LayoutTable  # the kept layouts (legal, supported, practical, fit, can win), in enumeration order; when
-    # none is kept, those that got furthest (no evaluation)
+    table: LayoutTable  # the kept layouts (legal, supported, practical, fit, can win), in enumeration order; empty
+    # (and no evaluation) when none is kept
     evaluation: Evaluation | None  # of `table`'s rows
     kept: np.ndarray  # indices into `table`, best first (every row)
     notes: list[str] = field(default_factory=list)
