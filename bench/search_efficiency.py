@@ -81,10 +81,8 @@ class Reality:
     def __init__(self, kind: str, model, cluster, workload, table, rng: np.random.Generator, lomo_rms: float,
                  term_sd: float = 0.0):
         base = load_calibration(cluster.gpu.name)
-        if kind == "terms-wide":
-            scale = {t: base.time.scale.get(t, 1.0) * float(np.exp(rng.normal(0.0, term_sd))) for t in STEP_TERMS}
-        else:
-            scale = {t: base.time.scale.get(t, 1.0) * float(rng.uniform(0.7, 1.3)) for t in STEP_TERMS}
+        draw = (lambda: np.exp(rng.normal(0.0, term_sd))) if kind == "terms-wide" else (lambda: rng.uniform(0.7, 1.3))
+        scale = {t: base.time.scale.get(t, 1.0) * float(draw()) for t in STEP_TERMS}
         cal = dataclasses.replace(base, time=dataclasses.replace(base.time, scale=scale))
         ev = evaluate(model, workload, cluster, table, cal)
         log_f = np.zeros(len(table))

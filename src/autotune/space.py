@@ -182,11 +182,11 @@ def _rows_cap(space: "SearchSpace", workload: Workload) -> tuple[dict, str | Non
         f"prune.max_microbatch_tokens ({cap:,})")
 
 
-def _sized_axes(space: "SearchSpace", model: ModelSpec, cluster: ClusterSpec, cap: int,
-                workload: Workload) -> tuple[list[list], int]:
-    """The enumeration axes and their product (the combinations), refused when that exceeds `cap` (before numpy
-    allocates)."""
-    axes = grid_axes(_rows_cap(space, workload)[0], model, cluster)
+def _sized_axes(space: "SearchSpace", dims: dict, model: ModelSpec, cluster: ClusterSpec,
+                cap: int) -> tuple[list[list], int]:
+    """The enumeration axes of `dims` (the space's dimensions, _rows_cap applied) and their product (the
+    combinations), refused when that exceeds `cap` (before numpy allocates)."""
+    axes = grid_axes(dims, model, cluster)
     size = int(np.prod([max(len(a), 1) for a in axes], dtype=object))
     if size > cap:
         counts = " x ".join(str(len(a)) for a in axes)
@@ -259,7 +259,7 @@ def load_space(path: str | None = None, model: ModelSpec | None = None) -> Searc
 
 def enumerate_space(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec) -> LayoutTable:
     """Every combination of the space's values for this model and cluster, as a LayoutTable."""
-    axes, _ = _sized_axes(space, model, cluster, MAX_ENUMERATED, workload)
+    axes, _ = _sized_axes(space, _rows_cap(space, workload)[0], model, cluster, MAX_ENUMERATED)
     n, cols = grid_columns(axes, workload, model.num_layers)
     return LayoutTable.from_columns(cluster.count, n, sp=True, **cols)
 
@@ -417,7 +417,8 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
             calibration: Calibration | None = None) -> SpaceResult:
     """The space's funnel for this model and cluster. Combinations are enumerated and screened MAX_CHUNK rows
     at a time, so memory follows the survivors, not the space's size (up to MAX_EXPLORED combinations)."""
-    axes, size = _sized_axes(space, model, cluster, MAX_EXPLORED, workload)
+    dims, rows_note = _rows_cap(space, workload)
+    axes, size = _sized_axes(space, dims, model, cluster, MAX_EXPLORED)
     p = space.prune
     cal = calibration if calibration is not None else load_calibration(cluster.gpu.name)
     n = n_legal = practical = survivors = done = 0
@@ -468,7 +469,7 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
         notes.append("precision-aware optimizer replaced by the plain distributed optimizer: Transformer Engine "
                      "is not available on this cluster")
     notes += [note for d in DIMENSIONS if (note := d.narrowed(list(getattr(space.dimensions, d.key)), model, cluster))]
-    notes += [note] if (note := _rows_cap(space, workload)[1]) else []
+    notes += [rows_note] if rows_note else []
     funnel.append(("supported and practical", practical))
     fewest, blockers, blocked_dp = _nearest_legal(axes, model, workload, cluster, p, overlap_both) if not n_legal \
         else (0, {}, 0)

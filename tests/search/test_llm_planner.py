@@ -423,9 +423,10 @@ def test_a_local_server_that_crashes_on_its_first_completion_fails_at_start_with
             return [sys.executable, str(script), str(self.port)]
 
     srv = Crashing(tmp_path / "none.gguf", startup_s=30, log=tmp_path / "server.log")
-    with pytest.raises(RuntimeError, match=r"failed its first completion \(signal SIGSEGV"):
+    assert srv.status() == "not started"
+    with pytest.raises(RuntimeError, match=r"failed its first completion \(killed by SIGSEGV"):
         srv.start()
-    assert srv.status() == "signal SIGSEGV"
+    assert srv.status() == "killed by SIGSEGV"
 
 
 def test_a_rationale_that_copies_the_prompts_example_is_not_shown_as_one(world):

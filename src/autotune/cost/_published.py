@@ -36,6 +36,7 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..catalog import load_model, model_names
@@ -167,13 +168,17 @@ def _bare(text: str) -> str:
     return re.sub(r" (instruct|hf|base|chat)$", "", n)
 
 
+@functools.cache
+def _catalog_bare() -> dict[str, str]:
+    return {_bare(m): m for m in model_names()}
+
+
 def catalog_name(source_name: str) -> tuple[str | None, str | None]:
     """(catalog name, None), or (None, reason): the catalog's own names first (vendor prefix, '-Instruct', '-hf'
     and '_' / '-' / ' ' ignored), then the spellings the published tables use (_NAMES)."""
     n, bare = _norm(source_name), _bare(source_name)
-    exact = {_bare(m): m for m in model_names()}
-    if bare in exact:
-        return exact[bare], None
+    if bare in _catalog_bare():
+        return _catalog_bare()[bare], None
     for pattern, name in _NAMES:
         if re.search(pattern, n) or re.search(pattern, bare):
             return name, None

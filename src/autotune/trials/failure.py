@@ -60,7 +60,9 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     return "crash", _one_line(text)
 
 
-def _signal_name(rc: int) -> str:
+def signal_name(rc: int) -> str:
+    """'SIGKILL' for a process's return code -9 (Popen's negative codes), 'signal 99' for a number Python does not
+    name."""
     try:
         return signal.Signals(-rc).name
     except ValueError:
@@ -89,7 +91,7 @@ def classify(returncodes: list[int], log_text: str) -> tuple[str, str]:
         return "nan", next((e for e in errors if _NAN.search(e)), last_error or "non-finite loss")
     killed = [rc for rc in codes if rc < 0]
     if killed and not errors:
-        name = _signal_name(killed[0])
+        name = signal_name(killed[0])
         hint = " (the kernel's OOM killer sends SIGKILL when host memory runs out)" if killed[0] == -signal.SIGKILL else ""
         return "crash", f"a rank was killed by {name}{hint}"
     if errors and _COMM.search(" ".join(errors)) and all(_COMM.search(e) for e in errors):

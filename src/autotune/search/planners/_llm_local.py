@@ -3,7 +3,7 @@ behind `python -m llama_cpp.server` (`llama-cpp-python[server]`) on 127.0.0.1.
 
 For the LLM planner's integration test and benchmarks: `local_model()` finds the GGUF, `LocalServer`
 starts the server on a free port, waits until it answers `/v1/models` and one one-token completion
-(a build whose kernels crash fails there, with the signal), and stops it (terminate, then
+(a build whose kernels crash fails there, naming the signal), and stops it (terminate, then
 kill) on exit. Nothing is downloaded; both packages are optional and `local_model()` says what is
 missing. The server's log goes where the caller says (default: discarded).
 """
@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from ...trials.failure import signal_name
 
 __all__ = ["local_model", "LocalServer"]
 
@@ -42,15 +43,10 @@ def local_model() -> tuple[Path | None, str]:
 
 
 def exit_reason(code: int | None) -> str:
-    """'exit code 1', 'signal SIGSEGV' (a negative Popen return code), or 'still running' for None."""
+    """'exit code 1', 'killed by SIGSEGV' (a negative Popen return code), or 'still running' for None."""
     if code is None:
         return "still running"
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
+    return f"killed by {signal_name(code)}" if code < 0 else f"exit code {code}"
 
 
 def _cpu_has_amx() -> bool:
@@ -132,7 +128,7 @@ class LocalServer:
         why = exit_reason(self.proc.poll())
         self.close()
         hint = ""
-        if why == "signal SIGSEGV" and _cpu_has_amx():
+        if why == "killed by SIGSEGV" and _cpu_has_amx():
             # llama.cpp built with -march=native on a CPU with AMX crashes in ggml_backend_amx_mul_mat (seen here,
             # llama-cpp-python 0.3.36, SmolLM2 Q4_1); a build without native flags does not use AMX
             hint = ("; this CPU has AMX, whose llama.cpp kernels crash on this model: reinstall with "
@@ -141,8 +137,8 @@ class LocalServer:
                            + (f"; see {self.log}" if self.log else ""))
 
     def status(self) -> str:
-        """How the server process stands: 'still running', 'exit code N' or 'signal NAME'."""
-        return exit_reason(self.proc.poll() if self.proc else None)
+        """How the server process stands: 'not started', 'still running', 'exit code N' or 'killed by SIGNAME'."""
+        return exit_reason(self.proc.poll()) if self.proc else "not started"
 
     def close(self) -> None:
         if self.proc and self.proc.poll() is None:
