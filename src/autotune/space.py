@@ -3,9 +3,10 @@
 `load_space` reads the default space merged with a per-model override (or a user file); `explore`
 enumerates every combination, removes illegal layouts (Megatron's rules), layouts that need software
 the cluster lacks, impractical placements, predicted OOMs and layouts that cannot win, and reports the
-funnel with counts per reason. Combinations are enumerated and screened MAX_CHUNK at a time (the survivors of
-each chunk kept), so a space of tens of millions costs the memory of what fits in it; the time model then
-screens those TIME_CHUNK at a time and the result holds, fully evaluated, only the layouts that can win.
+funnel with counts per reason. Combinations are enumerated and screened MAX_CHUNK at a time; each chunk's
+layouts that fit go through the time model TIME_CHUNK at a time, and only those within keep_within of the best
+so far are held, so a space of tens of millions costs the memory of the layouts that can win. The result holds
+those, fully evaluated.
 Everything after enumeration is vectorised. No torch, no ray.
 """
 
@@ -105,9 +106,10 @@ MAX_ENUMERATED = 5_000_000  # combinations materialised as one table (enumerate_
 MAX_EXPLORED = 50_000_000  # combinations `explore` screens, MAX_CHUNK at a time (~3M a second on one core)
 MAX_CHUNK = 1 << 20  # rows enumerated and checked at once: bounds explore's memory whatever the space's size
 TIME_CHUNK = 1 << 16  # fitting rows whose tokens/s the time model computes at once
-# layouts that fit, held until the time model has screened them: ~1.5 KB each (the row, 154 B, and its memory
-# terms per stage, 1,296 B at 16 stages: Qwen3-30B-A3B on 64 H100); the default spaces leave at most 463,209
-# (Llama-4-Maverick on 256 B200) of every catalog model on 8 to 4,096 GPUs
+# layouts that can still win (within prune.keep_within of the best screened so far), held until the end: ~1.5 KB
+# each (the row, 154 B, and its memory terms per stage, 1,296 B at 16 stages: Qwen3-30B-A3B on 64 H100). Those
+# that only fit are let go chunk by chunk (the default space fits 1.06M layouts of NVIDIA-Nemotron-3-Nano-30B-A3B
+# on 128 H800, of which 14,752 can win)
 MAX_EVALUATED = 1_000_000
 
 
@@ -416,7 +418,7 @@ def _nearest_legal(axes, model: ModelSpec, workload: Workload, cluster: ClusterS
 def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec,
             calibration: Calibration | None = None) -> SpaceResult:
     """The space's funnel for this model and cluster. Combinations are enumerated and screened MAX_CHUNK rows
-    at a time, so memory follows the survivors, not the space's size (up to MAX_EXPLORED combinations)."""
+    at a time, so memory follows the layouts that can win, not the space's size (up to MAX_EXPLORED combinations)."""
     dims, rows_note = _rows_cap(space, workload)
     axes, size = _sized_axes(space, dims, model, cluster, MAX_EXPLORED)
     p = space.prune
@@ -425,7 +427,8 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     reasons: dict[str, int] = {f"illegal: {r.code}": 0 for r in RULES}  # in the rules' order
     later: dict[str, int] = {}
     oom = {"predicted OOM": 0, "predicted host OOM (offloaded optimizer)": 0}
-    parts, mems = [], []
+    held: list[tuple[LayoutTable, MemoryResult, np.ndarray]] = []  # (rows, memory, tokens/s) that can win so far
+    best = -np.inf
     overlap_both = len(set(space.dimensions.tp_comm_overlap)) > 1
     for chunk in chunks(axes):
         rows, t, r_split, _ = _enumerated(chunk, model, workload, cluster)
@@ -444,16 +447,24 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
             oom["predicted OOM"] += int((~gpu_fits).sum())
             oom["predicted host OOM (offloaded optimizer)"] += int((gpu_fits & ~fits).sum())
             idx = np.flatnonzero(fits)
-            part = part.take(idx)
-            if len(part):
-                parts.append(part)
-                mems.append(mem.take(idx))  # kept for evaluate: the memory model runs once per row
-        survivors += len(part)
-        if survivors > MAX_EVALUATED:
+            part, mem = part.take(idx), mem.take(idx)
+            survivors += len(part)
+            if len(part):  # tokens/s TIME_CHUNK rows at a time; only the rows that can still win are held
+                tps = np.concatenate([_tokens_per_s(model, workload, cluster, cal, part.take(sl), mem.take(sl))
+                                      for sl in _slices(len(part), TIME_CHUNK)])
+                if tps.max() > best:  # a new best: what it puts out of reach goes (it would not be kept at the end)
+                    best = float(tps.max())
+                    held = [(r.take(k), m.take(k), x[k]) for r, m, x in held
+                            if len(k := np.flatnonzero(x >= p.keep_within * best))]
+                k = np.flatnonzero(tps >= p.keep_within * best)
+                if len(k):
+                    held.append((part.take(k), mem.take(k), tps[k]))
+        if (can_win := sum(len(h[0]) for h in held)) > MAX_EVALUATED:
             raise ConfigError(f"search space {space.source}: more than {MAX_EVALUATED:,} layouts of {model.name} on "
-                              f"{cluster.count} x {cluster.gpu.name} fit in memory ({survivors:,} after {done:,} of "
-                              f"{size:,} combinations), too many to hold at once (~1.5 KB each); list fewer values "
-                              "per dimension")
+                              f"{cluster.count} x {cluster.gpu.name} are predicted within "
+                              f"{1 - p.keep_within:.0%} of the best ({can_win:,} after {done:,} of {size:,} "
+                              f"combinations), too many to hold at once (~1.5 KB each); list fewer values per "
+                              "dimension or raise prune.keep_within")
     empty = part.take(np.array([], dtype=int))  # the table when nothing fits (no chunk left a row)
     reasons = {k: v for k, v in reasons.items() if v}
     funnel = [("enumerated", n), ("legal", n_legal)]
@@ -483,19 +494,11 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     if not survivors:  # memory removed the last of them
         return SpaceResult(space, n, funnel + [("kept", 0)], {k: v for k, v in reasons.items() if v},
                            {k: v for k, v in oom.items() if v}, empty, None, np.array([], dtype=int), notes)
-    # the time model twice: tokens/s of every fitting row, TIME_CHUNK rows at a time (all a row's terms are
-    # ~5 KB: 575k rows at once held 3 GB), then the whole evaluation of the rows that can win
-    def tokens_per_s(rows: LayoutTable, mem: MemoryResult) -> np.ndarray:
-        memory = MemoryResult.concat([mem], int(rows.pp.max()))  # the stage columns the time model reads
-        return evaluate(model, workload, cluster, rows, cal, memory=memory).time.tokens_per_s_per_gpu
-
-    tps = [np.concatenate([tokens_per_s(part.take(sl), mem.take(sl)) for sl in _slices(len(part), TIME_CHUNK)])
-           for part, mem in zip(parts, mems)]
-    best = max(float(x.max()) for x in tps)
-    keep = [np.flatnonzero(x >= p.keep_within * best) for x in tps]
-    reasons["cannot win (predicted below {:.0%} of the best)".format(p.keep_within)] = survivors - sum(map(len, keep))
-    table = LayoutTable.concat([part.take(k) for part, k in zip(parts, keep)])
-    memory = MemoryResult.concat([mem.take(k) for mem, k in zip(mems, keep)], int(table.pp.max()))
+    # the rows that can win (held in enumeration order), evaluated whole
+    reasons["cannot win (predicted below {:.0%} of the best)".format(p.keep_within)] = survivors - sum(
+        len(h[0]) for h in held)
+    table = LayoutTable.concat([h[0] for h in held])
+    memory = MemoryResult.concat([h[1] for h in held], int(table.pp.max()))
     ev = evaluate(model, workload, cluster, table, cal, memory=memory)
     kept = np.argsort(-ev.time.tokens_per_s_per_gpu, kind="stable")
     funnel.append(("kept", int(len(kept))))
@@ -512,6 +515,14 @@ def small_batch_note(workload: Workload, cluster: ClusterSpec, best_mfu: float) 
             f"over at least {-(-n // g):,} GPUs (TP x CP x PP) and each GPU gets {g * workload.seq_len / n:,.0f} "
             f"tokens per step (best predicted MFU {best_mfu:.1%}); --global-batch {n} or more lets data "
             "parallelism use the GPUs")
+
+
+def _tokens_per_s(model: ModelSpec, workload: Workload, cluster: ClusterSpec, cal: Calibration, rows: LayoutTable,
+                  mem: MemoryResult) -> np.ndarray:
+    """The time model's tokens/s/GPU of `rows`, their memory already estimated (all a row's terms are ~5 KB:
+    575k rows at once held 3 GB, so callers pass TIME_CHUNK rows at a time)."""
+    memory = MemoryResult.concat([mem], int(rows.pp.max()))  # the stage columns the time model reads
+    return evaluate(model, workload, cluster, rows, cal, memory=memory).time.tokens_per_s_per_gpu
 
 
 def _slices(n: int, size: int) -> list[np.ndarray]:
