@@ -81,7 +81,7 @@ def test_stop_rule_reads_the_joint_posterior():
     assert stop_reason(pred, [sd] * 1001, mask, best, noise, n_done=5) is None
     assert chance_any_beats(pred, [sd] * 1001, mask, best, noise) > 0.99
     why = stop_reason(pred, [sd] * 1001, mask, best, noise, n_done=5, residual=_Shared(sd))
-    assert why is not None and why.startswith("converged") and "1000 untried" in why
+    assert why is not None and why.startswith("converged") and "1,000 untried" in why
     p = chance_any_beats(pred, [sd] * 1001, mask, best, noise, residual=_Shared(sd))
     assert p == pytest.approx(0.01, abs=0.006)
     assert f"{p:.1%}" in why

@@ -144,6 +144,6 @@ def stop_reason(pred, std, untried_mask, best_value: float | None, noise: float,
         return None
     p = chance_any_beats(pred, std, open_, best_value, noise, residual)
     if p < chance:
-        return (f"converged: the chance that any of the {int(open_.sum())} untried candidates beats the best "
+        return (f"converged: the chance that any of the {int(open_.sum()):,} untried candidates beats the best "
                 f"({best_value:,.1f} tokens/s/GPU) by more than the {noise:.0%} noise is {p:.1%}")
     return None

@@ -56,11 +56,11 @@ class ModelPlanner(Planner):
                 out.append(Proposal(ctx.table.row(i), (
                     f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (the planner's 1-sd uncertainty "
                     f"+/-{sigma[i]:.0%}); no trial yet, so nothing to beat: expected gain over the best prediction "
-                    f"for {hours(cost[i])} GPU-h, the most per GPU-hour among {int(open_.sum())} untried")))
+                    f"for {hours(cost[i])} GPU-h, the most per GPU-hour among {int(open_.sum()):,} untried")))
                 continue
             out.append(Proposal(ctx.table.row(i), (
                 f"predicted {ctx.predicted[i]:,.0f} tokens/s/GPU (the planner's 1-sd uncertainty +/-{sigma[i]:.0%}); "
                 f"{pi[n]:.0%} chance to beat "
                 f"{what} ({ref:,.0f}) by > {ctx.noise:.0%}, expected gain {ei[n]:.1%} for {hours(cost[i])} GPU-h: "
-                f"the most per GPU-hour among {int(open_.sum())} untried{learnt}")))
+                f"the most per GPU-hour among {int(open_.sum()):,} untried{learnt}")))
         return out
