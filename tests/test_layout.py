@@ -26,11 +26,14 @@ def test_label_round_trip_and_derived_degrees():
     assert odd.label() == "TP2 PP2 VPP3 CP2 EP4 ETP2 DP8" and odd.expert_dp == 4
     assert not lay.sp and Layout.parse("TP2 PP1", world=2).sp  # SP only takes effect with TP > 1
     # run together or joined as a recipe's name writes them; VPP / ETP are not read as PP / TP
-    for text in ("TP2PP2VPP3CP2EP4ETP2", "tp2-pp2-vpp3-cp2-ep4-etp2", "TP2_PP2 VPP3,CP2 EP4ETP2"):
+    for text in ("TP2PP2VPP3CP2EP4ETP2", "tp2-pp2-vpp3-cp2-ep4-etp2", "TP2_PP2 VPP3,CP2 EP4ETP2",
+                 "TP=2 PP=2 VPP=3 CP=2 EP=4 ETP=2", "tp: 2, pp: 2, vpp: 3, cp: 2, ep: 4, etp: 2",
+                 "TP 2 PP 2 VPP 3 CP 2 EP 4 ETP 2"):
         assert Layout.parse(text, world=64) == odd, text
 
 
-@pytest.mark.parametrize("bad", ["TP1 PP4 XX8", "TP0 PP4", "TP1 TP2", "PP4", "TP1PP4XX", "TP1 PP4 DP8 TP1PP2"])
+@pytest.mark.parametrize("bad", ["TP1 PP4 XX8", "TP0 PP4", "TP1 TP2", "PP4", "TP1PP4XX", "TP1 PP4 DP8 TP1PP2",
+                                 "TP=", "TP 2 4", "TP=2.5 PP4", "TP = -2"])
 def test_bad_labels(bad):
     with pytest.raises(BadInput):
         Layout.parse(bad)

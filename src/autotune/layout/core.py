@@ -107,6 +107,7 @@ class Recompute:
 
 
 _DEGREE = r"(VPP|ETP|TP|PP|CP|EP|DP)(\d+)"  # VPP and ETP before PP and TP / EP: the longest name first
+_SPACED = re.compile(r"\b(VPP|ETP|TP|PP|CP|EP|DP)\s*[=:]?\s*(\d+)\b", re.IGNORECASE)  # a name, then its value
 _LABEL = re.compile(rf"^(?:{_DEGREE})+$", re.IGNORECASE)  # one token: a degree, or several run together (TP1PP4)
 
 
@@ -241,9 +242,11 @@ class Layout:
     @classmethod
     def parse(cls, label: str, world: int | None = None, **options) -> "Layout":
         """Parse 'TP1 PP4 EP8 DP8' (any order; commas, dashes or underscores between degrees, or none: 'TP1PP4EP8',
-        'tp1-pp4-ep8' as recipe names write it). DP, if given, must match the world size."""
+        'tp1-pp4-ep8' as recipe names write it; 'TP=1 PP=4', 'tp:1' and 'TP 1' as configs and prose write it). DP, if
+        given, must match the world size."""
         degrees: dict[str, int] = {}
-        for token in re.split(r"[\s,;_-]+", label.strip()):
+        joined = re.sub(_SPACED, r"\1\2", label.strip())  # 'TP = 2' -> 'TP2'
+        for token in re.split(r"[\s,;_-]+", joined):
             if not token:
                 continue
             if not _LABEL.match(token):
