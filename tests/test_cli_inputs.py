@@ -221,3 +221,25 @@ def test_a_split_with_the_wrong_layer_count_is_named_as_written(capsys):
               "TP2 PP8 VPP4 EP8 DP4", "--layer-split", "1,3x30,2")
     assert "layer split 1,3x30,2 places 93 decoder layers; Qwen3-235B-A22B has 94" in err
     assert "--layer-split auto" in err and "[1, 3, 3" not in err
+
+
+def test_cpu_rows_default_small_and_say_so(capsys):
+    """`--gpu cpu` is this machine: the seed's 8,192 x 128 rows would take minutes a step, so --seq-len and
+    --global-batch default to 2,048 and 16 there (a note says so); given values and GPU defaults are unchanged."""
+    from autotune.cli.main import main
+
+    def est(*extra):
+        assert main(["estimate", "--model", "tiny-moe", "--count", "2", "--layout", "EP2", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    cpu = est("--gpu", "cpu")
+    assert cpu["workload"] == {"seq_len": 2048, "global_batch": 16}
+    assert any(n.startswith("--gpu cpu: --seq-len 2048 and --global-batch 16 by default") for n in cpu["notes"])
+    given = est("--gpu", "cpu", "--seq-len", "512")
+    assert given["workload"] == {"seq_len": 512, "global_batch": 16}
+    assert any("--global-batch 16 by default" in n and "--seq-len 2048" not in n for n in given["notes"])
+    gpu = est("--gpu", "H100")
+    assert gpu["workload"] == {"seq_len": 8192, "global_batch": 128} and not gpu.get("notes")
+    assert main(["space", "--model", "tiny-moe", "--gpu", "CPU", "--count", "2", "--top", "1", "--json"]) == 0
+    space = json.loads(capsys.readouterr().out)
+    assert space["workload"] == {"seq_len": 2048, "global_batch": 16} and space["notes"][0].startswith("--gpu cpu")

@@ -14,6 +14,7 @@ from ..errors import BadInput, Unwritable
 from ..layout import Layout, Recompute
 
 __all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt", "JsonOpt", "resolve",
+           "rows_defaults",
            "recipe_inputs", "positive_int", "non_negative_int", "finite_positive", "finite_non_negative", "fraction",
            "input_file", "output_dir", "output_file", "regular_target", "MAX_COUNT"]
 
@@ -150,8 +151,15 @@ CountOpt = typer.Option(..., "--count", "-n", help="Number of GPUs (the world si
 PerNodeOpt = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU kind's, 8 for H100/H200/B200).")
 SpaceOpt = typer.Option(None, "--space", help="A search-space YAML (default: search_spaces/default.yaml merged "
                         "with the model's override; `autotune space` shows what it keeps).")
-SeqOpt = typer.Option(8192, "--seq-len", help="Tokens per training row (the seed: 8192).")
-BatchOpt = typer.Option(128, "--global-batch", help="Rows per optimizer step (the seed: 128).")
+SEQ_LEN, GLOBAL_BATCH = 8192, 128  # the seed's rows: the defaults on GPUs
+# on `--gpu cpu` (this machine, gloo) the seed's rows take minutes a step without Transformer Engine's fused
+# attention (tiny-moe on 2 CPU ranks: ~280 s predicted); these keep a real trial of tiny-moe to a few minutes
+CPU_SEQ_LEN, CPU_GLOBAL_BATCH = 2048, 16
+SeqOpt = typer.Option(None, "--seq-len", show_default=False,
+                      help=f"Tokens per training row (default {SEQ_LEN:,}, the seed's; {CPU_SEQ_LEN:,} with --gpu cpu).")
+BatchOpt = typer.Option(None, "--global-batch", show_default=False,
+                        help=f"Rows per optimizer step (default {GLOBAL_BATCH}, the seed's; {CPU_GLOBAL_BATCH} with "
+                             "--gpu cpu).")
 GradsOpt = typer.Option("fp32", "--grads", help="Gradient buffers and their DP reduction: fp32 "
                         "(--accumulate-allreduce-grads-in-fp32, the seed) or bf16 (Megatron's default: half the "
                         "gradient memory and DP traffic).")
@@ -173,9 +181,27 @@ def missing_software(no_deepep: bool, no_hybridep: bool, no_te: bool) -> dict[st
             if off}
 
 
-def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len: int, global_batch: int,
-            grads: str = "fp32", precision: str = "bf16", fp8_param_gather: bool = False,
-            **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
+def rows_defaults(gpu: str | None, seq_len: int | None, global_batch: int | None) -> tuple[int, int, str | None]:
+    """--seq-len and --global-batch where not given: the seed's on a GPU, CPU-sized on `--gpu cpu` (with a note
+    saying so)."""
+    on_cpu = isinstance(gpu, str) and gpu.strip().lower() == "cpu"
+    seq = seq_len if seq_len is not None else (CPU_SEQ_LEN if on_cpu else SEQ_LEN)
+    batch = global_batch if global_batch is not None else (CPU_GLOBAL_BATCH if on_cpu else GLOBAL_BATCH)
+    chosen = [f"{flag} {v}" for flag, given, v in (("--seq-len", seq_len, seq), ("--global-batch", global_batch, batch))
+              if given is None]
+    note = (f"--gpu cpu: {' and '.join(chosen)} by default (the seed's {SEQ_LEN} x {GLOBAL_BATCH} rows take minutes a "
+            "step on a CPU); give them to change it") if on_cpu and chosen else None
+    return seq, batch, note
+
+
+def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len: int | None,
+            global_batch: int | None, grads: str = "fp32", precision: str = "bf16", fp8_param_gather: bool = False,
+            notes: list[str] | None = None, **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
+    """Model, cluster and workload of a command's options, checked; `notes` (when given) gets a line for any
+    default that depends on the GPU."""
+    seq_len, global_batch, note = rows_defaults(gpu, seq_len, global_batch)
+    if note and notes is not None:
+        notes.append(note)
     if grads not in ("fp32", "bf16"):
         raise BadInput(f"--grads {grads!r}: choose fp32 (the seed) or bf16")
     positive_int("--count", count, MAX_COUNT)

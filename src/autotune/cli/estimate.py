@@ -59,8 +59,8 @@ def estimate(
     force_balance: bool = typer.Option(False, "--force-balance", help="Forced even routing "
                                        "(--moe-router-force-load-balancing, as published MoE benchmarks run)."),
     gpus_per_node: int = PerNodeOpt,
-    seq_len: int = SeqOpt,
-    global_batch: int = BatchOpt,
+    seq_len: int | None = SeqOpt,
+    global_batch: int | None = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
     fp8_param_gather: bool = typer.Option(False, "--fp8-param-gather", help="FP8 parameters and all-gathers "
@@ -83,6 +83,7 @@ def estimate(
         --layout "TP1 PP4 EP8 DP8" --recompute full:uniform:2
     """
     measured, recipe_status = None, None
+    notes: list[str] = []
     if recipe:
         _only_with_recipe(ctx)
         doc, m, cluster, workload, lay = recipe_inputs(recipe)
@@ -93,8 +94,8 @@ def estimate(
         if missing:
             raise BadInput(f"missing {', '.join(missing)}: give them, or --recipe PATH (see `autotune estimate --help`)")
         m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
-                                       precision, fp8_param_gather)
-        lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, seq_len,
+                                       precision, fp8_param_gather, notes=notes)
+        lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, workload.seq_len,
                              precision_aware_optimizer=precision_aware, distributed_optimizer=not no_dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload,
                              ep_overlap=ep_overlap, tp_comm_overlap=tp_overlap, cuda_graphs=cuda_graphs,
@@ -105,7 +106,6 @@ def estimate(
         workload = replace(workload, force_balance=force_balance and m.is_moe, lora=lora, packed_doc_len=packed_doc_len)
     if layer_split:
         lay = lay.with_(layer_split=_split(layer_split, m.num_layers, lay))
-    notes = []
     if fsdp:
         lay = lay.with_(fsdp=True)
         if lay.pp > 1:  # cost/_state.py and _raw.py: with PP a stage's parameters stay gathered for its micro-batches
@@ -115,6 +115,7 @@ def estimate(
     validate(m, workload, lay)
     ev = evaluate(m, workload, cluster, LayoutTable.from_layouts([lay]))
     out = report(m, cluster, workload, lay, ev, 0)
+    out["workload"] = {"seq_len": workload.seq_len, "global_batch": workload.global_batch}
     if notes:
         out["notes"] = notes
     if measured is not None:  # a predicted recipe's number is the model's own: shown as the recipe's, not measured

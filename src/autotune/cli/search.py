@@ -52,8 +52,8 @@ def search(
     gpu: str = GpuOpt,
     count: int = CountOpt,
     gpus_per_node: int = PerNodeOpt,
-    seq_len: int = SeqOpt,
-    global_batch: int = BatchOpt,
+    seq_len: int | None = SeqOpt,
+    global_batch: int | None = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
     space_file: str = SpaceOpt,
@@ -138,7 +138,7 @@ def search(
         software = {**local_software(), **software}
         notes.append("--backend local: the trials run on this machine, so the space follows the kernels installed here")
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
-                                   **software)
+                                   notes=notes, **software)
     sp = load_space(space_file, m)
     gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
     gates.check(m, cluster)  # a --reference the gates cannot use is refused before any trial is spent

@@ -23,8 +23,8 @@ def space(
     gpu: str = GpuOpt,
     count: int = CountOpt,
     gpus_per_node: int = PerNodeOpt,
-    seq_len: int = SeqOpt,
-    global_batch: int = BatchOpt,
+    seq_len: int | None = SeqOpt,
+    global_batch: int | None = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
     space_file: str = SpaceOpt,
@@ -42,16 +42,19 @@ def space(
     """
     if top < 1:
         raise BadInput(f"--top {top}: must be at least 1")
+    notes: list[str] = []
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
-                                   **missing_software(no_deepep, no_hybridep, no_te))
+                                   notes=notes, **missing_software(no_deepep, no_hybridep, no_te))
     sp = load_space(space_file, m)
     with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
         res = explore(sp, m, workload, cluster)
+    res.notes[:0] = notes
     best = [report(m, cluster, workload, res.table.row(int(i)), res.evaluation, int(i)) for i in res.kept[:top]]
     why_none = None if best else nothing_survives(res, workload)
     if json_out:
         print_json({
             "model": m.name, "gpu": cluster.gpu.name, "count": cluster.count, "precision": workload.precision,
+            "workload": {"seq_len": workload.seq_len, "global_batch": workload.global_batch},
             "space": sp.source,
             "funnel": [{"stage": s, "count": c} for s, c in res.funnel],
             "reasons": res.reasons, "notes": res.notes, "top": best,
