@@ -53,6 +53,7 @@ class SearchOutcome:
     notes: list[str] = field(default_factory=list)
     model_is_moe: bool = True
     summary: str = ""  # the best layout in words
+    workload: dict = field(default_factory=dict)  # the rows every trial ran: seq_len, global_batch, precision
 
     @property
     def best(self) -> TrialRecord | None:
@@ -69,7 +70,8 @@ class SearchOutcome:
                 best["vs_reference"] = b.value / self.reference["tokens_per_s_per_gpu"]
         return {
             "study": self.study, "runs_dir": self.runs_dir, "study_dir": self.study_dir, "backend": self.backend,
-            "planner": self.planner, "stop_reason": self.stop_reason, "best": best, "trials": self.trials,
+            "planner": self.planner, "workload": self.workload, "stop_reason": self.stop_reason, "best": best,
+            "trials": self.trials,
             "dispatched": sum(1 for r in self.records if r.status != "screened"), "gpu_hours": self.gpu_hours,
             "funnel": [{"stage": s, "count": c} for s, c in self.funnel], "recipes": self.recipes,
             "gates": {str(k): g.to_json() for k, g in self.gates.items()},
@@ -112,6 +114,8 @@ class SearchSession:
                 ranked=ranked, gpu_hours=loop.gpu_hours, funnel=list(self.driver.candidates.funnel),
                 trials=self._rows(loop.records), notes=self.notes + self.driver.candidates.space_notes + loop.notes, model_is_moe=self.model.is_moe,
                 summary=ranked[0].layout.summary(self.workload.seq_len, self.model.is_moe) if ranked else "",
+                workload={"seq_len": self.workload.seq_len, "global_batch": self.workload.global_batch,
+                          "precision": self.workload.precision},
             )
             outcome.gates = self.gates.run(self, ranked[:RECIPES_PER_STUDY])
             outcome.reference = best_known_recipe(self.model, self.cluster, self.workload)
