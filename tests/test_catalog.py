@@ -90,8 +90,10 @@ def test_gpus_and_cluster():
         get_gpu("H20O")
     c = ClusterSpec.of("H200", 32)
     assert c.nodes == 4 and c.node_size == 8
-    with pytest.raises(BadInput, match="does not divide into nodes"):
+    with pytest.raises(BadInput, match=r"does not divide into nodes of 8 GPUs; use a multiple of 8 \(8 or 16\)"):
         ClusterSpec.of("H200", 12)
+    with pytest.raises(BadInput, match=r"\(96 or 104\)"):  # the two multiples either side
+        ClusterSpec.of("H200", 100)
 
 
 def test_workload_defaults_are_the_seed():

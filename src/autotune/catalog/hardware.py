@@ -168,8 +168,8 @@ class ClusterSpec:
         if self.count > self.gpus_per_node and self.count % self.gpus_per_node:
             raise BadInput(
                 f"--count {self.count} does not divide into nodes of {self.gpus_per_node} GPUs; "
-                f"use a multiple of {self.gpus_per_node} (e.g. {self.count - self.count % self.gpus_per_node or self.gpus_per_node}) "
-                f"or set --gpus-per-node"
+                f"use a multiple of {self.gpus_per_node} ({self.count - self.count % self.gpus_per_node} or "
+                f"{self.count - self.count % self.gpus_per_node + self.gpus_per_node}) or set --gpus-per-node"
             )
 
     @property
