@@ -34,13 +34,15 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("GPT-OSS 20B", "gpt-oss-20b"), ("DeepSeekV3 (w/ MTP)", "DeepSeek-V3"),
     ("LLAMA3_70B [LoRA (fine-tuning)]", "Llama-3.1-70B"),  # the model; LoRA is a training setting (test_lora.py)
     ("LLAMA4-Scout-LLM", "Llama-4-Scout-17B-16E"), ("Llama4 Scout", "Llama-4-Scout-17B-16E"),
-    ("Llama 4 Maverick", "Llama-4-Maverick-17B-128E"),
+    ("Llama 4 Maverick", "Llama-4-Maverick-17B-128E"), ("llama3_1_8b", "Llama-3.1-8B"),
+    ("LLAMA3_1_405B", "Llama-3.1-405B"), ("DeepSeek-R1", "DeepSeek-V3"), ("deepseek-ai/DeepSeek-R1-0528", "DeepSeek-V3"),
 ])
 def test_new_source_names_map_onto_the_catalog(source, want):
     assert catalog_name(source) == (want, None)
 
 
-@pytest.mark.parametrize("source", ["Nemotron_3_Ultra", "Llama-3-style 13B (14.84B)", "DeepSeekV4 Flash"])
+@pytest.mark.parametrize("source", ["Nemotron_3_Ultra", "Llama-3-style 13B (14.84B)", "DeepSeekV4 Flash",
+                                    "DeepSeek-R1-Distill-Llama-70B"])  # a dense Llama, not V3's network
 def test_models_left_out_say_why(source):
     name, why = catalog_name(source)
     assert name is None and "not in the catalog" in why
