@@ -199,6 +199,14 @@ def test_published_precision_names_are_read_or_skipped_with_a_reason():
     assert precision_of("FP8 blockwise", "")[0] == "fp8-blockwise"
     assert precision_of("NVFP4", "")[0] == "nvfp4" and "bf16_with_nvfp4_mixed" in precision_of("NVFP4", "")[1]
     assert precision_of("FP8 rowwise", "")[0] is None
+    # other spellings: MX written apart, blocks by their shape, FP8 with its format or beside BF16 read as plain FP8
+    # (the source's default recipe), per-tensor as plain FP8 too (delayed and current scaling are both per-tensor)
+    for text, want in (("MX-FP8", "mxfp8"), ("FP8 block scaling", "fp8-blockwise"), ("FP8 1x128", "fp8-blockwise"),
+                       ("fp8 tensor-wise", "fp8-tensorwise"), ("FP8 (E4M3)", "fp8-tensorwise"),
+                       ("BF16 + FP8", "fp8-tensorwise"), ("FP8 per-tensor", "fp8-tensorwise")):
+        assert precision_of(text, "Megatron-Bridge perf archive:26.06")[0] == want, text
+    assert precision_of("FP8 per-tensor", "NeMo 24.07 performance summary")[0] == "fp8-delayed"
+    assert precision_of("FP16", "")[0] is None and precision_of("FP8 alternate granularity", "")[0] is None
 
 
 def test_a_user_gpu_file_is_validated_in_one_line(tmp_path, capsys):

@@ -119,25 +119,29 @@ _MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "gpt-
         "Mixtral-8x22B-v0.1", "Qwen3-Next-80B-A3B-Instruct", "Qwen3.5-122B-A10B", "NVIDIA-Nemotron-3-Nano-30B-A3B",
         "NVIDIA-Nemotron-3-Super-120B-A12B", "Llama-4-Scout-17B-16E", "Llama-4-Maverick-17B-128E"}
 _GPUS = ("H100", "H200", "H800", "B200", "B300", "GB200", "GB300")
+_PLAIN_FP8 = (r"^((bf16|bfloat16) ?(\+|with|and) ?)?fp8( ?\(?(e4m3|hybrid e4m3/e5m2)\)?| e4m3)?( ?\(?per.tensor( scaling)?\)?)?"
+              r"( mixed)?$")
 # (pattern on the lower-cased precision text, pattern on the source or None, precision, how it was read)
 _PRECISIONS = [
     (r"nvfp4|fp4", None, "nvfp4", "NVFP4 read as Megatron-Bridge's bf16_with_nvfp4_mixed (every TE linear in NVFP4)"),
     (r"rowwise", None, None, "FP8 rowwise scaling (torchao) has no Transformer Engine recipe"),
     (r"alternate granularity", None, None, "the row does not say which FP8 granularity it is"),
     (r"^(bf16|bfloat16)( \(.*\))?$|implies bf16", None, "bf16", ""),
-    (r"mxfp8|fp8.mx|mx.style", None, "mxfp8", ""),
+    (r"mx.?fp8|fp8.mx|mx.style", None, "mxfp8", ""),
     # sub-channel scaling is blockwise FP8 (Megatron-Bridge's bf16_with_fp8_subchannel_scaling_mixed sets
     # fp8_recipe="blockwise"); its perf scripts call it fp8_sc
-    (r"blockwise|tile/block|subchannel|sub.channel|fp8.sc\b", None, "fp8-blockwise", ""),
-    (r"fp8.cs|current scaling|tensorwise|float8", None, "fp8-tensorwise", ""),
+    (r"block.?wise|tile/block|block.scal|subchannel|sub.channel|fp8.sc\b|1x128|128x128", None, "fp8-blockwise", ""),
+    (r"fp8.cs|current scaling|tensor.?wise|float8", None, "fp8-tensorwise", ""),
     # delayed scaling (bf16_with_fp8_delayed_scaling_mixed, fp8_ds); NeMo's "fp8 hybrid" is Transformer Engine's
     # DelayedScaling with the HYBRID format (E4M3 forward, E5M2 backward), NeMo 2's default FP8 recipe
     (r"fp8.ds\b|delayed", None, "fp8-delayed", ""),
     (r"fp8.hybrid", None, "fp8-delayed", "FP8 hybrid read as delayed scaling (NeMo's default FP8 recipe)"),
-    (r"^fp8$", r"^(megatron-bridge|nemo framework)", "fp8-tensorwise",
+    # plain FP8: "FP8", "FP8 (E4M3)", "BF16 + FP8" (FP8 GEMMs in a BF16 run: every FP8 recipe is that), "FP8
+    # per-tensor" (both of Transformer Engine's per-tensor recipes, delayed and current scaling, are that)
+    (_PLAIN_FP8, r"^(megatron-bridge|nemo framework)", "fp8-tensorwise",
      "plain FP8 read as the source's default current scaling"),
-    (r"^fp8$", r"^(nemo 24|megatron-lm examples/llama)", "fp8-delayed", "plain FP8 read as delayed scaling"),
-    (r"^fp8$", None, "fp8-tensorwise", "plain FP8 read as per-tensor current scaling"),
+    (_PLAIN_FP8, r"^(nemo 24|megatron-lm examples/llama)", "fp8-delayed", "plain FP8 read as delayed scaling"),
+    (_PLAIN_FP8, None, "fp8-tensorwise", "plain FP8 read as per-tensor current scaling"),
 ]
 # torchtitan pages measured before pytorch/torchtitan#1073 (5e2033c, 2025-04-07: "Add microbatch_size and remove
 # num_microbatches config"): the local batch is split into experimental.pipeline_parallel_microbatches micro-batches,
