@@ -75,6 +75,22 @@ def test_super_rows_train_the_recipes_mtp_block_in_nvfp4():
     assert "train_mtp" not in map_row({**ds, "model": "DeepSeekV3 (w/o MTP)"})["measurement"]
 
 
+@pytest.mark.parametrize("text,want", [
+    ("", "none"), ("-", "none"), ("n/a", "none"), ("No recomputation", "none"), ("Full AC", "full:uniform:1"),
+    ("full activation checkpointing", "full:uniform:1"), ("activation checkpointing (full)", "full:uniform:1"),
+    ("Selective AC", "selective"), ("selective recomputation", "selective"), ("full:block:4", "full:block:4"),
+    ("selective (mlp, up_proj)", "selective:mlp,mla_up_proj"), ("selective:mlp,up_proj", "selective:mlp,mla_up_proj"),
+])
+def test_recompute_spellings_are_read(text, want):
+    assert str(map_row({**ROW, "recompute": text})["layout"]["recompute"]) == want
+
+
+@pytest.mark.parametrize("text", ["sometimes", "true", "full:uniform", "selective: flux_capacitor"])
+def test_recompute_that_is_no_megatron_setting_is_skipped_with_the_value(text):
+    why = map_row({**ROW, "recompute": text})
+    assert isinstance(why, str) and repr(text) in why
+
+
 def test_nvfp4_is_blackwell_only_and_one_line_bad_input(capsys):
     with pytest.raises(BadInput, match="H100 has no FP4 tensor cores"):
         Workload(precision="nvfp4").check_gpu(GPUS["H100"])

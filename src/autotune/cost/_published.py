@@ -152,6 +152,35 @@ _TORCHTITAN_PP_BY_DEGREE = ("torchtitan benchmarks llama3_h100_202412",)
 _RECOMPUTE = {"": "none", "none": "none", "no": "none", "off": "none", "no ac": "none",
               "selective ac": "selective", "per-op sac": "selective", "sac": "selective", "selective": "selective",
               "selective recompute": "selective", "full ac": "full", "full": "full", "full recompute": "full"}
+# other spellings of the same three: "no recomputation", "full activation checkpointing", "selective recomputation"
+_RECOMPUTE_WORDS = ((r"^(n/?a|false|0|disabled|no (recompute|recomputation|activation checkpointing|checkpointing))$",
+                     "none"),
+                    (r"^(full|ac ?full)( (ac|recompute|recomputation|activation (checkpointing|recompute)))?$", "full"),
+                    (r"^activation checkpointing \(?full\)?$", "full"),
+                    (r"^(selective|sac|ac ?selective)( (ac|recompute|recomputation|activation (checkpointing|recompute)))?$",
+                     "selective"),
+                    (r"^activation checkpointing \(?selective\)?$", "selective"))
+
+
+def _recompute_of(text: str) -> str | None:
+    """A row's recompute as Recompute.parse reads it ('full' stands for full:uniform:1), or None when it is not one
+    of the spellings above nor Megatron's own ('full:block:4', 'selective:core_attn')."""
+    if text in _RECOMPUTE:
+        return _RECOMPUTE[text]
+    words = re.sub(r"[\s_\-]+", " ", text).strip()
+    if not words:  # a cell of dashes: blank
+        return "none"
+    for pattern, rc in _RECOMPUTE_WORDS:
+        if re.match(pattern, words):
+            return rc
+    if re.match(r"^(none|selective(:[a-z_,]+)?|full:(uniform|block):\d+)$", text):
+        try:
+            return str(Recompute.parse(text))
+        except Exception:  # noqa: BLE001 - a malformed value is reported by the caller as unmapped
+            return None
+    return None
+
+
 _MODULE_NAMES = {"up_proj": "mla_up_proj"}  # the sources' short names for Megatron's recompute modules
 # (source prefix, catalog model, GPU kinds) -> recompute the source's recipe sets where the row is blank.
 # Megatron-Bridge's gpt-oss-120b BF16 perf presets for B200 and H100 set recompute_modules=["layernorm",
@@ -290,9 +319,9 @@ def map_row(row: dict) -> dict | str:
     if missing:
         return f"missing field(s): {', '.join(missing)}"
     rc_text = (row.get("recompute") or "").strip().lower()
-    rc = _RECOMPUTE.get(rc_text)
-    mods = re.match(r"selective:\s*(.+)$", rc_text)
-    if rc is None and mods:  # "selective: mlp, up_proj" names Megatron's recompute modules
+    rc = _recompute_of(rc_text)
+    mods = re.match(r"selective\s*(?::|\()\s*([^)]+)\)?$", rc_text)
+    if rc is None and mods:  # "selective: mlp, up_proj" / "selective (mlp, up_proj)" names Megatron's modules
         names = [_MODULE_NAMES.get(x.strip(), x.strip()) for x in mods.group(1).split(",")]
         if not set(names) <= set(SELECTIVE_MODULES):
             return f"recompute {row.get('recompute')!r} names modules Megatron does not have"
