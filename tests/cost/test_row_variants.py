@@ -91,6 +91,13 @@ def test_recompute_that_is_no_megatron_setting_is_skipped_with_the_value(text):
     assert isinstance(why, str) and repr(text) in why
 
 
+def test_number_cells_with_separators_approximations_and_k_lengths():
+    got = map_row({**ROW, "seq_len": "8K", "global_batch": "1,024", "num_gpus": "64 ", "tokens_per_s_per_gpu": "~10,240"})
+    m = got["measurement"]
+    assert (m["seq_len"], m["global_batch"], m["count"], m["tokens_per_s_per_gpu"]) == (8192, 1024, 64, 10240.0)
+    assert "missing field(s): global_batch" in map_row({**ROW, "global_batch": "1K"})  # a K batch is ambiguous
+
+
 def test_nvfp4_is_blackwell_only_and_one_line_bad_input(capsys):
     with pytest.raises(BadInput, match="H100 has no FP4 tensor cores"):
         Workload(precision="nvfp4").check_gpu(GPUS["H100"])

@@ -273,18 +273,21 @@ def training_of(name: str, row: dict) -> tuple[dict, list[str]]:
 
 
 def _int(row: dict, key: str, default: int | None = None) -> int | None:
+    """An integer cell: thousands separators and '~' allowed; a sequence length may be written '4K' (4,096)."""
     v = (row.get(key) or "").strip()
     if not v:
         return default
-    try:
-        return int(float(v))
-    except ValueError:
-        return default
+    k = re.fullmatch(r"(\d+)\s*[kK]", v)
+    if k and key == "seq_len":
+        return int(k.group(1)) * 1024
+    x = _float(v)
+    return default if x is None else int(x)
 
 
 def _float(text: str | None) -> float | None:
+    """A number cell: '2,451.4', '~13012' and '≈ 13,012' read as numbers; anything else as None."""
     try:
-        return float((text or "").replace(",", "").strip())
+        return float(re.sub(r"^[~≈]\s*", "", (text or "").replace(",", "").strip()))
     except ValueError:
         return None
 
