@@ -98,6 +98,18 @@ def test_number_cells_with_separators_approximations_and_k_lengths():
     assert "missing field(s): global_batch" in map_row({**ROW, "global_batch": "1K"})  # a K batch is ambiguous
 
 
+def test_a_row_with_only_mfu_is_read_against_the_dense_bf16_peak():
+    from autotune.catalog import GPUS
+
+    got = map_row({**ROW, "tokens_per_s_per_gpu": "", "tflops_per_gpu": "", "mfu": "25.4%"})
+    assert got["tflops"] == pytest.approx(0.254 * GPUS["GB300"].bf16_tflops)
+    assert "MFU as published (25.4%), read against GB300's dense BF16 peak" in got["source"]
+    assert map_row({**ROW, "tokens_per_s_per_gpu": "", "tflops_per_gpu": "", "mfu": "0.254"})["tflops"] == \
+        pytest.approx(got["tflops"])
+    assert map_row({**ROW, "tokens_per_s_per_gpu": "", "tflops_per_gpu": "", "mfu": ""}) == \
+        "missing field(s): tokens_per_s_per_gpu, tflops_per_gpu and mfu"
+
+
 def test_nvfp4_is_blackwell_only_and_one_line_bad_input(capsys):
     with pytest.raises(BadInput, match="H100 has no FP4 tensor cores"):
         Workload(precision="nvfp4").check_gpu(GPUS["H100"])

@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..catalog import load_model, model_names
+from ..catalog import GPUS, load_model, model_names
 from ..catalog.hardware import VARIANT_KINDS
 from ..layout import SELECTIVE_MODULES, Recompute
 from ._presets import row_settings
@@ -341,8 +341,14 @@ def map_row(row: dict) -> dict | str:
         tps, how = _float(derived.group(1)), "tokens/s/GPU derived in the table's notes"
     elif tps is None:
         how = "TFLOP/s/GPU as published"
+    mfu = _float((row.get("mfu") or "").replace("%", ""))
+    if tps is None and tflops is None and mfu:
+        # MFU alone: the share of the peak the publisher counted against, read as the GPU's dense BF16 peak (what
+        # torchtitan and most pages use, FP8 runs included), in our FLOP count like a TFLOP/s figure
+        tflops = (mfu / 100.0 if mfu > 1 else mfu) * GPUS[kind].bf16_tflops
+        how = f"MFU as published ({mfu:g}{'%' if mfu > 1 else ''}), read against {kind}'s dense BF16 peak"
     if tps is None and tflops is None:
-        return "missing field(s): tokens_per_s_per_gpu and tflops_per_gpu"
+        return "missing field(s): tokens_per_s_per_gpu, tflops_per_gpu and mfu"
     if tps is None and source.startswith("Megatron-LM README"):
         # the README's TFLOP/s are Megatron-LM r0.8's num_floating_point_operations, which counts attention over
         # the whole row (12 x s x L x h per token); ours is causal, so the figure is restated in our count
