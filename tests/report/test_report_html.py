@@ -50,6 +50,7 @@ def test_report_holds_every_section_from_the_study(capsys, sim_study, summary, t
     for path in summary["recipes"]:
         assert path.rsplit("/", 1)[1].split("-", 2)[2].removesuffix(".yaml") in html
     assert "Simulator study" in html and "not run" in html  # the gates have not run on predicted recipes
+    assert "on 32 x H200 (8,192-token rows, 128 a step, bf16)" in html
     # self-contained: no URL is ever loaded
     assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html)
     assert "<link" not in html and "<script src" not in html and "@import" not in html
@@ -108,6 +109,7 @@ def test_dashboard_json_and_terminal_summary(capsys, sim_study, summary):
     assert main(["dashboard", str(sim_study), "--json"]) == 0
     d = json.loads(capsys.readouterr()[0])
     assert d["study"] == "sim" and d["dispatched"] == 20 and d["backend"] == "simulate"
+    assert d["workload"] == {"seq_len": 8192, "global_batch": 128, "precision": "bf16"}  # the study's own attrs
     ranked = sorted((t for t in d["trials"] if t["rank"]), key=lambda t: t["rank"])
     assert ranked[0]["number"] == summary["best"]["number"]
     peaks = [t["peak_memory_bytes"] for t in ranked]
@@ -116,6 +118,7 @@ def test_dashboard_json_and_terminal_summary(capsys, sim_study, summary):
     assert main(["dashboard", str(sim_study)]) == 0
     out = capsys.readouterr()[0]
     assert "study sim" in out and summary["best"]["layout"] in out and "funnel: enumerated" in out
+    assert "Qwen3.5-122B-A10B on 32 x H200 (8,192-token rows, 128 a step, bf16)" in out
 
 
 def test_dashboard_defaults_to_the_newest_study(capsys, sim_study):

@@ -131,7 +131,7 @@ def _kpis(view: StudyView, best: TrialView | None) -> str:
 def render_html(view: StudyView) -> str:
     ranked = view.ranked()
     best = ranked[0] if ranked else None
-    where = f"{view.model} on {view.count or '?'} x {view.gpu}"
+    where = f"{view.model} on {view.count or '?'} x {view.gpu}" + (f" ({view.rows_text()})" if view.rows_text() else "")
     state = view.state_line()
     warn = ('<div class="warn">Simulator study: every result is the cost model\'s <b>prediction</b>; nothing was measured.'
             '</div>' if view.backend == "simulate" else "")

@@ -89,6 +89,14 @@ class StudyView:
     recipes: list[RecipeView] = field(default_factory=list)
     capacity_bytes: float | None = None
     missing: list[str] = field(default_factory=list)  # optional pieces that were not available, and why
+    workload: dict = field(default_factory=dict)  # the study's rows and precision (its Optuna attrs), when stored
+
+    def rows_text(self) -> str:
+        """'8,192-token rows, 128 a step, bf16', or '' for a study that did not store its workload."""
+        w = self.workload
+        if not w.get("seq_len") or not w.get("global_batch"):
+            return ""
+        return f"{int(w['seq_len']):,}-token rows, {int(w['global_batch']):,} a step, {w.get('precision') or 'bf16'}"
 
     def ranked(self) -> list[TrialView]:
         """Trials with a result, best first (ties by trial number, so the order is stable)."""
@@ -153,6 +161,7 @@ def load_study(root: str | Path) -> StudyView:
         gpu_hours=float(s.get("gpu_hours") or sum(t.gpu_hours or 0.0 for t in trials)),
         funnel=[(f["stage"], int(f["count"])) for f in s.get("funnel", []) if "stage" in f],
         notes=list(s.get("notes", [])), best=s.get("best"), reference=s.get("reference"), missing=missing,
+        workload=attrs.get("workload") if isinstance(attrs.get("workload"), dict) else {},
     )
     caps = [t.prediction.capacity_bytes for t in trials if t.prediction and t.prediction.capacity_bytes]
     view.capacity_bytes = caps[0] if caps else None

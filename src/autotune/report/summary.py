@@ -19,6 +19,7 @@ def view_json(view: StudyView) -> dict:
     ranked = {t.number: k for k, t in enumerate(view.ranked(), 1)}
     return {
         "study": view.name, "study_dir": str(view.root), "model": view.model, "gpu": view.gpu, "count": view.count,
+        "workload": {k: view.workload.get(k) for k in ("seq_len", "global_batch", "precision")} if view.workload else None,
         "backend": view.backend, "planner": view.planner, "stop_reason": view.stop_reason,
         "in_flight": view.in_flight,
         "dispatched": len(view.dispatched), "screened": len(view.trials) - len(view.dispatched),
@@ -47,8 +48,9 @@ def _bytes(x) -> int | None:
 
 def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
     sim = " (predicted)" if view.backend == "simulate" else ""
-    console.print(f"[bold]study {view.name}[/]: {view.model} on {view.count or '?'} x {view.gpu}, {view.backend} backend, "
-                  f"{view.planner} planner")
+    rows = f" ({view.rows_text()})" if view.rows_text() else ""
+    console.print(f"[bold]study {view.name}[/]: {view.model} on {view.count or '?'} x {view.gpu}{rows}, {view.backend} "
+                  f"backend, {view.planner} planner")
     console.print(f"{count(len(view.dispatched), 'trial')} dispatched, {len(view.trials) - len(view.dispatched)} screened, "
                   f"{hours(view.gpu_hours)} GPU-hours{sim}; "
                   + view.state_line())
