@@ -41,6 +41,7 @@ import re
 
 from ..catalog import GPUS, load_model, model_names
 from ..catalog.hardware import VARIANT_KINDS
+from ..errors import BadInput
 from ..layout import SELECTIVE_MODULES, Recompute
 from ._presets import row_settings
 from ._sources import known_regression, source_settings
@@ -176,7 +177,7 @@ def _recompute_of(text: str) -> str | None:
     if re.match(r"^(none|selective(:[a-z_,]+)?|full:(uniform|block):\d+)$", text):
         try:
             return str(Recompute.parse(text))
-        except Exception:  # noqa: BLE001 - a malformed value is reported by the caller as unmapped
+        except BadInput:  # a module Megatron lacks: the caller reads module names, or reports the value unmapped
             return None
     return None
 
