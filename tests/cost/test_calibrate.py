@@ -460,3 +460,21 @@ def test_other_stacks_rows_fit_their_own_calibration_and_leave_megatrons_alone()
     own = load_calibration("H100")
     borrowed = load_calibration("H100+nosuchstack")
     assert borrowed.factors == own.factors and "no nosuchstack rows fitted" in borrowed.provenance
+
+
+def test_a_table_with_a_bom_other_header_spellings_and_fewer_columns_is_read(tmp_path):
+    """Another table in the published columns: a byte-order mark, headers in other case and spacing, and no
+    column for what it does not vary (CP, VPP, ETP, micro-batch, recompute, TFLOP/s, notes) reads like ours."""
+    from autotune.cost.measurements import published_measurements
+
+    p = tmp_path / "other.csv"
+    p.write_text("\ufeffSource,Model,GPU,Num GPUs,seq-len,Global_Batch,TP,PP,EP,Precision,tokens_per_s_per_gpu\r\n"
+                 "Megatron-Bridge perf archive:26.04,Qwen3-30B-A3B,H100,16,4096,1024,1,1,16,FP8-CS,\"8,901\"\r\n"
+                 "my cluster,Qwen3-30B-A3B,H100,16,4096,1024,1,1,16,,8000\r\n", encoding="utf-8")
+    kept, skipped = published_measurements(p)
+    assert len(kept) == 1 and kept[0].tokens_per_s_per_gpu == 8901.0 and kept[0].precision == "fp8-tensorwise"
+    assert kept[0].source.startswith("Megatron-Bridge perf archive:26.04")  # the BOM did not hide the first column
+    assert [why for _, why in skipped] == ["missing field(s): precision"]
+    p.write_text("model,gpu,num_gpus,seq_len,global_batch,tp,pp\nQwen3-30B-A3B,H100,16,4096,1024,1,1\n")
+    with pytest.raises(ConfigError, match="missing column.*tokens_per_s_per_gpu or tflops_per_gpu or mfu"):
+        published_measurements(p)

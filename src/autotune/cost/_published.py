@@ -247,6 +247,8 @@ def gpu_variant(text: str, kind: str) -> str:
 def precision_of(text: str, source: str) -> tuple[str | None, str]:
     """(Workload precision, how an ambiguous name was read), or (None, the reason it is skipped)."""
     p, src = text.strip().lower(), source.strip().lower()
+    if not p:
+        return None, "missing field(s): precision"
     for pat, src_pat, prec, how in _PRECISIONS:
         if re.search(pat, p) and (src_pat is None or re.search(src_pat, src)):
             return prec, how

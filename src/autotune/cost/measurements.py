@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -234,16 +235,34 @@ def _check_size(path: Path) -> None:
         raise ConfigError(f"{path}: {size:,} bytes, more than {MAX_FILE_BYTES:,}; split the measurements")
 
 
+# the columns a table cannot do without (the layout's other degrees, the precision and recompute read as blank when a
+# table has no column for them), and the throughput columns, at least one of which it needs
+ESSENTIAL_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "global_batch", "tp", "pp")
+THROUGHPUT_COLUMNS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")
+
+
+def _column(name: str | None) -> str:
+    """A header as the published columns spell it: ' Num GPUs' and 'num-gpus' read as 'num_gpus'."""
+    return re.sub(r"[\s\-]+", "_", (name or "").strip().lower())
+
+
 def _read_csv(path: Path) -> list[dict]:
+    """The rows of a table in the published columns (a byte-order mark, header case and spacing, and missing
+    optional columns allowed)."""
     _check_size(path)
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            have = [_column(c) for c in reader.fieldnames or []]
+            missing = [c for c in ESSENTIAL_COLUMNS if c not in have]
+            if not any(c in have for c in THROUGHPUT_COLUMNS):
+                missing.append(" or ".join(THROUGHPUT_COLUMNS))
             if missing:
                 raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; "
                                   f"use the columns of published_throughput.csv ({', '.join(REQUIRED_COLUMNS)})")
-            return list(reader)
+            blank = dict.fromkeys(c for c in (*REQUIRED_COLUMNS, "mfu", "notes", "source") if c not in have)
+            return [{**{k: "" for k in blank}, **{_column(k): v for k, v in row.items() if k is not None}}
+                    for row in reader]
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text (a binary file?); give a CSV in the published columns") from None
     except csv.Error as exc:
