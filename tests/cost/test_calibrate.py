@@ -297,9 +297,10 @@ def test_cli_csv_missing_columns_is_exit_2(capsys, tmp_path):
 
 def test_cli_reads_a_json_list_of_measurements(capsys, tmp_path):
     p = tmp_path / "trials.json"
-    p.write_text(json.dumps([{"model": "Qwen3.5-122B-A10B", "gpu": "H200", "count": 32, "layout": "TP1 PP2 EP16 DP16",
-                              "recompute": "full:uniform:1", "max_tokens_per_gpu": 8192,
-                              "tokens_per_s_per_gpu": 2100.0, "source": "my trial"}]))
+    p.write_text("\ufeff" + json.dumps([{"model": "Qwen3.5-122B-A10B", "gpu": "H200", "count": 32,  # a BOM is allowed
+                                         "layout": "TP1 PP2 EP16 DP16", "recompute": "full:uniform:1",
+                                         "max_tokens_per_gpu": 8192, "tokens_per_s_per_gpu": 2100.0,
+                                         "source": "my trial"}]), encoding="utf-8")
     rc, out, _ = run(capsys, "calibrate", "--gpu", "H200", "--no-published", "--measurements", str(p),
                      "--out", str(tmp_path / "c.json"), "--json")
     assert rc == 0

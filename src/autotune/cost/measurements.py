@@ -318,7 +318,7 @@ def read_measurements(path: str | Path) -> tuple[list[Measurement], list[tuple[d
         raise BadInput(f"--measurements {str(p)!r}: give a .csv (published columns) or a .json list of measurements")
     _check_size(p)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark, as some editors write, is allowed
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not UTF-8 text (a binary file?); give a JSON list of measurements") from None
     except RecursionError:
