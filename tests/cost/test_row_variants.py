@@ -110,6 +110,29 @@ def test_a_row_with_only_mfu_is_read_against_the_dense_bf16_peak():
         "missing field(s): tokens_per_s_per_gpu, tflops_per_gpu and mfu"
 
 
+@pytest.mark.parametrize("field,value,why", [
+    ("pp", "1e9", "pp '1e9' is not a parallel degree of 64 GPUs"),  # would size stage arrays of 1e9 (MemoryError)
+    ("tp", "inf", "missing field(s): tp"), ("num_gpus", "NaN", "missing field(s): num_gpus"),
+    ("tp", "2.5", "missing field(s): tp"), ("vp", "5000", "vp '5000' is out of range"),
+    ("micro_batch", "4096", "micro_batch '4096' is not between 1 and the global batch (512)"),
+    ("seq_len", "1e12", "seq_len '1e12' is out of range"),
+])
+def test_cells_that_are_no_run_skip_the_row_with_the_value(field, value, why):
+    got = map_row({**ROW, field: value})
+    assert isinstance(got, str) and got.startswith(why)
+
+
+def test_a_row_whose_count_fills_no_nodes_is_skipped_not_raised():
+    """12 GPUs on 8-GPU nodes: ClusterSpec refuses it; the row is skipped with that reason (one bad row of a
+    user's table must not stop the others being read)."""
+    from autotune.cost.measurements import _represent
+
+    row = {**ROW, "source": "Megatron-Bridge perf archive:26.02.01", "model": "GPT OSS 120B", "gpu": "B200",
+           "num_gpus": "12", "ep": "4", "precision": "BF16"}
+    why = _represent(row, 2)
+    assert isinstance(why, str) and "does not divide into nodes of 8 GPUs" in why
+
+
 def test_nvfp4_is_blackwell_only_and_one_line_bad_input(capsys):
     with pytest.raises(BadInput, match="H100 has no FP4 tensor cores"):
         Workload(precision="nvfp4").check_gpu(GPUS["H100"])

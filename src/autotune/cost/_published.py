@@ -37,6 +37,7 @@ returns the one-line reason the cost model cannot represent it. The rules, and w
 from __future__ import annotations
 
 import functools
+import math
 import re
 
 from ..catalog import GPUS, load_model, model_names
@@ -284,15 +285,41 @@ def _int(row: dict, key: str, default: int | None = None) -> int | None:
     if k and key == "seq_len":
         return int(k.group(1)) * 1024
     x = _float(v)
-    return default if x is None else int(x)
+    return int(x) if x is not None and x == int(x) else default  # '2.5' GPUs or degrees: not a count
 
 
 def _float(text: str | None) -> float | None:
-    """A number cell: '2,451.4', '~13012' and '≈ 13,012' read as numbers; anything else as None."""
+    """A finite number cell: '2,451.4', '~13012' and '≈ 13,012' read as numbers; anything else ('inf', 'NaN',
+    words) as None."""
     try:
-        return float(re.sub(r"^[~≈]\s*", "", (text or "").replace(",", "").strip()))
+        x = float(re.sub(r"^[~≈]\s*", "", (text or "").replace(",", "").strip()))
     except ValueError:
         return None
+    return x if math.isfinite(x) else None
+
+
+MAX_GPUS, MAX_ROWS_TOKENS = 1_000_000, 2**24  # as the CLI's --count, --seq-len and --global-batch
+MAX_CHUNKS = 1024  # virtual pipeline chunks per stage: more than any catalog model has layers
+
+
+def _out_of_range(row: dict, count: int, seq: int, gb: int, tp: int, pp: int, ep: int, mbs: int | None) -> str | None:
+    """Why a row's counts cannot be a run (a parallel degree at most the GPUs; a micro-batch at most the global
+    batch), or None. Checked before anything is sized by them: a PP of 1e9 would size stage arrays of 1e9."""
+    if not 1 <= count <= MAX_GPUS:
+        return f"num_gpus {row.get('num_gpus')!r} is not a GPU count (1 to {MAX_GPUS:,})"
+    for key, v in (("seq_len", seq), ("global_batch", gb)):
+        if not 1 <= v <= MAX_ROWS_TOKENS:
+            return f"{key} {row.get(key)!r} is out of range (1 to {MAX_ROWS_TOKENS:,})"
+    degrees = [("tp", tp), ("pp", pp), ("ep", ep), ("cp", _int(row, "cp", 1)), ("etp", _int(row, "etp", 1))]
+    for key, v in degrees:
+        if v is not None and not 1 <= v <= count:
+            return f"{key} {row.get(key)!r} is not a parallel degree of {count:,} GPUs"
+    vp = _int(row, "vp", 1)  # model chunks per pipeline stage: bounded by the layers, not the GPUs
+    if vp is not None and not 1 <= vp <= MAX_CHUNKS:
+        return f"vp {row.get('vp')!r} is out of range (1 to {MAX_CHUNKS:,} model chunks per stage)"
+    if mbs is not None and not 1 <= mbs <= gb:
+        return f"micro_batch {row.get('micro_batch')!r} is not between 1 and the global batch ({gb:,})"
+    return None
 
 
 def map_row(row: dict) -> dict | str:
@@ -324,6 +351,9 @@ def map_row(row: dict) -> dict | str:
                               ("ep", ep)) if v is None]
     if missing:
         return f"missing field(s): {', '.join(missing)}"
+    out_of_range = _out_of_range(row, count, seq, gb, tp, pp, ep, mbs)
+    if out_of_range:
+        return out_of_range
     rc_text = (row.get("recompute") or "").strip().lower()
     rc = _recompute_of(rc_text)
     mods = re.match(r"selective\s*(?::|\()\s*([^)]+)\)?$", rc_text)

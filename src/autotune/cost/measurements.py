@@ -184,13 +184,13 @@ def _represent(row: dict, line: int, retry: bool = True) -> Measurement | str:
         return got
     own = got.get("recipe_layout")
     if retry and own:
+        g = got["measurement"]
         try:
             printed = Measurement(layout=Layout(**got["layout"]), **got["measurement"])
             state = _state_bytes(printed)
-        except BadInput:
-            state = 0.0
-        g = got["measurement"]
-        cap = float(ClusterSpec.of(g.get("gpu_variant") or g["gpu"], g["count"]).gpu.memory_bytes)
+            cap = float(ClusterSpec.of(g.get("gpu_variant") or g["gpu"], g["count"]).gpu.memory_bytes)
+        except BadInput:  # not a run as printed (a count that fills no nodes, ...): the checks below say why
+            state, cap = 0.0, 1.0
         if state > cap:
             why = (f"layout of its release's recipes for this model, GPU and precision (TP{own['tp']} PP{own['pp']} "
                    f"CP{own['cp']} VP{own['vp']} EP{own['ep']} MBS{own['micro_batch']}): as printed (TP{row.get('tp')} "
@@ -219,8 +219,11 @@ def _represent(row: dict, line: int, retry: bool = True) -> Measurement | str:
         return "illegal for Megatron-core's rules: " + "; ".join(v.message for v in bad)
     if got.get("tflops"):
         tps = got["tflops"] * 1e12 / train_flops_per_token(model, m.seq_len)  # derived: trusted less
-        m = replace(m, tokens_per_s_per_gpu=tps, weight=0.5,
-                    source=m.source + f"; tokens/s derived from {got['tflops']:g} TFLOP/s/GPU")
+        try:
+            m = replace(m, tokens_per_s_per_gpu=tps, weight=0.5,
+                        source=m.source + f"; tokens/s derived from {got['tflops']:g} TFLOP/s/GPU")
+        except BadInput as exc:  # a TFLOP/s figure that is no throughput (negative, or beyond any GPU)
+            return f"not representable: {exc}"
     return m
 
 
