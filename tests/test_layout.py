@@ -44,6 +44,11 @@ def test_a_degree_given_twice_names_both():
         Layout.parse("TP1PP4 EP8 TP2 DP8")
 
 
+def test_a_count_below_one_gpu_is_refused_before_any_dp_is_suggested():
+    with pytest.raises(BadInput, match=r"the GPU count -4 must be at least 1"):  # not 'use DP-1'
+        Layout.parse("TP1 PP4 EP8 DP8", world=-4)
+
+
 def test_count_mismatch_names_both():
     with pytest.raises(BadInput, match="--count is 16"):
         Layout.parse("TP1 PP4 EP8 DP8", world=16)

@@ -264,6 +264,8 @@ class Layout:
                     raise BadInput(f"layout {label!r}: {key.upper()} must be at least 1")
         dp = degrees.pop("dp", None)
         mp = degrees.get("tp", 1) * degrees.get("pp", 1) * degrees.get("cp", 1)
+        if world is not None and world < 1:  # no DP or count to suggest from a count below one GPU
+            raise BadInput(f"layout {label!r}: the GPU count {world} must be at least 1")
         if world is None:
             if dp is None:
                 raise BadInput(f"layout {label!r}: give DP or the GPU count (--count) so DP can be derived")
