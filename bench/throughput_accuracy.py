@@ -6,7 +6,8 @@ prediction (factors 1), the shipped calibration's (in-sample on the shipped tabl
 out (LOSO) prediction (refit without the model's / the source's rows, predict them: how wrong the model is
 where it has seen nothing alike), and the predicted peak memory against the GPU's (a published row ran,
 so it fit). Then per GPU family and precision: rows expressed and skipped, MAPE in-sample / LOMO / LOSO,
-the mean Spearman rank correlation within each (model, GPU, sequence length) group of 3+ rows (and within
+the share of rows inside the printed 68% / 95% intervals (cost.uncertainty), the mean Spearman rank correlation
+within each (model, GPU, sequence length) group of 3+ rows (and within
 one page and release, and over the group's distinct configurations with the repeats of one configuration in
 other releases collapsed to their median), and the rows predicted not to fit; the groups one by one; the seed rows and their order; skipped rows by reason.
 Rows their publisher filed as a regression of their release (cost/_sources.known_regression) are predicted but left
@@ -28,6 +29,7 @@ import numpy as np
 
 from autotune.catalog import PRECISIONS
 from autotune.cost import evaluate
+from autotune.cost.uncertainty import uncertainty
 from autotune.cost._published import gpu_kind, precision_of
 from autotune.cost.calibrate import (FAMILIES, Calibration, calibration_for, fit_kinds, load_calibration, predict,
                                      published_measurements, seed_measurements, stack_kind)
@@ -89,6 +91,23 @@ def peaks(rows) -> tuple[np.ndarray, np.ndarray]:
         ev = evaluate(m.spec, m.workload, m.cluster, LayoutTable.from_layouts([m.layout]), load_calibration(m.gpu))
         peak[i], cap[i] = ev.memory.peak[0], ev.memory.capacity_bytes
     return peak, cap
+
+
+def sigmas(rows) -> np.ndarray:
+    """The relative 1-sigma interval `autotune estimate` prints for each row (cost.uncertainty), under the
+    calibration its predictions use."""
+    out = np.zeros(len(rows))
+    for i, m in enumerate(rows):
+        cal = load_calibration(stack_kind(m.gpu, m.framework))
+        ev = evaluate(m.spec, m.workload, m.cluster, LayoutTable.from_layouts([m.layout]), cal)
+        out[i] = float(uncertainty(ev.time, cal, m.workload)[0])
+    return out
+
+
+def coverage(meas, pred, sigma, mask) -> str:
+    """Share of rows whose measured tokens/s lie within 1 and 2 sigma of the prediction (log space)."""
+    z = np.abs(np.log(meas[mask] / pred[mask])) / sigma[mask]
+    return f"{np.mean(z <= 1):.0%} within 1 sigma (68% if calibrated), {np.mean(z <= 2):.0%} within 2 (95%)"
 
 
 def publication(m) -> str:
@@ -197,6 +216,11 @@ def main() -> None:
           "  releases collapsed to their median, known regressions left out (what a search ranks: layouts and\n"
           "  settings, not releases);\n"
           "  no fit: published rows (they ran) predicted not to fit. Skipped rows of unknown GPUs count under 'all'.")
+    sig = sigmas(rows)
+    print(f"\nthe predicted interval (cost.uncertainty: the calibration's RMS log error x HELD_OUT, median "
+          f"{np.median(sig):.3f}), known regressions left out:\n  {shipped}: {coverage(meas, cal, sig, ~flagged)}")
+    if not args.no_lomo:
+        print(f"  LOMO: {coverage(meas, lomo, sig, ~flagged)}")
     known_regressions(rows, meas, cal, lomo, flagged)
     if flagged.any():
         print(f"\nthe same, without the {int(flagged.sum())} known-regression rows:")
