@@ -233,13 +233,14 @@ def test_cpu_rows_default_small_and_say_so(capsys):
         return json.loads(capsys.readouterr().out)
 
     cpu = est("--gpu", "cpu")
-    assert cpu["workload"] == {"seq_len": 2048, "global_batch": 16}
+    assert cpu["workload"] == {"seq_len": 2048, "global_batch": 16, "precision": "bf16"}
     assert any(n.startswith("--gpu cpu: --seq-len 2048 and --global-batch 16 by default") for n in cpu["notes"])
     given = est("--gpu", "cpu", "--seq-len", "512")
-    assert given["workload"] == {"seq_len": 512, "global_batch": 16}
+    assert given["workload"] == {"seq_len": 512, "global_batch": 16, "precision": "bf16"}
     assert any("--global-batch 16 by default" in n and "--seq-len 2048" not in n for n in given["notes"])
     gpu = est("--gpu", "H100")
-    assert gpu["workload"] == {"seq_len": 8192, "global_batch": 128} and not gpu.get("notes")
+    assert gpu["workload"] == {"seq_len": 8192, "global_batch": 128, "precision": "bf16"} and not gpu.get("notes")
     assert main(["space", "--model", "tiny-moe", "--gpu", "CPU", "--count", "2", "--top", "1", "--json"]) == 0
     space = json.loads(capsys.readouterr().out)
-    assert space["workload"] == {"seq_len": 2048, "global_batch": 16} and space["notes"][0].startswith("--gpu cpu")
+    assert space["workload"] == {"seq_len": 2048, "global_batch": 16, "precision": "bf16"}
+    assert space["notes"][0].startswith("--gpu cpu")

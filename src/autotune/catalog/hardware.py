@@ -23,7 +23,9 @@ from ..errors import BadInput, ConfigError, UnknownName
 from .registry import suggest
 
 __all__ = ["GpuSpec", "ClusterSpec", "GPUS", "GPU_VARIANTS", "VARIANT_KINDS", "get_gpu", "load_gpu_file",
-           "custom_gpu"]
+           "custom_gpu", "MAX_GPUS"]
+
+MAX_GPUS = 1_000_000  # a GPU count: far above any cluster, low enough that products of degrees stay exact
 
 GB = 1e9
 GiB = 1024**3

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from ..errors import BadInput
 
 __all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT", "FRAMEWORKS", "QUANT_MODULES",
-           "recipe_precision", "precision_of_class"]
+           "recipe_precision", "precision_of_class", "ROWS_FIELDS", "MAX_ROWS"]
+
+# what `estimate`, `space`, `search` and the dashboard state of a run's rows (Workload.rows())
+ROWS_FIELDS = ("seq_len", "global_batch", "precision")
+MAX_ROWS = 2**24  # the largest sequence length or global batch read from a user or a table
 
 # the training framework whose memory behaviour the cost model applies (cost/_state.py, cost/_sac.py): Megatron-core
 # (what autotune emits and runs); the others describe published measurements: torchtitan (torch FSDP2 on an fp32 model,
@@ -162,6 +166,10 @@ class Workload:
         if self.fp4 and not gpu.fp4_tflops:
             raise BadInput(f"--precision {self.precision}: {gpu.name} has no FP4 tensor cores (Blackwell only); "
                            + ("use fp8-tensorwise" if gpu.fp8_tflops else "use bf16"))
+
+    def rows(self) -> dict:
+        """The rows a run trains on, as the CLI's JSON states them: {seq_len, global_batch, precision}."""
+        return {k: getattr(self, k) for k in ROWS_FIELDS}
 
     @property
     def attention_span(self) -> int:

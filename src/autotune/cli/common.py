@@ -10,15 +10,15 @@ from pathlib import Path
 import typer
 
 from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
+from ..catalog.hardware import MAX_GPUS
+from ..catalog.workload import MAX_ROWS
 from ..errors import BadInput, Unwritable
 from ..layout import Layout, Recompute
 
 __all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt", "JsonOpt", "resolve",
            "rows_defaults",
            "recipe_inputs", "positive_int", "non_negative_int", "finite_positive", "finite_non_negative", "fraction",
-           "input_file", "output_dir", "output_file", "regular_target", "MAX_COUNT"]
-
-MAX_COUNT = 1_000_000  # GPUs: far above any cluster, low enough that products of degrees stay exact
+           "input_file", "output_dir", "output_file", "regular_target"]
 
 
 def _num(name: str, value, kind: str):
@@ -204,10 +204,10 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
         notes.append(note)
     if grads not in ("fp32", "bf16"):
         raise BadInput(f"--grads {grads!r}: choose fp32 (the seed) or bf16")
-    positive_int("--count", count, MAX_COUNT)
+    positive_int("--count", count, MAX_GPUS)
     positive_int("--gpus-per-node", gpus_per_node, 1024)  # 0 must not mean "the GPU kind's default"
-    positive_int("--seq-len", seq_len, 2**24)
-    positive_int("--global-batch", global_batch, 2**24)
+    positive_int("--seq-len", seq_len, MAX_ROWS)
+    positive_int("--global-batch", global_batch, MAX_ROWS)
     m = load_model(model)
     cluster = ClusterSpec.of(gpu, count, gpus_per_node, **cluster_kw)
     workload = Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32", precision=precision,

@@ -115,7 +115,7 @@ def estimate(
     validate(m, workload, lay)
     ev = evaluate(m, workload, cluster, LayoutTable.from_layouts([lay]))
     out = report(m, cluster, workload, lay, ev, 0)
-    out["workload"] = {"seq_len": workload.seq_len, "global_batch": workload.global_batch}
+    out["workload"] = workload.rows()
     if notes:
         out["notes"] = notes
     if measured is not None:  # a predicted recipe's number is the model's own: shown as the recipe's, not measured

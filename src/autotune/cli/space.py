@@ -54,7 +54,7 @@ def space(
     if json_out:
         print_json({
             "model": m.name, "gpu": cluster.gpu.name, "count": cluster.count, "precision": workload.precision,
-            "workload": {"seq_len": workload.seq_len, "global_batch": workload.global_batch},
+            "workload": workload.rows(),
             "space": sp.source,
             "funnel": [{"stage": s, "count": c} for s, c in res.funnel],
             "reasons": res.reasons, "notes": res.notes, "top": best,

@@ -41,8 +41,8 @@ import math
 import re
 
 from ..catalog import GPUS, load_model, model_names
-from ..catalog.hardware import VARIANT_KINDS
-from ..errors import BadInput
+from ..catalog.hardware import MAX_GPUS, VARIANT_KINDS
+from ..catalog.workload import MAX_ROWS
 from ..layout import SELECTIVE_MODULES, Recompute
 from ._presets import row_settings
 from ._sources import known_regression, source_settings
@@ -151,35 +151,28 @@ _PRECISIONS = [
 # build_pipeline_schedule `n_microbatches = ... pipeline_parallel_degree`; config_manager.py "The default value will be
 # the number of pipeline stages"); later pages in micro-batches of pipeline_parallel_microbatch_size (default 1)
 _TORCHTITAN_PP_BY_DEGREE = ("torchtitan benchmarks llama3_h100_202412",)
-_RECOMPUTE = {"": "none", "none": "none", "no": "none", "off": "none", "no ac": "none",
-              "selective ac": "selective", "per-op sac": "selective", "sac": "selective", "selective": "selective",
-              "selective recompute": "selective", "full ac": "full", "full": "full", "full recompute": "full"}
-# other spellings of the same three: "no recomputation", "full activation checkpointing", "selective recomputation"
-_RECOMPUTE_WORDS = ((r"^(n/?a|false|0|disabled|no (recompute|recomputation|activation checkpointing|checkpointing))$",
-                     "none"),
-                    (r"^(full|ac ?full)( (ac|recompute|recomputation|activation (checkpointing|recompute)))?$", "full"),
-                    (r"^activation checkpointing \(?full\)?$", "full"),
-                    (r"^(selective|sac|ac ?selective)( (ac|recompute|recomputation|activation (checkpointing|recompute)))?$",
-                     "selective"),
-                    (r"^activation checkpointing \(?selective\)?$", "selective"))
+# a row's recompute in the published tables' words (lower case, runs of ' _-' as one space): none, selective (core
+# attention, Megatron's default module) or full (one layer per region); Megatron's own 'full:block:4' is read as
+# such, and 'selective: mlp, up_proj' by its module names (map_row)
+_RECOMPUTE = ((r"^(none|no|off|no ac|n/?a|false|0|disabled|no (recompute|recomputation|activation checkpointing|"
+               r"checkpointing))$", "none"),
+              (r"^(full|ac ?full)( (ac|recompute|recomputation|activation (checkpointing|recompute)))?$", "full"),
+              (r"^activation checkpointing \(?full\)?$", "full"),
+              (r"^(selective|sac|per op sac|ac ?selective)( (ac|recompute|recomputation|activation "
+               r"(checkpointing|recompute)))?$", "selective"),
+              (r"^activation checkpointing \(?selective\)?$", "selective"),
+              (r"^full:(uniform|block):[1-9]\d*$", None))  # None: the text itself
 
 
 def _recompute_of(text: str) -> str | None:
-    """A row's recompute as Recompute.parse reads it ('full' stands for full:uniform:1), or None when it is not one
-    of the spellings above nor Megatron's own ('full:block:4', 'selective:core_attn')."""
-    if text in _RECOMPUTE:
-        return _RECOMPUTE[text]
+    """A row's recompute as Recompute.parse reads it ('full' stands for full:uniform:1; a blank or a cell of dashes
+    is none), or None when _RECOMPUTE does not name it."""
     words = re.sub(r"[\s_\-]+", " ", text).strip()
-    if not words:  # a cell of dashes: blank
+    if not words:
         return "none"
-    for pattern, rc in _RECOMPUTE_WORDS:
-        if re.match(pattern, words):
-            return rc
-    if re.match(r"^(none|selective(:[a-z_,]+)?|full:(uniform|block):\d+)$", text):
-        try:
-            return str(Recompute.parse(text))
-        except BadInput:  # a module Megatron lacks: the caller reads module names, or reports the value unmapped
-            return None
+    for pattern, rc in _RECOMPUTE:
+        if re.match(pattern, words if rc else text):
+            return rc or text
     return None
 
 
@@ -298,7 +291,6 @@ def _float(text: str | None) -> float | None:
     return x if math.isfinite(x) else None
 
 
-MAX_GPUS, MAX_ROWS_TOKENS = 1_000_000, 2**24  # as the CLI's --count, --seq-len and --global-batch
 MAX_CHUNKS = 1024  # virtual pipeline chunks per stage: more than any catalog model has layers
 
 
@@ -308,8 +300,8 @@ def _out_of_range(row: dict, count: int, seq: int, gb: int, tp: int, pp: int, ep
     if not 1 <= count <= MAX_GPUS:
         return f"num_gpus {row.get('num_gpus')!r} is not a GPU count (1 to {MAX_GPUS:,})"
     for key, v in (("seq_len", seq), ("global_batch", gb)):
-        if not 1 <= v <= MAX_ROWS_TOKENS:
-            return f"{key} {row.get(key)!r} is out of range (1 to {MAX_ROWS_TOKENS:,})"
+        if not 1 <= v <= MAX_ROWS:
+            return f"{key} {row.get(key)!r} is out of range (1 to {MAX_ROWS:,})"
     degrees = [("tp", tp), ("pp", pp), ("ep", ep), ("cp", _int(row, "cp", 1)), ("etp", _int(row, "etp", 1))]
     for key, v in degrees:
         if v is not None and not 1 <= v <= count:

@@ -256,16 +256,15 @@ def _read_csv(path: Path) -> list[dict]:
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
-            have = [_column(c) for c in reader.fieldnames or []]
+            have = reader.fieldnames = [_column(c) for c in reader.fieldnames or []]  # the rows' keys from here on
             missing = [c for c in ESSENTIAL_COLUMNS if c not in have]
             if not any(c in have for c in THROUGHPUT_COLUMNS):
                 missing.append(" or ".join(THROUGHPUT_COLUMNS))
             if missing:
                 raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; "
                                   f"use the columns of published_throughput.csv ({', '.join(REQUIRED_COLUMNS)})")
-            blank = dict.fromkeys(c for c in (*REQUIRED_COLUMNS, "mfu", "notes", "source") if c not in have)
-            return [{**{k: "" for k in blank}, **{_column(k): v for k, v in row.items() if k is not None}}
-                    for row in reader]
+            blank = {c: "" for c in (*REQUIRED_COLUMNS, "mfu", "notes", "source") if c not in have}
+            return [{**blank, **row} for row in reader]
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text (a binary file?); give a CSV in the published columns") from None
     except csv.Error as exc:

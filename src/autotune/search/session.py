@@ -114,8 +114,7 @@ class SearchSession:
                 ranked=ranked, gpu_hours=loop.gpu_hours, funnel=list(self.driver.candidates.funnel),
                 trials=self._rows(loop.records), notes=self.notes + self.driver.candidates.space_notes + loop.notes, model_is_moe=self.model.is_moe,
                 summary=ranked[0].layout.summary(self.workload.seq_len, self.model.is_moe) if ranked else "",
-                workload={"seq_len": self.workload.seq_len, "global_batch": self.workload.global_batch,
-                          "precision": self.workload.precision},
+                workload=self.workload.rows(),
             )
             outcome.gates = self.gates.run(self, ranked[:RECIPES_PER_STUDY])
             outcome.reference = best_known_recipe(self.model, self.cluster, self.workload)

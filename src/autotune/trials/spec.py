@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..catalog.hardware import ClusterSpec, GpuSpec, get_gpu
+from ..catalog.hardware import MAX_GPUS, ClusterSpec, GpuSpec, get_gpu
 from ..errors import ConfigError
 from ..fsutil import write_text_atomic
 
@@ -83,7 +83,7 @@ class TrialSpec(_Strict):
     # the whole GPU when its name does not stand for it (a user's --gpu FILE: the file may not exist where the trial
     # runs, and the name alone would be looked up in the catalog); its fields and types checked, as GpuSpec's
     gpu_spec: GpuSpec | None = None
-    count: int = Field(gt=0, le=1_000_000)  # world size
+    count: int = Field(gt=0, le=MAX_GPUS)  # world size
     gpus_per_node: int = Field(gt=0, le=1024)
     layout: dict  # Layout.to_dict()
     workload: dict  # Workload fields
