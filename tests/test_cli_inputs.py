@@ -244,3 +244,19 @@ def test_cpu_rows_default_small_and_say_so(capsys):
     space = json.loads(capsys.readouterr().out)
     assert space["workload"] == {"seq_len": 2048, "global_batch": 16, "precision": "bf16"}
     assert space["notes"][0].startswith("--gpu cpu")
+
+
+def test_layer_split_takes_megatrons_pipeline_layout_string(capsys):
+    """`--layer-split 'Et*4|(tttt|)*14tmL'` is the MoE model zoo's DeepSeek-V3 layout: 16 stages on PP 8 set VPP 2
+    and the split; a string whose stages do not make PP x VPP is refused naming both."""
+    from autotune.cli.main import main
+
+    base = ["estimate", "--model", "DeepSeek-V3", "--gpu", "B200", "--count", "256", "--seq-len", "4096",
+            "--global-batch", "2048", "--micro-batch-size", "1", "--precision", "mxfp8"]
+    assert main([*base, "--layout", "TP1 PP8 EP32", "--layer-split", "Et*4|(tttt|)*14tmL", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["layout_detail"]
+    assert d["vpp"] == 2 and d["layer_split"] == [4] * 15 + [1]
+    err = bad(capsys, *base, "--layout", "TP1 PP8 VPP4 EP32", "--layer-split", "Et*4|(tttt|)*14tmL")
+    assert "16 stages on PP 8 x VPP 4" in err and "drop VPP from --layout" in err
+    err = bad(capsys, *base, "--layout", "TP1 PP8 EP32", "--layer-split", "Et*4|(tttt|)*14tm")
+    assert "the loss 'L' must appear once" in err

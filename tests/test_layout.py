@@ -340,3 +340,31 @@ def test_a_first_or_last_stage_count_leaving_middle_stages_empty_is_not_megatron
     assert set(flags) == {"--pipeline-model-parallel-layout"}
     with pytest.raises(BadInput):
         parse_split("1x2000000000")  # refused before a list that size is built
+
+
+def test_megatron_pipeline_layout_strings_are_read_as_megatron_reads_them():
+    """--pipeline-model-parallel-layout's grammar (megatron-core PipelineParallelLayerLayout): '|' between virtual
+    stages, commas cosmetic, 'x*N' and '(...)*N' repeats (groups may nest), 'm' MTP layers after the decoder layers.
+    DeepSeek-V3's layouts from Megatron's docs and the MoE model zoo place 61 decoder layers and one MTP layer."""
+    import re
+
+    from autotune.layout.splits import parse_pipeline_layout, pipeline_layout_text
+
+    stages, mtp = parse_pipeline_layout("Et*4|(tttt|)*14tmL")
+    assert stages == (4,) + (4,) * 14 + (1,) and sum(stages) == 61 and mtp == 1
+    stages, mtp = parse_pipeline_layout("Et*3|(tt|)*29,m|L")  # PP16 x VPP2: MTP and loss on stages of their own
+    assert len(stages) == 32 and stages[:2] == (3, 2) and stages[-2:] == (0, 0) and sum(stages) == 61 and mtp == 1
+    assert parse_pipeline_layout("Et|((tt|)*2)*3tL")[0] == (1, 2, 2, 2, 2, 2, 2, 1)  # nested groups
+    assert parse_pipeline_layout("E t*2 | t*3 L") == ((2, 3), 0)  # spaces as cosmetic as commas
+    # what the layout writes, it reads back (the export's string for an odd split)
+    assert parse_pipeline_layout(pipeline_layout_text((1, 3, 3, 1)))[0] == (1, 3, 3, 1)
+    for bad, why in [("tEL", "embedding 'E' must appear once"), ("Et|Lt", "loss 'L' must appear once"),
+                     ("EtmtL", "MTP layers 'm' come after"), ("Ex|L", "unknown letter"), ("Et*|L", "a repeat"),
+                     ("E(tt|L", "a repeat"), ("", "empty"), ("E(t|)*99999999999L", "unrolls to more than"),
+                     ("E" + "(t|)*1" * 5000 + "L", "stages, more than 4,096")]:
+        with pytest.raises(BadInput, match=re.escape(why)):
+            parse_pipeline_layout(bad)
+    # a run block's layout string with groups is read (it was refused before), its stage count setting VPP
+    lay = layout_from_args(["--pipeline-model-parallel-size", "4", "--pipeline-model-parallel-layout",
+                            "Et*4|(tttt|)*14tmL"], world=256)
+    assert lay.vpp == 4 and lay.layer_split == (4,) * 15 + (1,)

@@ -50,3 +50,20 @@ def test_a_printed_layout_that_cannot_hold_its_state_is_read_as_the_releases_rec
     # a printed layout that holds its state is left as printed, even where no recipe has it
     small = _represent(_row(model="LLAMA3_70B", pp="8", vp="5", micro_batch="1"), 2)
     assert small.layout.pp == 8 and "as printed" not in small.source
+
+
+def test_a_rows_pp_layout_sets_its_vp_and_split():
+    """The moe_recipes README's DeepSeek-V3 rows give no VP but Megatron's layout string ('PP layout
+    Et*4|(tttt|)*14tmL'): 16 virtual stages on PP 8 are VP 2, with EP overlap legal there (it needs VPP with PP);
+    the zoo script's selective recompute is taken, and a row the string does not fit is skipped saying why."""
+    row = dict(source="Megatron-LM examples/moe_recipes README (dev)", model="DeepSeek-V3", gpu="B200",
+               num_gpus="256", seq_len="4096", global_batch="2048", micro_batch="1", tp="1", pp="8", cp="1", vp="",
+               ep="32", etp="1", precision="MXFP8", recompute="", tokens_per_s_per_gpu="", tflops_per_gpu="776.7",
+               mfu="", notes="features: DeepEP; EP overlap; force-balanced routing; PP layout Et*4|(tttt|)*14tmL; MTP 1")
+    m = _represent(row, 1)
+    assert not isinstance(m, str), m
+    assert m.layout.vpp == 2 and m.layout.layer_split == (4,) * 15 + (1,) and m.layout.ep_overlap
+    assert m.layout.recompute.modules == ("mlp", "mla_up_proj") and "PP layout" in m.source
+    assert "do not make PP 4 x VP 2" in _represent({**row, "pp": "4", "vp": "2", "ep": "64"}, 1)
+    assert "fine-grained activation offloading" in _represent({**row, "notes": row["notes"] + "; fine-grained "
+                                                               "activation offloading"}, 1)

@@ -44,7 +44,9 @@ def estimate(
     offload: float = typer.Option(0.0, "--optimizer-offload", help="Fraction of optimizer state on the host."),
     layer_split: str = typer.Option(None, "--layer-split", help="Uneven pipeline split: 'auto' (Megatron's when "
                                     "layers do not divide: embedding/loss counted, ...), 'even', or decoder layers "
-                                    "per virtual stage, e.g. 2,3,3,2 or 2,3x30,2 (3x30: thirty stages of 3)."),
+                                    "per virtual stage, e.g. 2,3,3,2 or 2,3x30,2 (3x30: thirty stages of 3), or Megatron's "
+                                    "--pipeline-model-parallel-layout string, e.g. 'Et*4|(tttt|)*14tmL' (its stage "
+                                    "count / PP sets VPP)."),
     fsdp: bool = typer.Option(False, "--fsdp", help="Megatron FSDP (parameters, gradients, optimizer sharded)."),
     ep_overlap: bool = typer.Option(False, "--ep-overlap", help="--overlap-moe-expert-parallel-comm: the all-to-all "
                                     "beside another micro-batch's compute (EP > 1, no full recompute, VPP with PP)."),
@@ -105,7 +107,7 @@ def estimate(
                            f"their GEMMs), but the layout has TP {lay.tp}; drop --tp-comm-overlap or use TP 2 or more")
         workload = replace(workload, force_balance=force_balance and m.is_moe, lora=lora, packed_doc_len=packed_doc_len)
     if layer_split:
-        lay = lay.with_(layer_split=_split(layer_split, m.num_layers, lay))
+        lay = _split(layer_split, m.num_layers, lay)
     if fsdp:
         lay = lay.with_(fsdp=True)
         if lay.pp > 1:  # cost/_state.py and _raw.py: with PP a stage's parameters stay gathered for its micro-batches
@@ -139,17 +141,29 @@ def _only_with_recipe(ctx: typer.Context) -> None:
                        f"{', '.join(given)} (only --layer-split, --fsdp and --json go with --recipe) or drop --recipe")
 
 
-def _split(text: str, num_layers: int, lay) -> tuple[int, ...]:
-    from ..layout.splits import legal_splits, parse_split
+def _split(text: str, num_layers: int, lay):
+    """The layout with --layer-split's split: 'auto', 'even', layers per virtual stage ('2,3x30,2'), or Megatron's
+    --pipeline-model-parallel-layout string ('Et*4|(tttt|)*14tmL'), whose stage count sets VPP."""
+    from ..layout.splits import is_pipeline_layout, legal_splits, parse_pipeline_layout, parse_split
 
     if text == "auto":
         alts = legal_splits(num_layers, lay.pp, lay.vpp)
-        return alts[0] if alts else ()
+        return lay.with_(layer_split=alts[0] if alts else ())
+    if is_pipeline_layout(text):
+        stages, _ = parse_pipeline_layout(text)
+        vpp, left = divmod(len(stages), lay.pp)
+        if left or (lay.vpp > 1 and vpp != lay.vpp):
+            raise BadInput(f"--layer-split {text!r}: {len(stages)} stages on PP {lay.pp}" + (
+                f" x VPP {lay.vpp}" if lay.vpp > 1 else "") + f"; a layout string needs PP x VPP stages "
+                f"(VPP is its stage count / PP: drop VPP from --layout or give {lay.pp * max(lay.vpp, 1)} stages)")
+        return lay.with_(vpp=vpp, layer_split=stages)
     try:
-        return parse_split(text)
+        split = parse_split(text)
     except BadInput:
-        raise BadInput(f"--layer-split {text!r}: give 'auto', 'even' or decoder layers per virtual stage, e.g. "
-                       "2,3,3,2 or 2,3x30,2 (3x30: thirty stages of 3)") from None
+        raise BadInput(f"--layer-split {text!r}: give 'auto', 'even', decoder layers per virtual stage, e.g. "
+                       "2,3,3,2 or 2,3x30,2 (3x30: thirty stages of 3), or a Megatron pipeline layout such as "
+                       "'Et*4|(tttt|)*14tmL'") from None
+    return lay.with_(layer_split=split)
 
 
 def report(m, cluster, workload, lay, ev, i: int) -> dict:

@@ -131,6 +131,9 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     out: dict = {"layout": {}, "workload": {}, "read": []}
     if re.search(r"paged stash", text, re.I):
         return "it runs kernels autotune does not model: paged stash (MoE buffers for full-iteration CUDA graphs)"
+    if re.search(r"fine.grained activation offload", text, re.I):
+        return ("it offloads chosen modules' activations to host memory (Megatron's fine-grained activation "
+                "offloading), which autotune does not model")
     if moe and re.search(r"force.balanc|fake balanced gate|\bFB\b", text, re.I):
         out["workload"]["force_balance"] = True
     if re.search(r"async ?TP", text, re.I) and not re.search(r"vanilla TP", text, re.I):

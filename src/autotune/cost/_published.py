@@ -43,7 +43,9 @@ import re
 from ..catalog import GPUS, load_model, model_names
 from ..catalog.hardware import MAX_GPUS, VARIANT_KINDS
 from ..catalog.workload import MAX_ROWS
+from ..errors import BadInput
 from ..layout import SELECTIVE_MODULES, Recompute
+from ..layout.splits import parse_pipeline_layout
 from ._presets import row_settings
 from ._sources import known_regression, source_settings
 from .flops import train_flops_per_token
@@ -184,6 +186,13 @@ _MODULE_NAMES = {"up_proj": "mla_up_proj"}  # the sources' short names for Megat
 _PRESETS = [
     ("Megatron-Bridge perf", "gpt-oss-120b", ("B200", "H100"), "selective:layernorm,moe_act",
      "Megatron-Bridge gpt-oss perf preset"),
+    # the moe_recipes README's DeepSeek-V3 rows come from the Megatron MoE model zoo's scripts
+    # (yanring/Megatron-MoE-ModelZoo best_practice/DeepSeekV3/run_b200.sh, deepseek-v3/run_deepseek_v3_gb200.sh and
+    # _gb300.sh: the same PP layout 'Et*4|(tttt|)*14tmL', MTP 1 and forced balance as the rows)
+    ("Megatron-LM examples/moe_recipes", "DeepSeek-V3", ("B200",), "selective:mlp,mla_up_proj",
+     "the MoE model zoo's DeepSeek-V3 B200 script: --recompute-modules mlp mla_up_proj"),
+    ("Megatron-LM examples/moe_recipes", "DeepSeek-V3", ("GB200", "GB300"), "selective:mlp",
+     "the MoE model zoo's DeepSeek-V3 GB200 / GB300 scripts: --recompute-modules mlp"),
 ]
 
 
@@ -314,6 +323,23 @@ def _out_of_range(row: dict, count: int, seq: int, gb: int, tp: int, pp: int, ep
     return None
 
 
+def _pipeline_layout(notes: str, pp: int, vp: int | None) -> dict | str:
+    """{"vpp", "layer_split"} of a row whose notes give Megatron's --pipeline-model-parallel-layout ('PP layout
+    Et*4|(tttt|)*14tmL': 16 virtual stages, so VP 4 on PP 4), {} when they give none, or the reason to skip it."""
+    m = re.search(r"\bPP layout\s+([EtmL|()*\d,]+)", notes)
+    if m is None:
+        return {}
+    try:
+        stages, _ = parse_pipeline_layout(m.group(1).rstrip(","))
+    except BadInput as exc:
+        return str(exc)
+    vpp, left = divmod(len(stages), pp)
+    if left or (vp and vp > 1 and vp != vpp):
+        return (f"PP layout {m.group(1)!r}: {len(stages)} virtual stages do not make PP {pp}"
+                + (f" x VP {vp}" if vp and vp > 1 else ""))
+    return {"vpp": vpp, "layer_split": stages}
+
+
 def map_row(row: dict) -> dict | str:
     name, why = catalog_name(row.get("model", ""))
     if name is None:
@@ -399,6 +425,12 @@ def map_row(row: dict) -> dict | str:
         distributed_optimizer=True,
         fsdp=fsdp_on,
     )
+    split = _pipeline_layout(notes, pp, _int(row, "vp", None))
+    if isinstance(split, str):
+        return split
+    if split:
+        layout.update(split)
+        assumed.append(f"VP {split['vpp']} and the layer split of the row's PP layout")
     settings = row_settings(row, name, kind, precision, layout, gb, name in _MOE)
     if isinstance(settings, str):
         return settings

@@ -202,7 +202,7 @@ def _represent(row: dict, line: int, retry: bool = True) -> Measurement | str:
         model = load_model(got["model"])
         lay = Layout(**got["layout"])
         src = got["source"]
-        splits = legal_splits(model.num_layers, lay.pp, lay.vpp)
+        splits = [] if lay.layer_split else legal_splits(model.num_layers, lay.pp, lay.vpp)
         if splits:  # the layers do not divide: the source ran Megatron's uneven split (see _published.py)
             lay = replace(lay, layer_split=splits[0])
             how = split_flags(splits[0], model.num_layers, lay.pp, lay.vpp)

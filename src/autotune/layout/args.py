@@ -7,7 +7,6 @@ argparse, so `--moe-token-dispatcher-type flex` after MODEL_ARGS overrides allto
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Iterable, Literal
 
@@ -15,7 +14,7 @@ from ..catalog.workload import FP4_RECIPES, FP8_RECIPES, precision_of_class, rec
 from ..errors import BadInput
 from .core import FLEX_DISPATCHERS, Layout, Recompute
 from .setting_args import graphs_of, setting_args
-from .splits import megatron_split, pipeline_layout_text, split_flags
+from .splits import megatron_split, parse_pipeline_layout, pipeline_layout_text, split_flags
 
 __all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_switches",
            "precision_from_args"]
@@ -120,20 +119,6 @@ def split_args(layout: Layout) -> list[tuple[str, str | None]]:
     if kw.get("last"):
         out.append(("--decoder-last-pipeline-num-layers", str(kw["last"])))
     return out
-
-
-def _parse_pipeline_layout(text: str) -> tuple[int, ...]:
-    """Decoder layers per virtual stage of a --pipeline-model-parallel-layout string ('t*3' repeats)."""
-    if "(" in text:
-        raise BadInput(f"--pipeline-model-parallel-layout {text!r}: grouped repeats '(...)*N' are not read; "
-                       "write each stage out ('Ettt|tttt|tttL')")
-    out = []
-    for stage in text.replace(",", "|").split("|"):
-        n = 0
-        for tok, rep in re.findall(r"([EtmL])(?:\*(\d+))?", stage):
-            n += int(rep or 1) if tok == "t" else 0
-        out.append(n)
-    return tuple(out)
 
 
 def precision_args(precision: str, fp8_param_gather: bool = False) -> list[tuple[str, str | None]]:
@@ -257,7 +242,7 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
                 split[_SPLIT_INT[tok]] = int(nxt)
                 i += 1
             elif tok == "--pipeline-model-parallel-layout" and nxt is not None:
-                split["layout"] = _parse_pipeline_layout(nxt)
+                split["layout"] = parse_pipeline_layout(nxt)[0]
                 i += 1
             elif tok == "--use-dynamic-batch-size":
                 dynamic = True

@@ -11,10 +11,17 @@ Checked against megatron-core's own layer placement in tests/parity/test_split_p
 
 from __future__ import annotations
 
+import re
+
 from ..errors import BadInput
 
 __all__ = ["megatron_split", "split_flags", "legal_splits", "too_many_stages", "split_text", "parse_split", "split_config",
-           "pipeline_layout_text"]
+           "pipeline_layout_text", "parse_pipeline_layout", "is_pipeline_layout", "MAX_STAGES"]
+
+MAX_STAGES = 4096  # virtual stages a split may list (parse_split, parse_pipeline_layout): bounded before lists are built
+_LAYOUT_MAX_CHARS = 1 << 16  # an unrolled --pipeline-model-parallel-layout string: 4,096 stages of 16 layers
+_GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")  # an innermost '(...)*N'
+_REPEAT = re.compile(r"([EtmL|])\*(\d+)")  # 'x*N'
 
 
 def megatron_split(num_layers: int, pp: int, vpp: int = 1, first: int = 0, last: int = 0,
@@ -135,14 +142,14 @@ def parse_split(text: str) -> tuple[int, ...]:
         for part in text.split(","):
             n, x, times = part.strip().partition("x")
             reps = int(times) if x else 1
-            if reps < 1 or len(out) + reps > 4096:  # bounded before the list is built
+            if reps < 1 or len(out) + reps > MAX_STAGES:  # bounded before the list is built
                 raise ValueError
             out += [int(n)] * reps
     except ValueError:
         raise BadInput(f"layer split {text!r}: give 'even' or layers per virtual stage, e.g. 2,3x30,2 "
                        "(3x30: thirty stages of 3 layers)") from None
-    if not out or min(out) < 0 or len(out) > 4096:
-        raise BadInput(f"layer split {text!r}: give 'even' or between 1 and 4,096 non-negative stage sizes")
+    if not out or min(out) < 0 or len(out) > MAX_STAGES:
+        raise BadInput(f"layer split {text!r}: give 'even' or between 1 and {MAX_STAGES:,} non-negative stage sizes")
     return tuple(out)
 
 
@@ -152,6 +159,59 @@ def pipeline_layout_text(layer_split: tuple[int, ...]) -> str:
     stages = ["t" * k for k in layer_split]
     stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
     return "|".join(stages)
+
+
+def is_pipeline_layout(text: str) -> bool:
+    """Whether a split is written in --pipeline-model-parallel-layout's letters ('Et*3|(tt|)*29,m|L'), not as
+    layers per stage ('2,3x30,2')."""
+    return bool(re.search(r"[EtmL]", str(text)))
+
+
+def _unroll(text: str, what: str) -> str:
+    """Megatron's repeats written out: '(tt|)*3' -> 'tt|tt|tt|' (innermost groups first, so groups may nest),
+    then 't*3' -> 'ttt'. Every step is sized before it is built (BadInput past _LAYOUT_MAX_CHARS)."""
+    def too_long(size: int) -> None:
+        if size > _LAYOUT_MAX_CHARS:
+            raise BadInput(f"{what}: unrolls to more than {_LAYOUT_MAX_CHARS:,} characters; give fewer stages")
+
+    too_long(len(text))
+    while (m := _GROUP.search(text)) is not None:  # each pass removes one group
+        n = int(m.group(2)) if len(m.group(2)) < 8 else _LAYOUT_MAX_CHARS + 1
+        too_long(len(text) - len(m.group(0)) + len(m.group(1)) * n)
+        text = text[:m.start()] + m.group(1) * n + text[m.end():]
+    reps = [(len(m.group(0)), int(m.group(2)) if len(m.group(2)) < 8 else _LAYOUT_MAX_CHARS + 1)
+            for m in _REPEAT.finditer(text)]
+    too_long(len(text) + sum(n - k for k, n in reps))
+    return _REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), text)
+
+
+def parse_pipeline_layout(text: str) -> tuple[tuple[int, ...], int]:
+    """(decoder layers per virtual stage, MTP layers) of a --pipeline-model-parallel-layout string, read the way
+    megatron-core's PipelineParallelLayerLayout reads it: 'E' the embedding, 't' a decoder layer, 'm' an MTP
+    layer, 'L' the loss, '|' between virtual stages (stage k is PP rank k % PP, model chunk k // PP), commas
+    cosmetic, 'x*N' and '(...)*N' repeats: 'Et*4|(tttt|)*14tmL' is 16 stages, 4 / 4 x 14 / 1 decoder layers.
+    The embedding must open the first stage and the loss close the last (the model places them there), MTP
+    layers follow every decoder layer; BadInput names what is wrong otherwise."""
+    what = f"pipeline layout {str(text)[:80]!r}"
+    raw = re.sub(r"[\s,]", "", str(text))
+    bad = sorted(set(re.sub(r"[EtmL|()*0-9]", "", raw)))
+    if bad or not raw:
+        raise BadInput(f"{what}: " + (f"unknown letter(s) {', '.join(map(repr, bad))}; " if bad else "empty; ")
+                       + "write 'E' embedding, 't' decoder layer, 'm' MTP layer, 'L' loss, '|' between stages, "
+                       "e.g. 'Et*3|(tt|)*29,m|L'")
+    flat = _unroll(raw, what)
+    if re.search(r"[()*0-9]", flat):
+        raise BadInput(f"{what}: a repeat is not 'x*N' or '(...)*N'; e.g. 'Et*3|(tt|)*29,m|L'")
+    stages = flat.split("|")
+    if len(stages) > MAX_STAGES:
+        raise BadInput(f"{what}: {len(stages):,} stages, more than {MAX_STAGES:,}")
+    if flat.count("E") != 1 or not stages[0].startswith("E"):
+        raise BadInput(f"{what}: the embedding 'E' must appear once, first in the first stage")
+    if flat.count("L") != 1 or not stages[-1].endswith("L"):
+        raise BadInput(f"{what}: the loss 'L' must appear once, last in the last stage")
+    if "m" in flat and "t" in flat[flat.index("m"):]:
+        raise BadInput(f"{what}: MTP layers 'm' come after every decoder layer 't'")
+    return tuple(s.count("t") for s in stages), flat.count("m")
 
 
 def split_config(layer_split: tuple[int, ...], num_layers: int, pp: int, vpp: int) -> dict:
