@@ -233,16 +233,16 @@ def test_cpu_rows_default_small_and_say_so(capsys):
         return json.loads(capsys.readouterr().out)
 
     cpu = est("--gpu", "cpu")
-    assert cpu["workload"] == {"seq_len": 2048, "global_batch": 16, "precision": "bf16"}
+    assert cpu["workload"] == {"seq_len": 2048, "global_batch": 16, "precision": "bf16", "routing": "natural"}
     assert any(n.startswith("--gpu cpu: --seq-len 2048 and --global-batch 16 by default") for n in cpu["notes"])
     given = est("--gpu", "cpu", "--seq-len", "512")
-    assert given["workload"] == {"seq_len": 512, "global_batch": 16, "precision": "bf16"}
+    assert given["workload"] == {"seq_len": 512, "global_batch": 16, "precision": "bf16", "routing": "natural"}
     assert any("--global-batch 16 by default" in n and "--seq-len 2048" not in n for n in given["notes"])
     gpu = est("--gpu", "H100")
-    assert gpu["workload"] == {"seq_len": 8192, "global_batch": 128, "precision": "bf16"} and not gpu.get("notes")
+    assert gpu["workload"] == {"seq_len": 8192, "global_batch": 128, "precision": "bf16", "routing": "natural"} and not gpu.get("notes")
     assert main(["space", "--model", "tiny-moe", "--gpu", "CPU", "--count", "2", "--top", "1", "--json"]) == 0
     space = json.loads(capsys.readouterr().out)
-    assert space["workload"] == {"seq_len": 2048, "global_batch": 16, "precision": "bf16"}
+    assert space["workload"] == {"seq_len": 2048, "global_batch": 16, "precision": "bf16", "routing": "natural"}
     assert space["notes"][0].startswith("--gpu cpu")
 
 
@@ -260,3 +260,29 @@ def test_layer_split_takes_megatrons_pipeline_layout_string(capsys):
     assert "16 stages on PP 8 x VPP 4" in err and "drop VPP from --layout" in err
     err = bad(capsys, *base, "--layout", "TP1 PP8 EP32", "--layer-split", "Et*4|(tttt|)*14tm")
     assert "the loss 'L' must appear once" in err
+
+
+def test_routing_is_a_workload_setting_of_estimate_space_and_search(capsys, tmp_path):
+    """--routing: natural (the seed's load-balancing loss off), aux-loss (on: a less loaded hottest expert rank) and
+    forced (benchmarks' even routing). An EP layout's prediction rises in that order; the JSON states it; a dense
+    model says it changes nothing; search refuses forced routing (no recipe trains with it) before writing anything."""
+    tps = {}
+    for routing in ("natural", "aux-loss", "forced"):
+        rc, out, _ = run(capsys, *QWEN30, "--routing", routing, "--json")
+        assert rc == 0
+        d = json.loads(out)
+        assert d["workload"]["routing"] == routing
+        tps[routing] = d["throughput"]["tokens_per_s_per_gpu"]
+    assert tps["natural"] < tps["aux-loss"] < tps["forced"]
+    rc, out, _ = run(capsys, *QWEN30, "--force-balance", "--json")  # the older spelling of forced
+    assert rc == 0 and json.loads(out)["throughput"]["tokens_per_s_per_gpu"] == tps["forced"]
+    assert "--force-balance is --routing forced, not aux-loss" in bad(capsys, *QWEN30, "--routing", "aux-loss",
+                                                                       "--force-balance")
+    assert "--routing 'even': choose natural, aux-loss, forced" in bad(capsys, *QWEN30, "--routing", "even")
+    rc, out, _ = run(capsys, "space", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "8", "--routing",
+                     "aux-loss", "--top", "1", "--json")
+    assert rc == 0 and any("has no experts, so routing changes nothing" in n for n in json.loads(out)["notes"])
+    runs = tmp_path / "runs"
+    err = bad(capsys, "search", "--model", "Qwen3-30B-A3B", "--gpu", "H100", "--count", "16", "--routing", "forced",
+              "--runs-dir", str(runs))
+    assert "even routing is a benchmark setting" in err and not runs.exists()

@@ -109,7 +109,8 @@ def test_dashboard_json_and_terminal_summary(capsys, sim_study, summary):
     assert main(["dashboard", str(sim_study), "--json"]) == 0
     d = json.loads(capsys.readouterr()[0])
     assert d["study"] == "sim" and d["dispatched"] == 20 and d["backend"] == "simulate"
-    assert d["workload"] == {"seq_len": 8192, "global_batch": 128, "precision": "bf16"}  # the study's own attrs
+    assert d["workload"] == {"seq_len": 8192, "global_batch": 128, "precision": "bf16",  # the study's own attrs
+                             "routing": "natural"}
     ranked = sorted((t for t in d["trials"] if t["rank"]), key=lambda t: t["rank"])
     assert ranked[0]["number"] == summary["best"]["number"]
     peaks = [t["peak_memory_bytes"] for t in ranked]
@@ -119,6 +120,17 @@ def test_dashboard_json_and_terminal_summary(capsys, sim_study, summary):
     out = capsys.readouterr()[0]
     assert "study sim" in out and summary["best"]["layout"] in out and "funnel: enumerated" in out
     assert "Qwen3.5-122B-A10B on 32 x H200 (8,192-token rows, 128 a step, bf16)" in out
+
+
+def test_a_studys_routing_is_stated_with_its_rows(sim_study):
+    """A study searched with --routing aux-loss says so wherever its rows are stated (terminal, HTML, JSON)."""
+    from autotune.report.summary import view_json
+
+    view = load_study(sim_study)
+    assert view.rows_text() == "8,192-token rows, 128 a step, bf16"
+    view.workload = {**view.workload, "load_balancing_loss": True}
+    assert view.rows_text().endswith("bf16, load-balancing loss on")
+    assert view_json(view)["workload"]["routing"] == "aux-loss"
 
 
 def test_dashboard_defaults_to_the_newest_study(capsys, sim_study):

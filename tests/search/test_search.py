@@ -33,7 +33,8 @@ def test_readme_search_finds_a_legal_fitting_layout_at_least_as_fast_as_the_seed
     assert rc == 0
     assert {"study", "runs_dir", "backend", "stop_reason", "best", "trials"} <= set(out)
     assert out["backend"] == "simulate" and out["best"]["status"] == "predicted"
-    assert out["workload"] == {"seq_len": 8192, "global_batch": 128, "precision": "bf16"}  # the seed's rows
+    # the seed's rows and routing
+    assert out["workload"] == {"seq_len": 8192, "global_batch": 128, "precision": "bf16", "routing": "natural"}
     assert out["best"]["tokens_per_s_per_gpu"] >= SEED_BEST
     assert out["reference"]["name"] == "attune-tp1-pp4-ep8-rc2"  # the best published recipe for 32 x H200
     assert out["best"]["vs_reference"] == pytest.approx(out["best"]["tokens_per_s_per_gpu"] / 2451.44)

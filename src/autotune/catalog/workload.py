@@ -17,10 +17,17 @@ from dataclasses import dataclass
 from ..errors import BadInput
 
 __all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT", "FRAMEWORKS", "QUANT_MODULES",
-           "recipe_precision", "precision_of_class", "ROWS_FIELDS", "MAX_ROWS"]
+           "recipe_precision", "precision_of_class", "ROWS_FIELDS", "MAX_ROWS", "routing_of"]
 
-# what `estimate`, `space`, `search` and the dashboard state of a run's rows (Workload.rows())
+# what `estimate`, `space`, `search` and the dashboard state of a run's rows (Workload.rows()), with its routing
 ROWS_FIELDS = ("seq_len", "global_batch", "precision")
+
+
+def routing_of(workload: "Workload | dict") -> str:
+    """How a run's MoE router spreads tokens (the CLI's --routing): natural (the load-balancing loss off, the seed's),
+    aux-loss (the loss on) or forced (--moe-router-force-load-balancing); a stored study's workload dict too."""
+    get = workload.get if isinstance(workload, dict) else lambda k: getattr(workload, k)
+    return "forced" if get("force_balance") else "aux-loss" if get("load_balancing_loss") else "natural"
 MAX_ROWS = 2**24  # the largest sequence length or global batch read from a user or a table
 
 # the training framework whose memory behaviour the cost model applies (cost/_state.py, cost/_sac.py): Megatron-core
@@ -168,8 +175,8 @@ class Workload:
                            + ("use fp8-tensorwise" if gpu.fp8_tflops else "use bf16"))
 
     def rows(self) -> dict:
-        """The rows a run trains on, as the CLI's JSON states them: {seq_len, global_batch, precision}."""
-        return {k: getattr(self, k) for k in ROWS_FIELDS}
+        """The rows a run trains on, as the CLI's JSON states them: {seq_len, global_batch, precision, routing}."""
+        return {**{k: getattr(self, k) for k in ROWS_FIELDS}, "routing": routing_of(self)}
 
     @property
     def attention_span(self) -> int:

@@ -15,8 +15,8 @@ from ..catalog.workload import MAX_ROWS
 from ..errors import BadInput, Unwritable
 from ..layout import Layout, Recompute
 
-__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt", "JsonOpt", "resolve",
-           "rows_defaults",
+__all__ = ["ModelOpt", "GpuOpt", "CountOpt", "PerNodeOpt", "SeqOpt", "BatchOpt", "GradsOpt", "PrecisionOpt",
+           "RoutingOpt", "ROUTINGS", "JsonOpt", "resolve", "rows_defaults",
            "recipe_inputs", "positive_int", "non_negative_int", "finite_positive", "finite_non_negative", "fraction",
            "input_file", "output_dir", "output_file", "regular_target"]
 
@@ -167,6 +167,14 @@ PrecisionOpt = typer.Option("bf16", "--precision", help="bf16, or a Transformer 
                             "fp8-delayed, fp8-tensorwise (per-tensor current scaling), fp8-blockwise, mxfp8 (Blackwell), "
                             "nvfp4 (Blackwell: FP4 linears, attention and the output layer in BF16).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object instead of tables.")
+# how an MoE model's router spreads tokens over the experts during the run (the hottest expert rank's load): the
+# seed's SFT trains with the load-balancing loss off; pretraining usually keeps it on; published MoE benchmarks force
+# an even spread, which replaces the router's choice (a benchmark setting, not a training one)
+ROUTINGS = ("natural", "aux-loss", "forced")
+RoutingOpt = typer.Option("natural", "--routing", help="MoE routing during the run: natural (the load-balancing "
+                          "loss off, as the seed's SFT), aux-loss (Megatron's load-balancing loss on, as pretraining "
+                          "runs it: a less loaded hottest expert rank) or forced (--moe-router-force-load-balancing: "
+                          "even routing, as published MoE benchmarks run; not for training).")
 # software the cluster lacks: each removes what needs it from the space (a missing DeepEP takes HybridEP with it)
 NoDeepEPOpt = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: no flex or hybridep dispatcher.")
 NoHybridEPOpt = typer.Option(False, "--no-hybridep", help="The cluster's DeepEP lacks HybridEP (its hybrid-ep "
@@ -196,22 +204,28 @@ def rows_defaults(gpu: str | None, seq_len: int | None, global_batch: int | None
 
 def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len: int | None,
             global_batch: int | None, grads: str = "fp32", precision: str = "bf16", fp8_param_gather: bool = False,
-            notes: list[str] | None = None, **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
+            notes: list[str] | None = None, routing: str = "natural",
+            **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
     """Model, cluster and workload of a command's options, checked; `notes` (when given) gets a line for any
-    default that depends on the GPU."""
+    default that depends on the GPU, or for a --routing a dense model has nothing to apply to."""
     seq_len, global_batch, note = rows_defaults(gpu, seq_len, global_batch)
     if note and notes is not None:
         notes.append(note)
     if grads not in ("fp32", "bf16"):
         raise BadInput(f"--grads {grads!r}: choose fp32 (the seed) or bf16")
+    if routing not in ROUTINGS:
+        raise BadInput(f"--routing {routing!r}: choose {', '.join(ROUTINGS)}")
     positive_int("--count", count, MAX_GPUS)
     positive_int("--gpus-per-node", gpus_per_node, 1024)  # 0 must not mean "the GPU kind's default"
     positive_int("--seq-len", seq_len, MAX_ROWS)
     positive_int("--global-batch", global_batch, MAX_ROWS)
     m = load_model(model)
     cluster = ClusterSpec.of(gpu, count, gpus_per_node, **cluster_kw)
+    if routing != "natural" and not m.is_moe and notes is not None:
+        notes.append(f"--routing {routing}: {m.name} has no experts, so routing changes nothing")
     workload = Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32", precision=precision,
-                        fp8_param_gather=fp8_param_gather)
+                        fp8_param_gather=fp8_param_gather, load_balancing_loss=m.is_moe and routing == "aux-loss",
+                        force_balance=m.is_moe and routing == "forced")
     workload.check_gpu(cluster.gpu)
     return m, cluster, workload
 

@@ -13,8 +13,8 @@ from ..cost import MEMORY_TERMS, TERM_MEANINGS, evaluate
 from ..errors import BadInput
 from ..layout import LayoutTable, format_args, layout_args, validate
 from ..layout.args import precision_args
-from .common import (BatchOpt, GradsOpt, JsonOpt, PerNodeOpt, PrecisionOpt, SeqOpt, layout_options, recipe_inputs,
-                     resolve)
+from .common import (BatchOpt, GradsOpt, JsonOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, layout_options,
+                     recipe_inputs, resolve)
 from .console import console, print_json
 
 GiB = 1024**3
@@ -58,8 +58,8 @@ def estimate(
                                    "(0: dropless)."),
     act_offload: int = typer.Option(0, "--activation-offload-layers", help="--cpu-offloading-num-layers: layers "
                                     "whose activations wait in host memory (PP 1, no recompute)."),
-    force_balance: bool = typer.Option(False, "--force-balance", help="Forced even routing "
-                                       "(--moe-router-force-load-balancing, as published MoE benchmarks run)."),
+    routing: str = RoutingOpt,
+    force_balance: bool = typer.Option(False, "--force-balance", hidden=True, help="Same as --routing forced."),
     gpus_per_node: int = PerNodeOpt,
     seq_len: int | None = SeqOpt,
     global_batch: int | None = BatchOpt,
@@ -95,8 +95,11 @@ def estimate(
         missing = [f for f, v in (("--model", model), ("--gpu", gpu), ("--count", count), ("--layout", layout)) if v is None]
         if missing:
             raise BadInput(f"missing {', '.join(missing)}: give them, or --recipe PATH (see `autotune estimate --help`)")
+        if force_balance and routing not in ("natural", "forced"):
+            raise BadInput(f"--force-balance is --routing forced, not {routing}; give one of them")
         m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
-                                       precision, fp8_param_gather, notes=notes)
+                                       precision, fp8_param_gather, notes=notes,
+                                       routing="forced" if force_balance else routing)
         lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, workload.seq_len,
                              precision_aware_optimizer=precision_aware, distributed_optimizer=not no_dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload,
@@ -105,7 +108,7 @@ def estimate(
         if tp_overlap and not lay.tp_overlap:  # the layout would drop it without a word (Layout.tp_overlap)
             raise BadInput(f"--tp-comm-overlap needs TP > 1 (it overlaps the sequence-parallel TP collectives with "
                            f"their GEMMs), but the layout has TP {lay.tp}; drop --tp-comm-overlap or use TP 2 or more")
-        workload = replace(workload, force_balance=force_balance and m.is_moe, lora=lora, packed_doc_len=packed_doc_len)
+        workload = replace(workload, lora=lora, packed_doc_len=packed_doc_len)
     if layer_split:
         lay = _split(layer_split, m.num_layers, lay)
     if fsdp:

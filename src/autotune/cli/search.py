@@ -19,7 +19,7 @@ from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
-                     PerNodeOpt, PrecisionOpt, SeqOpt, SpaceOpt, finite_non_negative, finite_positive, fraction,
+                     PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt, finite_non_negative, finite_positive, fraction,
                      input_file, missing_software, non_negative_int, output_dir, positive_int, resolve)
 from .console import console, err_console, print_json, screening
 from .report import render_outcome
@@ -56,6 +56,7 @@ def search(
     global_batch: int | None = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
+    routing: str = RoutingOpt,
     space_file: str = SpaceOpt,
     backend: str = typer.Option("auto", "--backend", help="auto | simulate | local | ray | slime. auto: ray when "
                                 "--ray-address or RAY_ADDRESS is set, else the cost-model simulator."),
@@ -137,8 +138,12 @@ def search(
                            "simulate")
         software = {**local_software(), **software}
         notes.append("--backend local: the trials run on this machine, so the space follows the kernels installed here")
+    if routing == "forced":  # it replaces the router's choice: its trials and recipes would not train the model
+        raise BadInput("--routing forced: even routing is a benchmark setting (it replaces the router's choice, so a "
+                       "recipe would not train the model); search with natural or aux-loss, and compare with "
+                       "published numbers by `autotune estimate` or `autotune space --routing forced`")
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
-                                   notes=notes, **software)
+                                   notes=notes, routing=routing, **software)
     sp = load_space(space_file, m)
     gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
     gates.check(m, cluster)  # a --reference the gates cannot use is refused before any trial is spent

@@ -15,6 +15,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..catalog.workload import routing_of
 from ..errors import BadInput
 from ..trials.spec import Prediction
 from ..words import count
@@ -96,7 +97,9 @@ class StudyView:
         w = self.workload
         if not w.get("seq_len") or not w.get("global_batch"):
             return ""
-        return f"{int(w['seq_len']):,}-token rows, {int(w['global_batch']):,} a step, {w.get('precision') or 'bf16'}"
+        routing = {"aux-loss": ", load-balancing loss on", "forced": ", forced routing"}.get(routing_of(w), "")
+        return (f"{int(w['seq_len']):,}-token rows, {int(w['global_batch']):,} a step, {w.get('precision') or 'bf16'}"
+                + routing)
 
     def ranked(self) -> list[TrialView]:
         """Trials with a result, best first (ties by trial number, so the order is stable)."""
