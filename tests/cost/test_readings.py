@@ -59,7 +59,8 @@ def test_a_rows_pp_layout_sets_its_vp_and_split():
     row = dict(source="Megatron-LM examples/moe_recipes README (dev)", model="DeepSeek-V3", gpu="B200",
                num_gpus="256", seq_len="4096", global_batch="2048", micro_batch="1", tp="1", pp="8", cp="1", vp="",
                ep="32", etp="1", precision="MXFP8", recompute="", tokens_per_s_per_gpu="", tflops_per_gpu="776.7",
-               mfu="", notes="features: DeepEP; EP overlap; force-balanced routing; PP layout Et*4|(tttt|)*14tmL; MTP 1")
+               mfu="", notes="features: DeepEP; EP overlap; force-balanced routing; PP layout Et*4|(tttt|)*14tmL; "
+               "MTP 1")
     m = _represent(row, 1)
     assert not isinstance(m, str), m
     assert m.layout.vpp == 2 and m.layout.layer_split == (4,) * 15 + (1,) and m.layout.ep_overlap
@@ -67,3 +68,20 @@ def test_a_rows_pp_layout_sets_its_vp_and_split():
     assert "do not make PP 4 x VP 2" in _represent({**row, "pp": "4", "vp": "2", "ep": "64"}, 1)
     assert "fine-grained activation offloading" in _represent({**row, "notes": row["notes"] + "; fine-grained "
                                                                "activation offloading"}, 1)
+
+
+def test_a_bare_module_list_is_selective_recompute_and_1f1b_overlap_is_ep_overlap():
+    """The MoE model zoo's tables write recompute as Megatron's modules in short ('norm, act') and EP overlap as
+    '+1f1b overlap'; a word that is no module keeps the row out, naming it."""
+    from autotune.cost._published import map_row
+
+    row = dict(source="Megatron-MoE-ModelZoo", model="Qwen3-235B-A22B", gpu="H100", num_gpus="256", seq_len="4096",
+               global_batch="2048", micro_batch="1", tp="2", pp="8", cp="1", vp="4", ep="32", etp="1",
+               precision="BF16", recompute="norm, act", tokens_per_s_per_gpu="", tflops_per_gpu="276", mfu="",
+               notes="DeepEP; +1f1b overlap")
+    got = map_row(row)
+    assert got["layout"]["recompute"].modules == ("layernorm", "moe_act") and got["layout"]["ep_overlap"]
+    assert map_row({**row, "recompute": "mla_up_proj mlp"})["layout"]["recompute"].modules == ("mla_up_proj", "mlp")
+    assert not map_row({**row, "notes": "DeepEP"})["layout"].get("ep_overlap")
+    assert map_row({**row, "recompute": "norm, banana"}) == ("recompute 'norm, banana' is not a Megatron setting we "
+                                                              "can map")

@@ -143,7 +143,7 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         # the Megatron-LM README's weak-scaling rows: "TP/DP/PP comm overlap on" (--tp-comm-overlap, TE userbuffers)
         out["layout"]["tp_comm_overlap"] = True
         out["read"].append("TP communication overlap (the source: TP comm overlap on)")
-    if moe and re.search(r"EP overlap|a2a.overlap|overlap-moe-expert-parallel-comm", text, re.I):
+    if moe and re.search(r"EP overlap|a2a.overlap|1f1b overlap|overlap-moe-expert-parallel-comm", text, re.I):
         out["layout"]["ep_overlap"] = True
     if moe and re.search(r"tokendrop|token drop", text, re.I):
         out["layout"]["moe_capacity_factor"] = 1.0

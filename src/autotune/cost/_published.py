@@ -178,7 +178,9 @@ def _recompute_of(text: str) -> str | None:
     return None
 
 
-_MODULE_NAMES = {"up_proj": "mla_up_proj"}  # the sources' short names for Megatron's recompute modules
+# the sources' short names for Megatron's recompute modules (the MoE model zoo's tables write "norm, act")
+_MODULE_NAMES = {"up_proj": "mla_up_proj", "mla_up": "mla_up_proj", "norm": "layernorm", "act": "moe_act",
+                 "shared_expert": "shared_experts", "attn": "core_attn", "core_attention": "core_attn"}
 # (source prefix, catalog model, GPU kinds) -> recompute the source's recipe sets where the row is blank.
 # Megatron-Bridge's gpt-oss-120b BF16 perf presets for B200 and H100 set recompute_modules=["layernorm",
 # "moe_act"] (selective) in every release behind the containers in the table (v0.2.0 to v0.4.2:
@@ -340,6 +342,13 @@ def _pipeline_layout(notes: str, pp: int, vp: int | None) -> dict | str:
     return {"vpp": vpp, "layer_split": stages}
 
 
+def _modules(text: str) -> list[str]:
+    """Megatron's recompute module names of a list written with commas, spaces, '/' or '+' ('norm, act' ->
+    layernorm, moe_act), in order, once each."""
+    words = [w for w in re.split(r"[\s,/+]+", text.strip()) if w]
+    return list(dict.fromkeys(_MODULE_NAMES.get(w, w) for w in words))
+
+
 def map_row(row: dict) -> dict | str:
     name, why = catalog_name(row.get("model", ""))
     if name is None:
@@ -376,10 +385,12 @@ def map_row(row: dict) -> dict | str:
     rc = _recompute_of(rc_text)
     mods = re.match(r"selective\s*(?::|\()\s*([^)]+)\)?$", rc_text)
     if rc is None and mods:  # "selective: mlp, up_proj" / "selective (mlp, up_proj)" names Megatron's modules
-        names = [_MODULE_NAMES.get(x.strip(), x.strip()) for x in mods.group(1).split(",")]
+        names = _modules(mods.group(1))
         if not set(names) <= set(SELECTIVE_MODULES):
             return f"recompute {row.get('recompute')!r} names modules Megatron does not have"
         rc = "selective:" + ",".join(names)
+    elif rc is None and rc_text and set(_modules(rc_text)) <= set(SELECTIVE_MODULES):
+        rc = "selective:" + ",".join(_modules(rc_text))  # a bare module list ("norm, act"): selective recompute
     if rc is None:
         return f"recompute {row.get('recompute')!r} is not a Megatron setting we can map"
     recompute = Recompute("full", "uniform", 1) if rc == "full" else Recompute.parse(rc)
