@@ -2,7 +2,8 @@
 
 Each layout (tiny-moe on CPU ranks over gloo, megatron-core, through the local backend) runs the seed's
 full 20 steps with 5 warm-up steps, and its tokens/s/GPU over steps 5..19 is the reference. The steady
-rule (the mean step time known to +-1% with 95% confidence, after at least 3 scored steps) is then
+rule (the mean step time within +-1% of the full trial's with 95% confidence, after at least 3 scored steps;
+--reference mean: of the true mean) is then
 replayed on the recorded step times (the same run, so only the rule differs): the step it stops at, its
 window and its tokens/s/GPU against the reference. With --live, each layout also runs once more with the
 rule switched on (a second run: run-to-run noise included). Prints one row per layout and the means
@@ -11,7 +12,7 @@ looser accuracies, then the rule replayed on `--synthetic` sequences whose score
 page's measured step-time CV (0.57% on 32 H200): what a steady GPU trial would cost.
 
     python bench/trial_length.py [--live] [--layouts tp1,ep2,...] [--accuracy 1.0] [--window 3]
-        [--synthetic 2000] [--skip-cpu]
+        [--synthetic 2000] [--skip-cpu] [--reference window|mean]
 """
 
 from __future__ import annotations
@@ -68,17 +69,22 @@ def main(argv=None) -> int:
     ap.add_argument("--accuracy", type=float, default=EarlyStop().accuracy_percent,
                     help="the rule's 95%% half-width of the mean step time, percent")
     ap.add_argument("--window", type=int, default=EarlyStop().window, help="scored steps before it may fire")
+    ap.add_argument("--reference", choices=("window", "mean"), default=EarlyStop().reference,
+                    help="window: the full trial's mean step time (the default rule); mean: the true mean")
     ap.add_argument("--live", action="store_true", help="also run each layout with early stop on")
     ap.add_argument("--synthetic", type=int, default=2000, help="synthetic steady sequences to replay (0: none)")
     ap.add_argument("--skip-cpu", action="store_true", help="only the synthetic replay")
+    ap.add_argument("--synthetic-cv", type=float, nargs="+", default=[SEED_CV],
+                    help="scored-step CVs (percent) of the synthetic sequences (default: the seed page's)")
     args = ap.parse_args(argv)
-    rule = EarlyStop(accuracy_percent=args.accuracy, window=args.window)
-    print(f"rule: mean step time known to +-{args.accuracy:g}% (95%) after >= {args.window} scored steps, "
+    rule = EarlyStop(accuracy_percent=args.accuracy, window=args.window, reference=args.reference)
+    of = f"of the full {STEPS}-step trial's" if rule.reference == "window" else "of the true mean"
+    print(f"rule: mean step time within +-{args.accuracy:g}% {of} (95%) after >= {args.window} scored steps, "
           f"{WARMUP} warm-up; cap {STEPS} steps")
     if not args.skip_cpu:
         cpu_trials(args, rule)
-    if args.synthetic:
-        synthetic(rule, args.synthetic)
+    for cv in args.synthetic_cv if args.synthetic else ():
+        synthetic(rule, args.synthetic, cv)
     return 0
 
 
@@ -107,34 +113,39 @@ def cpu_trials(args, rule: EarlyStop) -> None:
     print(f"mean steps per trial {statistics.fmean(used):.1f} (cap {STEPS}); tokens/s vs the 20-step window: "
           f"mean |diff| {100 * statistics.fmean(abs(d) for d in diffs):.2f}%, "
           f"worst {100 * max(abs(d) for d in diffs):.2f}%")
-    print("\nthe same runs replayed at other accuracies (what a looser rule would have cost):")
-    print(f"{'+-':>7s} {'mean steps':>10s} {'mean |diff|':>11s} {'worst':>7s}")
+    print("\nthe same runs replayed at other accuracies, against the full trial's mean (window) and the true mean "
+          "(mean):")
+    print(f"{'+-':>7s} {'reference':>9s} {'mean steps':>10s} {'mean |diff|':>11s} {'worst':>7s}")
     for acc in (1.0, 2.0, 5.0, 10.0, 20.0, 50.0):
-        n, d = [], []
-        for world, steps, ref in runs:
-            lo, hi = stop_of([x.time_s for x in steps], EarlyStop(accuracy_percent=acc, window=args.window))
-            n.append(hi + 1)
-            d.append(abs(tps(steps, lo, hi, world) / ref - 1))
-        print(f"{acc:6g}% {statistics.fmean(n):10.1f} {100 * statistics.fmean(d):10.2f}% {100 * max(d):6.2f}%")
+        for ref_kind in ("window", "mean"):
+            n, d = [], []
+            for world, steps, ref in runs:
+                lo, hi = stop_of([x.time_s for x in steps],
+                                 rule.model_copy(update={"accuracy_percent": acc, "reference": ref_kind}))
+                n.append(hi + 1)
+                d.append(abs(tps(steps, lo, hi, world) / ref - 1))
+            print(f"{acc:6g}% {ref_kind:>9s} {statistics.fmean(n):10.1f} {100 * statistics.fmean(d):10.2f}% "
+                  f"{100 * max(d):6.2f}%")
 
 
 SEED_CV = 0.57  # percent: the seed page's measured step-time CV (TP1 PP4 EP8 DP8 on 32 H200, steps 5..19)
 
 
-def synthetic(rule: EarlyStop, n: int) -> None:
+def synthetic(rule: EarlyStop, n: int, cv: float = SEED_CV) -> None:
     """The rule replayed on sequences like a steady GPU trial's: warm-up steps slower (allocator, NCCL and
     kernel autotuning), scored steps normal around one mean with the seed's CV. Not a measurement: what the
     rule would cost where steps are as steady as the seed page measured them."""
     rng = random.Random(0)
     used, diffs = [], []
     for _ in range(n):
-        times = [3.0, 1.5, 1.1, 1.02, 1.01] + [rng.gauss(1.0, SEED_CV / 100) for _ in range(STEPS - WARMUP)]
+        times = [3.0, 1.5, 1.1, 1.02, 1.01] + [rng.gauss(1.0, cv / 100) for _ in range(STEPS - WARMUP)]
         lo, hi = stop_of(times, rule)
         ref = statistics.fmean(times[WARMUP:])
         used.append(hi + 1)
         diffs.append(statistics.fmean(times[lo:hi + 1]) / ref - 1)  # tokens/s is the inverse: same |diff| to first order
     within = sum(abs(d) <= 0.01 for d in diffs) / n
-    print(f"\nsynthetic steady trials ({n}, scored-step CV {SEED_CV}% as measured on the seed page): mean steps "
+    what = "as measured on the seed page" if cv == SEED_CV else "given"
+    print(f"\nsynthetic steady trials ({n}, scored-step CV {cv:g}% {what}): mean steps "
           f"{statistics.fmean(used):.1f} (cap {STEPS}); vs the 20-step window mean |diff| "
           f"{100 * statistics.fmean(abs(d) for d in diffs):.2f}%, worst {100 * max(abs(d) for d in diffs):.2f}%, "
           f"within 1%: {within:.1%}")
@@ -143,7 +154,8 @@ def synthetic(rule: EarlyStop, n: int) -> None:
 def stop_of(times: list[float], rule: EarlyStop) -> tuple[int, int]:
     """The window the steady rule would have scored, replayed step by step (the full window if never)."""
     for k in range(WARMUP + 1, STEPS):
-        win = steady_window(times[: k + 1], WARMUP, rule.window, rule.accuracy_percent)
+        win = steady_window(times[: k + 1], WARMUP, rule.window, rule.accuracy_percent,
+                            STEPS if rule.reference == "window" else None)
         if win:
             return win
     return WARMUP, STEPS - 1

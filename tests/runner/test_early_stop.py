@@ -32,6 +32,22 @@ def test_steady_once_the_mean_step_time_is_known_to_the_stated_accuracy():
     assert mean_half_width_percent([1.0]) == float("inf")
 
 
+def test_against_the_full_trials_window_only_the_steps_not_yet_run_can_move_the_mean():
+    """With the step cap given, the interval is of the difference from the mean over every scored step the full
+    trial would run (finite-population correction sqrt(1 - n / N)): at n = N it is 0, and a sequence the true-mean
+    rule keeps running (four steps: 1.30% > 1%) stops when 4 of 6 scored steps are in (1.30 x sqrt(1/3) = 0.75%)."""
+    warm = [5.0, 2.0, 1.2]
+    steady = [1.00, 1.01, 0.99, 1.00]
+    assert steady_window(warm + steady, 3, 3, 1.0) is None  # the true mean: 1.30%
+    assert mean_half_width_percent(steady, total=6) == pytest.approx(mean_half_width_percent(steady) / 3**0.5)
+    assert steady_window(warm + steady, 3, 3, 1.0, cap=9) == (3, 6)  # 6 scored steps in a 9-step trial
+    assert steady_window(warm + steady, 3, 3, 1.0, cap=40) is None  # 37 to come: close to the true-mean rule
+    assert mean_half_width_percent(steady, total=4) == 0.0  # every step of the window is in
+    assert EarlyStop().reference == "window" and EarlyStop(reference="mean").reference == "mean"
+    with pytest.raises(ValidationError):
+        EarlyStop(reference="median")
+
+
 def test_losing_only_when_even_the_optimistic_bound_is_below_the_incumbent():
     tokens, count = 1000, 1
     slow = [10.0, 2.0, 2.0, 2.02, 1.98]  # 500 tokens/s/GPU after warm-up

@@ -6,9 +6,15 @@ few small collectives put the global lm loss, the slowest rank's step time and e
 on all ranks, so that every rank sees a NaN at the same step and rank 0 can write the StepRecord.
 
 With spec.early_stop set, a trial ends before its step cap (spec.steps) when (steady_window) the mean
-step time over every scored step so far is known to +-accuracy_percent (default 1%) with 95% confidence:
-the Student-t interval t(0.975, n-1) x CV / sqrt(n) after at least `window` (3) scored steps. A steady
-GPU step (the seed's CV of 0.57%) stops after 4 scored steps; a noisy one runs to the cap, as it must.
+step time over every scored step so far is known, with 95% confidence, to within +-accuracy_percent (default
+1%) of the mean the full trial would score (steps warmup..cap-1, N of them): the Student-t interval
+t(0.975, n-1) x CV / sqrt(n) x sqrt(1 - n / N) after at least `window` (3) scored steps. The last factor is the
+finite-population correction: the n steps seen are part of the N the full trial would average, so only the
+N - n steps not yet run can still move it (the early mean's difference from the full one has variance
+CV^2 (1/n - 1/N)). With `reference="mean"` the factor is 1: the mean step time itself (the true one, not the
+full trial's estimate) known to +-accuracy_percent, which takes (t CV / accuracy)^2 steps whatever the cap. A
+steady GPU step (the seed's CV of 0.57%) stops after 4 scored steps either way; at a 1.8% CV (this machine's
+steadiest CPU trials) the window rule stops after 8 scored steps of 15, the mean rule runs to the cap.
 Or it ends when (clearly_losing) its scored steps so far put it below the incumbent with probability
 `confidence`. Both read the slowest rank's step time, which every rank holds
 after the all-reduce, so every rank stops at the same step.
@@ -48,23 +54,28 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.045, 2.042)
 
 
-def mean_half_width_percent(times: list[float]) -> float:
-    """Half the 95% confidence interval of the mean of `times`, in percent of that mean (inf below 2)."""
+def mean_half_width_percent(times: list[float], total: int | None = None) -> float:
+    """Half the 95% confidence interval of the mean of `times`, in percent of that mean (inf below 2); with
+    `total` (the steps the full mean will average, these among them), of the difference from that full mean."""
     n = len(times)
     mean = statistics.fmean(times) if n else 0.0
     if n < 2 or mean <= 0:
         return float("inf")
     t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-    return t * statistics.stdev(times) / math.sqrt(n) / mean * 100
+    left = math.sqrt(max(0.0, 1.0 - n / total)) if total else 1.0
+    return t * statistics.stdev(times) / math.sqrt(n) * left / mean * 100
 
 
-def steady_window(times: list[float], warmup: int, window: int, accuracy_percent: float) -> tuple[int, int] | None:
+def steady_window(times: list[float], warmup: int, window: int, accuracy_percent: float,
+                  cap: int | None = None) -> tuple[int, int] | None:
     """(warmup, last) when at least `window` steps are scored (after `warmup`) and their mean step time is
-    known to +-accuracy_percent (95%); else None. `times[i]` is step i's time."""
+    known to +-accuracy_percent (95%): of the mean over steps warmup..cap-1 when `cap` is given, else of the
+    true mean; else None. `times[i]` is step i's time."""
     scored = times[warmup:]
     if len(scored) < max(window, 2):
         return None
-    return (warmup, len(times) - 1) if mean_half_width_percent(scored) <= accuracy_percent else None
+    total = cap - warmup if cap and cap > warmup else None
+    return (warmup, len(times) - 1) if mean_half_width_percent(scored, total) <= accuracy_percent else None
 
 
 def clearly_losing(times: list[float], warmup: int, tokens_per_step: int, count: int, incumbent: float,
@@ -87,10 +98,12 @@ def early_stop_reason(plan: TrialPlan, times: list[float]) -> tuple[str, tuple[i
     if rule is None or len(times) >= plan.spec.steps:
         return None
     warm = plan.spec.warmup_steps
-    win = steady_window(times, warm, rule.window, rule.accuracy_percent)
+    cap = plan.spec.steps if rule.reference == "window" else None
+    win = steady_window(times, warm, rule.window, rule.accuracy_percent, cap)
     if win is not None:
-        return (f"steady: mean step time known to +-{mean_half_width_percent(times[warm:]):.2f}% (95%; rule "
-                f"{rule.accuracy_percent:g}%) over steps {win[0]}..{win[1]}, "
+        of = f"the {plan.spec.steps}-step trial's" if cap else "the true"
+        return (f"steady: mean step time within +-{mean_half_width_percent(times[warm:], cap and cap - warm):.2f}% "
+                f"of {of} (95%; rule {rule.accuracy_percent:g}%) over steps {win[0]}..{win[1]}, "
                 f"stopped at {len(times)} of {plan.spec.steps} steps"), win
     if rule.incumbent_tokens_per_s_per_gpu:
         best = clearly_losing(times, warm, plan.tokens_per_step, plan.spec.count, rule.incumbent_tokens_per_s_per_gpu,

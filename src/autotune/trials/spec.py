@@ -57,12 +57,15 @@ class DataSpec(_Strict):
 
 class EarlyStop(_Strict):
     """When a trial may end before `steps` (runner/loop.py: steady_window, clearly_losing). `steps` stays the
-    cap. Steady: after at least `window` scored steps, the 95% confidence interval of the mean step time over
-    every scored step so far is within +-accuracy_percent of that mean (Student t: t x CV / sqrt(n)), so the
-    trial's tokens/s is known to that accuracy. Losing: after min_steps scored steps, the trial beats
-    incumbent_tokens_per_s_per_gpu with probability below 1 - confidence."""
+    cap. Steady: after at least `window` scored steps, the mean step time over every scored step so far is,
+    with 95% confidence, within +-accuracy_percent of the mean the full trial would score (reference "window":
+    Student t x CV / sqrt(n) x sqrt(1 - n / N), N the full trial's scored steps), or of the true mean
+    (reference "mean": no finite-population factor), so the trial's tokens/s is known to that accuracy. Losing:
+    after min_steps scored steps, the trial beats incumbent_tokens_per_s_per_gpu with probability below
+    1 - confidence."""
 
     accuracy_percent: float = Field(default=1.0, gt=0, le=100)
+    reference: Literal["window", "mean"] = "window"
     window: int = Field(default=3, ge=2, le=10_000)  # scored steps before the steady rule may fire
     min_steps: int = Field(default=3, ge=2)  # scored steps before the losing rule may fire
     incumbent_tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
