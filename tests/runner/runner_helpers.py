@@ -23,10 +23,18 @@ def cpu_spec(layout: Layout, number: int = 0, model: str = "tiny-moe", seed: int
 
 
 def run_local(spec: TrialSpec, trial_dir: Path) -> TrialResult:
+    """Run the trial; once more (in a fresh directory, the failed one kept beside it) if a rank died of a signal in
+    native code: gloo's own runloop thread has segfaulted in libc on this machine (once in some hundreds of CPU
+    trials, torch 2.13), which says nothing about the layout under test. Any other failure is returned as it is."""
     from autotune.trials.backends.local import LocalBackend
 
     backend = LocalBackend(grace_s=5.0)
-    return backend.wait(backend.submit(spec, trial_dir))
+    res = backend.wait(backend.submit(spec, trial_dir))
+    if res.status == "crash" and "in native code" in (res.reason or ""):
+        trial_dir.rename(trial_dir.with_name(trial_dir.name + "-native-crash"))
+        trial_dir.mkdir()
+        res = backend.wait(backend.submit(spec, trial_dir))
+    return res
 
 
 def losses(result: TrialResult) -> list[float]:

@@ -241,3 +241,26 @@ def test_host_memory_check_uses_the_prediction_and_passes_when_it_fits(make_spec
     msg = host_memory_refusal(make_spec(9), available=2**20)
     predicted = float(re.search(r"x \(([\d.]+) GiB predicted", msg).group(1))
     assert 0 < predicted < 3  # tiny-moe's peak per rank, from the memory model (not the 3 GiB above)
+
+
+def test_a_rank_that_died_of_a_native_crash_is_blamed_not_its_peers_lost_connection(make_spec, tmp_trial):
+    """Rank 0 died of SIGSEGV without a word (gloo's runloop crashed in libc once on this machine); rank 1 then
+    reported the lost connection. The crash is the root cause; the peer's communication error is its echo. A rank
+    killed from outside stays infra, and a communication error with no rank dead stays nccl."""
+    import signal
+
+    from autotune.trials.backends._ray_trial import Trial
+    from autotune.trials.failure import marker
+
+    trial = Trial(make_spec(7), tmp_trial, submitted=0.0)
+    (tmp_trial / "logs").mkdir()
+    trial.log_path(0).write_text("step 3: 0.097 s, lm loss 6.1522\n")
+    trial.log_path(1).write_text(marker("nccl", 1, "RuntimeError: [gloo] Connection closed by peer") + "\n")
+    trial.returncodes = [-signal.SIGSEGV, 1]
+    status, reason, _ = trial.outcome()
+    assert status == "crash" and reason.startswith("rank 0 died of SIGSEGV in native code")
+    assert "Connection closed by peer" in reason
+    trial.returncodes = [-signal.SIGKILL, 1]
+    assert trial.outcome()[0] == "infra"
+    trial.returncodes = [0, 1]
+    assert trial.outcome()[0] == "nccl"

@@ -139,7 +139,7 @@ class Trial:
         runner = self._runner_result()
         if runner is not None and (runner.status != "ok" or all(rc == 0 for rc in own.values())):
             return runner.status, runner.reason, runner
-        from ..failure import classify
+        from ..failure import classify, signal_name
 
         status, reason = classify(list(own.values()), self.log_text())
         # A rank killed from outside is the root cause; its peers' communication errors are echoes.
@@ -152,6 +152,11 @@ class Trial:
                 status, reason = "oom", f"rank {r} killed by {name}: the kernel's OOM killer (host memory)"
             else:
                 status, reason = "infra", f"rank {r} killed by {name} from outside, not by an OOM: a lost worker"
+        died = sorted(r for r, rc in own.items() if rc < 0 and -rc not in _OUTSIDE_SIGNALS)
+        if died and status == "nccl":  # a rank crashed in native code (no marker of its own): its peers' errors echo it
+            r = died[0]
+            status, reason = "crash", (f"rank {r} died of {signal_name(own[r])} in native code (its peers then lost "
+                                       f"their connection: {reason})")
         if status == "ok":
             status, reason = "crash", "every rank exited 0 but rank 0 wrote no trial_result.json"
         base = TrialResult(study=self.spec.study, number=self.spec.number, status=status, reason=reason,
