@@ -443,3 +443,16 @@ def test_a_rationale_that_copies_the_prompts_example_is_not_shown_as_one(world):
                             {"candidate": "c1", "rationale": "EP inside the node"}]}
     got = check_answer(ctx, json.dumps(answer), listed=listed).valid
     assert got == [(listed[0], "no rationale given (it copied the prompt's example)"), (listed[1], "EP inside the node")]
+
+
+def test_the_prompt_states_the_moe_routing_the_search_plans_for(world):
+    """The routing moves the hottest expert rank's load, so which EP wins: the planner is told which one it is."""
+    from dataclasses import replace
+
+    from autotune.search.planners._llm_prompt import messages
+
+    ctx = fresh(world)
+    listed = [int(i) for i in np.argsort(-ctx.predicted)[:3]]
+    assert "bf16, sft, MoE routing natural (--routing)" in messages(ctx, 2, listed, [])[1]["content"]
+    ctx.workload = replace(ctx.workload, load_balancing_loss=True)
+    assert "MoE routing aux-loss (--routing)" in messages(ctx, 2, listed, [])[1]["content"]

@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from ...catalog.workload import routing_of
 from ...layout.dimensions import PARAM_NAMES, layout_params
 from ...trials.spec import Prediction
 from ._llm_check import RATIONALE_EXAMPLE
@@ -79,7 +80,8 @@ def messages(ctx: PlanContext, k: int, listed: list[int], hints: list[str],
         model=f"{m.name}: {m.describe()}",
         cluster=f"{c.count} x {c.gpu.name}, {c.gpus_per_node} per node ({c.nodes} nodes), "
                 f"DeepEP {'yes' if c.has_deepep else 'no'}, HybridEP {'yes' if c.has_hybridep else 'no'}, Transformer Engine {'yes' if c.has_te else 'no'}",
-        workload=f"{w.seq_len}-token rows, global batch {w.global_batch}, {w.precision}, {w.task}",
+        workload=f"{w.seq_len}-token rows, global batch {w.global_batch}, {w.precision}, {w.task}"
+                 + (f", MoE routing {routing_of(w)} (--routing)" if m.is_moe else ""),
         funnel=", ".join(f"{s} {n:,}" for s, n in ctx.funnel) or "not given",
         candidates="\n".join(_candidate_line(ctx, j, i, predict) for j, i in enumerate(listed)) or "none left",
         trials=_trial_lines(ctx),
