@@ -59,7 +59,8 @@ REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "global_batch", "micr
 # normalised source name (lower case, runs of ' _-' as one space) -> catalog name
 _NAMES = [
     # 'Llama 3.1' also as 'llama3_1' (the point spelt as a separator, as NeMo's config names write it)
-    (r"^llama ?3(\.1| 1)?( style)? ?70b", "Llama-3.1-70B"),
+    # Llama 3.3 70B is Llama 3.1 70B's network trained further (the same config.json: 80 layers, hidden 8,192)
+    (r"^llama ?3(\.[13]| [13])?( style)? ?70b", "Llama-3.1-70B"),
     (r"^llama ?3(\.1| 1)? ?405b", "Llama-3.1-405B"),
     (r"^llama ?3(\.1| 1)? ?8b", "Llama-3.1-8B"),
     # KempnerForge's "Llama-3-style 7B (8.03B)": 8.03B is Llama 3 8B's count (8,030,261,248), read as that model
@@ -67,7 +68,8 @@ _NAMES = [
     (r"^llama ?2 ?7b", "Llama-2-7b-hf"),
     (r"^llama ?2 ?13b", "Llama-2-13b-hf"),
     (r"^llama ?2 ?70b", "Llama-2-70b-hf"),
-    (r"^deepseek ?v3", "DeepSeek-V3"),
+    # V3.1 and V3-0324 are V3's network; V3.2 adds a sparse-attention indexer (DSA) the catalog's V3 lacks
+    (r"^deepseek ?v3(?! ?\.? ?2)", "DeepSeek-V3"),
     # DeepSeek-R1 is DeepSeek-V3's network trained further: the same config.json (DeepseekV3ForCausalLM, 61 layers,
     # hidden 7,168, 256 routed experts). Its "Distill" models are Qwen and Llama dense models: not read as V3
     (r"^deepseek ?r1(?! ?distill)(?!.*distill)", "DeepSeek-V3"),
