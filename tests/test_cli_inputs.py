@@ -274,6 +274,10 @@ def test_routing_is_a_workload_setting_of_estimate_space_and_search(capsys, tmp_
         assert d["workload"]["routing"] == routing
         tps[routing] = d["throughput"]["tokens_per_s_per_gpu"]
     assert tps["natural"] < tps["aux-loss"] < tps["forced"]
+    rc, out, _ = run(capsys, *QWEN30, "--routing", "aux-loss")
+    assert rc == 0 and "routing: the load-balancing loss on" in out  # said above the tables
+    rc, out, _ = run(capsys, *QWEN30)
+    assert rc == 0 and "routing:" not in out  # the seed's natural routing goes without saying
     rc, out, _ = run(capsys, *QWEN30, "--force-balance", "--json")  # the older spelling of forced
     assert rc == 0 and json.loads(out)["throughput"]["tokens_per_s_per_gpu"] == tps["forced"]
     assert "--force-balance is --routing forced, not aux-loss" in bad(capsys, *QWEN30, "--routing", "aux-loss",

@@ -213,6 +213,13 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
     }
 
 
+# what a --routing other than the seed's natural one changes, said above the tables (estimate, space)
+ROUTING_LINES = {"aux-loss": "routing: the load-balancing loss on (the hottest expert rank carries less than the "
+                             "seed's natural routing puts on it)",
+                 "forced": "routing: forced even (--moe-router-force-load-balancing, as published MoE benchmarks "
+                           "run: no expert rank carries more than its share; not a training setting)"}
+
+
 def render(out: dict) -> None:
     mem, thr = out["memory"], out["throughput"]
     console.print(f"[bold]{escape(out['model'])}[/] on {out['count']} x {out['gpu']}: [bold]{out['layout']}[/]  ({out['summary']})")
@@ -220,6 +227,9 @@ def render(out: dict) -> None:
         console.print("LoRA fine-tuning: base weights frozen (no weight gradients, gradients or optimizer state for them)")
     if out.get("packed_doc_len"):
         console.print(f"packed rows: attention within documents of ~{out['packed_doc_len']:,} tokens")
+    routing = (out.get("workload") or {}).get("routing", "natural")
+    if routing != "natural":
+        console.print(ROUTING_LINES[routing])
     for note in out.get("notes", ()):
         console.print(f"note: {note}", markup=False)
     t = Table(title="memory per GPU by pipeline stage (GiB)")

@@ -13,7 +13,7 @@ from ..space import explore, load_space, nothing_survives
 from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
                      PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt, missing_software, resolve)
 from .console import console, print_json, screening
-from .estimate import report
+from .estimate import ROUTING_LINES, report
 
 GiB = 1024**3
 
@@ -68,6 +68,9 @@ def space(
     prec = "" if workload.precision == "bf16" else f" in {workload.precision}"
     console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on "
                   f"{cluster.count} x {cluster.gpu.name}{prec}")
+    routing = workload.rows()["routing"]
+    if routing != "natural":
+        console.print(ROUTING_LINES[routing])
     f = Table(title="pruning funnel")
     f.add_column("stage")
     f.add_column("layouts", justify="right")
