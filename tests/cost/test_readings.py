@@ -68,6 +68,12 @@ def test_a_rows_pp_layout_sets_its_vp_and_split():
     assert "do not make PP 4 x VP 2" in _represent({**row, "pp": "4", "vp": "2", "ep": "64"}, 1)
     assert "fine-grained activation offloading" in _represent({**row, "notes": row["notes"] + "; fine-grained "
                                                                "activation offloading"}, 1)
+    from autotune.cost._published import _pipeline_layout
+
+    for spelt in ('--pipeline-model-parallel-layout "Et*4|(tttt|)*14tmL"', "pipeline layout: Et*4|(tttt|)*14tmL;"):
+        assert _pipeline_layout(spelt, 8, None)["vpp"] == 2
+    assert _pipeline_layout("PP layout (see the page)", 8, None) == {}  # prose: the split is Megatron's usual one
+    assert "the loss 'L' must appear once" in _pipeline_layout("PP layout Et*4|(tttt|)*14tm", 8, None)
 
 
 def test_a_bare_module_list_is_selective_recompute_and_1f1b_overlap_is_ep_overlap():

@@ -330,16 +330,17 @@ def _out_of_range(row: dict, count: int, seq: int, gb: int, tp: int, pp: int, ep
 def _pipeline_layout(notes: str, pp: int, vp: int | None) -> dict | str:
     """{"vpp", "layer_split"} of a row whose notes give Megatron's --pipeline-model-parallel-layout ('PP layout
     Et*4|(tttt|)*14tmL': 16 virtual stages, so VP 4 on PP 4), {} when they give none, or the reason to skip it."""
-    m = re.search(r"\bPP layout\s+([EtmL|()*\d,]+)", notes)
-    if m is None:
+    m = re.search(r"(?:\bPP|\bpipeline(?:[ -]model[ -]parallel)?)[ -]layout[\s:=]*[\"']?([^\s;\"']+)", notes, re.I)
+    text = m.group(1).rstrip(",.") if m else ""
+    if not re.fullmatch(r"[EtmL|()*\d,]*E[EtmL|()*\d,]*", text):  # prose ("PP layout (see the page)"), not a string
         return {}
     try:
-        stages, _ = parse_pipeline_layout(m.group(1).rstrip(","))
+        stages, _ = parse_pipeline_layout(text)
     except BadInput as exc:
         return str(exc)
     vpp, left = divmod(len(stages), pp)
     if left or (vp and vp > 1 and vp != vpp):
-        return (f"PP layout {m.group(1)!r}: {len(stages)} virtual stages do not make PP {pp}"
+        return (f"PP layout {text!r}: {len(stages)} virtual stages do not make PP {pp}"
                 + (f" x VP {vp}" if vp and vp > 1 else ""))
     return {"vpp": vpp, "layer_split": stages}
 
