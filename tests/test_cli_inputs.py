@@ -290,3 +290,7 @@ def test_routing_is_a_workload_setting_of_estimate_space_and_search(capsys, tmp_
     err = bad(capsys, "search", "--model", "Qwen3-30B-A3B", "--gpu", "H100", "--count", "16", "--routing", "forced",
               "--runs-dir", str(runs))
     assert "even routing is a benchmark setting" in err and not runs.exists()
+    seed = str(RECIPES / "qwen3.5-122b-a10b/h200/attune-tp1-pp4-ep8-rc2.yaml")  # trains with the loss off
+    err = bad(capsys, "search", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--routing",
+              "aux-loss", "--reference", seed, "--runs-dir", str(runs))
+    assert "trains with the load-balancing loss off, the search with it on" in err and not runs.exists()

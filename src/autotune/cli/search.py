@@ -146,7 +146,7 @@ def search(
                                    notes=notes, routing=routing, **software)
     sp = load_space(space_file, m)
     gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
-    gates.check(m, cluster)  # a --reference the gates cannot use is refused before any trial is spent
+    gates.check(m, cluster, workload)  # a --reference the gates cannot use is refused before any trial is spent
     runs = Path(runs_dir)
     prefix = f"{_slug(m.name)}-{_slug(cluster.gpu.name)}x{cluster.count}"
     if study is None:

@@ -50,13 +50,14 @@ class RecipeGates(GatesStage):
         self.reference_recipe = reference_recipe
         self.profile = profile  # None: fp32 thresholds on CPU (deterministic), Bridge's on GPUs
 
-    def check(self, model, cluster) -> None:
+    def check(self, model, cluster, workload=None) -> None:
         """Refuse a --reference the gates could not use, before any trial is spent: a recipe that does not
-        parse, or one for another model or GPU count."""
+        parse, one for another model or GPU count, or (an MoE model) one whose load-balancing loss is not the
+        search's --routing: the loss the convergence and numerics gates compare would differ by that term."""
         if not self.reference_recipe:
             return
         from ..errors import BadInput
-        from ..recipes.convert import layout_of
+        from ..recipes.convert import layout_of, load_balancing_of
         from ..recipes.io import load_recipe
 
         recipe = load_recipe(self.reference_recipe)  # a broken file is a one-line ConfigError here
@@ -68,6 +69,12 @@ class RecipeGates(GatesStage):
         if lay.world != cluster.count:
             raise BadInput(f"--reference {self.reference_recipe}: its layout is for {lay.world} GPUs, the search "
                            f"for {cluster.count}; give a recipe for the same GPU count")
+        if workload is not None and model.is_moe and load_balancing_of(recipe) != workload.load_balancing_loss:
+            theirs, ours = ("on", "off") if load_balancing_of(recipe) else ("off", "on")
+            raise BadInput(f"--reference {self.reference_recipe}: it trains with the load-balancing loss {theirs}, "
+                           f"the search with it {ours} (--routing {'aux-loss' if ours == 'on' else 'natural'}); the "
+                           f"gates would compare different losses: give a reference with the loss {ours}, or search "
+                           f"with --routing {'aux-loss' if theirs == 'on' else 'natural'}")
 
     def run(self, session: "SearchSession", ranked: list[TrialRecord]) -> dict[int, GateOutcome]:
         from ..gates import run_gates
