@@ -164,7 +164,7 @@ def pipeline_layout_text(layer_split: tuple[int, ...]) -> str:
 def is_pipeline_layout(text: str) -> bool:
     """Whether a split is written in --pipeline-model-parallel-layout's letters ('Et*3|(tt|)*29,m|L'), not as
     layers per stage ('2,3x30,2')."""
-    return bool(re.search(r"[EtmL]", str(text)))
+    return bool(re.search(r"[EL|]", str(text)))  # every layout string holds E and L; 'auto' and '2,3x30' neither
 
 
 def _unroll(text: str, what: str) -> str:
