@@ -294,3 +294,16 @@ def test_routing_is_a_workload_setting_of_estimate_space_and_search(capsys, tmp_
     err = bad(capsys, "search", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--routing",
               "aux-loss", "--reference", seed, "--runs-dir", str(runs))
     assert "trains with the load-balancing loss off, the search with it on" in err and not runs.exists()
+
+
+def test_a_router_balanced_by_a_bias_suggests_aux_loss_routing(capsys):
+    """DeepSeek-V3's router carries the bias its pretraining moves to even the experts' load: with the default
+    natural routing the estimate says --routing aux-loss may be closer; not once that is given, and not for
+    gpt-oss, whose router bias is a plain learned bias."""
+    ds = ["estimate", "--model", "DeepSeek-V3", "--gpu", "H100", "--count", "256", "--layout", "TP1 PP8 EP32",
+          "--layer-split", "auto", "--json"]
+    notes = lambda *extra: " ".join(json.loads(run(capsys, *ds, *extra)[1]).get("notes") or [])  # noqa: E731
+    assert "aux-loss-free balancing" in notes() and "aux-loss-free" not in notes("--routing", "aux-loss")
+    rc, out, _ = run(capsys, "estimate", "--model", "gpt-oss-120b", "--gpu", "H100", "--count", "64", "--layout",
+                     "TP1 PP1 EP8", "--json")
+    assert rc == 0 and "aux-loss-free" not in " ".join(json.loads(out).get("notes") or [])

@@ -223,6 +223,12 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
     cluster = ClusterSpec.of(gpu, count, gpus_per_node, **cluster_kw)
     if routing != "natural" and not m.is_moe and notes is not None:
         notes.append(f"--routing {routing}: {m.name} has no experts, so routing changes nothing")
+    if routing == "natural" and m.is_moe and m.moe.router_bias and m.model_type != "gpt_oss" and notes is not None:
+        # DeepSeek's e_score_correction_bias (noaux_tc), Nemotron-H's: a bias pretraining moves to even the experts'
+        # load (gpt-oss's router bias is a learned linear bias, not that)
+        notes.append(f"{m.name}'s router balances its experts with a bias that pretraining updates (aux-loss-free "
+                     "balancing); if your run updates it, --routing aux-loss estimates the busiest expert rank more "
+                     "closely than the default natural routing")
     workload = Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32", precision=precision,
                         fp8_param_gather=fp8_param_gather, load_balancing_loss=m.is_moe and routing == "aux-loss",
                         force_balance=m.is_moe and routing == "forced")
