@@ -154,8 +154,7 @@ def synthetic(rule: EarlyStop, n: int, cv: float = SEED_CV) -> None:
 def stop_of(times: list[float], rule: EarlyStop) -> tuple[int, int]:
     """The window the steady rule would have scored, replayed step by step (the full window if never)."""
     for k in range(WARMUP + 1, STEPS):
-        win = steady_window(times[: k + 1], WARMUP, rule.window, rule.accuracy_percent,
-                            STEPS if rule.reference == "window" else None)
+        win = steady_window(times[: k + 1], WARMUP, rule.window, rule.accuracy_percent, rule.cap(STEPS))
         if win:
             return win
     return WARMUP, STEPS - 1

@@ -368,3 +368,6 @@ def test_megatron_pipeline_layout_strings_are_read_as_megatron_reads_them():
     lay = layout_from_args(["--pipeline-model-parallel-size", "4", "--pipeline-model-parallel-layout",
                             "Et*4|(tttt|)*14tmL"], world=256)
     assert lay.vpp == 4 and lay.layer_split == (4,) * 15 + (1,)
+    with pytest.raises(BadInput, match=r"16 stages on PP 4 x VPP 2"):  # Megatron takes VPP from the string
+        layout_from_args(["--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2",
+                          "--pipeline-model-parallel-layout", "Et*4|(tttt|)*14tmL"], world=256)

@@ -65,7 +65,7 @@ def test_a_rows_pp_layout_sets_its_vp_and_split():
     assert not isinstance(m, str), m
     assert m.layout.vpp == 2 and m.layout.layer_split == (4,) * 15 + (1,) and m.layout.ep_overlap
     assert m.layout.recompute.modules == ("mlp", "mla_up_proj") and "PP layout" in m.source
-    assert "do not make PP 4 x VP 2" in _represent({**row, "pp": "4", "vp": "2", "ep": "64"}, 1)
+    assert "16 stages on PP 4 x VPP 2" in _represent({**row, "pp": "4", "vp": "2", "ep": "64"}, 1)
     assert "fine-grained activation offloading" in _represent({**row, "notes": row["notes"] + "; fine-grained "
                                                                "activation offloading"}, 1)
     from autotune.cost._published import _pipeline_layout

@@ -43,7 +43,7 @@ def test_against_the_full_trials_window_only_the_steps_not_yet_run_can_move_the_
     assert steady_window(warm + steady, 3, 3, 1.0, cap=9) == (3, 6)  # 6 scored steps in a 9-step trial
     assert steady_window(warm + steady, 3, 3, 1.0, cap=40) is None  # 37 to come: close to the true-mean rule
     assert mean_half_width_percent(steady, total=4) == 0.0  # every step of the window is in
-    assert EarlyStop().reference == "window" and EarlyStop(reference="mean").reference == "mean"
+    assert EarlyStop().cap(20) == 20 and EarlyStop(reference="mean").cap(20) is None  # what steady_window reads
     with pytest.raises(ValidationError):
         EarlyStop(reference="median")
 

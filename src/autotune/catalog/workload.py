@@ -17,18 +17,28 @@ from dataclasses import dataclass
 from ..errors import BadInput
 
 __all__ = ["Workload", "PRECISIONS", "FP8_RECIPES", "FP4_RECIPES", "QUANT", "FRAMEWORKS", "QUANT_MODULES",
-           "recipe_precision", "precision_of_class", "ROWS_FIELDS", "MAX_ROWS", "routing_of"]
+           "recipe_precision", "precision_of_class", "ROWS_FIELDS", "MAX_ROWS", "routing_of", "rows_of"]
 
-# what `estimate`, `space`, `search` and the dashboard state of a run's rows (Workload.rows()), with its routing
+# what `estimate`, `space`, `search` and the dashboard state of a run's rows (rows_of), with its routing
 ROWS_FIELDS = ("seq_len", "global_batch", "precision")
+MAX_ROWS = 2**24  # the largest sequence length or global batch read from a user or a table
+
+
+def _field(workload: "Workload | dict", key: str):
+    return workload.get(key) if isinstance(workload, dict) else getattr(workload, key)
 
 
 def routing_of(workload: "Workload | dict") -> str:
     """How a run's MoE router spreads tokens (the CLI's --routing): natural (the load-balancing loss off, the seed's),
     aux-loss (the loss on) or forced (--moe-router-force-load-balancing); a stored study's workload dict too."""
-    get = workload.get if isinstance(workload, dict) else lambda k: getattr(workload, k)
-    return "forced" if get("force_balance") else "aux-loss" if get("load_balancing_loss") else "natural"
-MAX_ROWS = 2**24  # the largest sequence length or global batch read from a user or a table
+    return ("forced" if _field(workload, "force_balance") else "aux-loss" if _field(workload, "load_balancing_loss")
+            else "natural")
+
+
+def rows_of(workload: "Workload | dict") -> dict:
+    """The rows a run trains on, as the CLI's JSON states them: {seq_len, global_batch, precision, routing}; of a
+    Workload or a stored study's workload dict."""
+    return {**{k: _field(workload, k) for k in ROWS_FIELDS}, "routing": routing_of(workload)}
 
 # the training framework whose memory behaviour the cost model applies (cost/_state.py, cost/_sac.py): Megatron-core
 # (what autotune emits and runs); the others describe published measurements: torchtitan (torch FSDP2 on an fp32 model,
@@ -175,8 +185,8 @@ class Workload:
                            + ("use fp8-tensorwise" if gpu.fp8_tflops else "use bf16"))
 
     def rows(self) -> dict:
-        """The rows a run trains on, as the CLI's JSON states them: {seq_len, global_batch, precision, routing}."""
-        return {**{k: getattr(self, k) for k in ROWS_FIELDS}, "routing": routing_of(self)}
+        """rows_of(self): {seq_len, global_batch, precision, routing}."""
+        return rows_of(self)
 
     @property
     def attention_span(self) -> int:

@@ -147,18 +147,17 @@ def _only_with_recipe(ctx: typer.Context) -> None:
 def _split(text: str, num_layers: int, lay):
     """The layout with --layer-split's split: 'auto', 'even', layers per virtual stage ('2,3x30,2'), or Megatron's
     --pipeline-model-parallel-layout string ('Et*4|(tttt|)*14tmL'), whose stage count sets VPP."""
-    from ..layout.splits import is_pipeline_layout, legal_splits, parse_pipeline_layout, parse_split
+    from ..layout.splits import is_pipeline_layout, layout_vpp, legal_splits, parse_pipeline_layout, parse_split
 
     if text == "auto":
         alts = legal_splits(num_layers, lay.pp, lay.vpp)
         return lay.with_(layer_split=alts[0] if alts else ())
     if is_pipeline_layout(text):
         stages, _ = parse_pipeline_layout(text)
-        vpp, left = divmod(len(stages), lay.pp)
-        if left or (lay.vpp > 1 and vpp != lay.vpp):
-            raise BadInput(f"--layer-split {text!r}: {len(stages)} stages on PP {lay.pp}" + (
-                f" x VPP {lay.vpp}" if lay.vpp > 1 else "") + f"; a layout string needs PP x VPP stages "
-                f"(VPP is its stage count / PP: drop VPP from --layout or give {lay.pp * max(lay.vpp, 1)} stages)")
+        try:
+            vpp = layout_vpp(len(stages), lay.pp, lay.vpp)
+        except BadInput as exc:
+            raise BadInput(f"--layer-split {text!r}: {exc}") from None
         return lay.with_(vpp=vpp, layer_split=stages)
     try:
         split = parse_split(text)

@@ -6,6 +6,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..catalog.workload import routing_of
 from ..errors import BadInput
 from ..layout.splits import split_text
 from ..report.fit import fit
@@ -68,7 +69,7 @@ def space(
     prec = "" if workload.precision == "bf16" else f" in {workload.precision}"
     console.print(f"search space [bold]{escape(sp.source)}[/] for {escape(m.name)} on "
                   f"{cluster.count} x {cluster.gpu.name}{prec}")
-    routing = workload.rows()["routing"]
+    routing = routing_of(workload)
     if routing != "natural":
         console.print(ROUTING_LINES[routing])
     f = Table(title="pruning funnel")

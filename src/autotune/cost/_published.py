@@ -45,7 +45,7 @@ from ..catalog.hardware import MAX_GPUS, VARIANT_KINDS
 from ..catalog.workload import MAX_ROWS
 from ..errors import BadInput
 from ..layout import SELECTIVE_MODULES, Recompute
-from ..layout.splits import parse_pipeline_layout
+from ..layout.splits import layout_vpp, parse_pipeline_layout
 from ._presets import row_settings
 from ._sources import known_regression, source_settings
 from .flops import train_flops_per_token
@@ -336,13 +336,9 @@ def _pipeline_layout(notes: str, pp: int, vp: int | None) -> dict | str:
         return {}
     try:
         stages, _ = parse_pipeline_layout(text)
+        return {"vpp": layout_vpp(len(stages), pp, vp), "layer_split": stages}
     except BadInput as exc:
-        return str(exc)
-    vpp, left = divmod(len(stages), pp)
-    if left or (vp and vp > 1 and vp != vpp):
-        return (f"PP layout {text!r}: {len(stages)} virtual stages do not make PP {pp}"
-                + (f" x VP {vp}" if vp and vp > 1 else ""))
-    return {"vpp": vpp, "layer_split": stages}
+        return f"PP layout {text!r}: {exc}"
 
 
 def _modules(text: str) -> list[str]:

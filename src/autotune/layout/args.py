@@ -14,7 +14,7 @@ from ..catalog.workload import FP4_RECIPES, FP8_RECIPES, precision_of_class, rec
 from ..errors import BadInput
 from .core import FLEX_DISPATCHERS, Layout, Recompute
 from .setting_args import graphs_of, setting_args
-from .splits import megatron_split, parse_pipeline_layout, pipeline_layout_text, split_flags
+from .splits import layout_vpp, megatron_split, parse_pipeline_layout, pipeline_layout_text, split_flags
 
 __all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_switches",
            "precision_from_args"]
@@ -307,7 +307,10 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
         kw["dispatcher"] = "hybridep"
     if "layout" in split:
         kw["layer_split"] = split.pop("layout")
-        kw.setdefault("vpp", max(1, len(kw["layer_split"]) // kw.get("pp", 1)))
+        try:
+            kw["vpp"] = layout_vpp(len(kw["layer_split"]), kw.get("pp", 1), kw.get("vpp"))
+        except BadInput as exc:
+            raise BadInput(f"--pipeline-model-parallel-layout: {exc}") from None
     if split:
         if num_layers is None:
             raise BadInput(f"{', '.join('--' + k for k in split)}: reading an uneven layer split needs the model's "

@@ -16,7 +16,7 @@ import re
 from ..errors import BadInput
 
 __all__ = ["megatron_split", "split_flags", "legal_splits", "too_many_stages", "split_text", "parse_split", "split_config",
-           "pipeline_layout_text", "parse_pipeline_layout", "is_pipeline_layout", "MAX_STAGES"]
+           "pipeline_layout_text", "parse_pipeline_layout", "is_pipeline_layout", "layout_vpp", "MAX_STAGES"]
 
 MAX_STAGES = 4096  # virtual stages a split may list (parse_split, parse_pipeline_layout): bounded before lists are built
 _LAYOUT_MAX_CHARS = 1 << 16  # an unrolled --pipeline-model-parallel-layout string: 4,096 stages of 16 layers
@@ -212,6 +212,18 @@ def parse_pipeline_layout(text: str) -> tuple[tuple[int, ...], int]:
     if "m" in flat and "t" in flat[flat.index("m"):]:
         raise BadInput(f"{what}: MTP layers 'm' come after every decoder layer 't'")
     return tuple(s.count("t") for s in stages), flat.count("m")
+
+
+def layout_vpp(stages: int, pp: int, vpp: int | None = None) -> int:
+    """The VPP a --pipeline-model-parallel-layout string of `stages` virtual stages sets on PP `pp` (Megatron takes
+    it from the string: stages / PP); BadInput when they do not divide, or when a VPP above 1 given beside the
+    string differs."""
+    got, left = divmod(stages, max(pp, 1))
+    if left or (vpp and vpp > 1 and vpp != got):
+        raise BadInput(f"{stages} stages on PP {pp}" + (f" x VPP {vpp}" if vpp and vpp > 1 else "")
+                       + f": a pipeline layout string needs PP x VPP stages (its stage count / PP is the VPP; give "
+                       f"{pp * max(vpp or 1, 1)} stages or drop the VPP)")
+    return got
 
 
 def split_config(layer_split: tuple[int, ...], num_layers: int, pp: int, vpp: int) -> dict:

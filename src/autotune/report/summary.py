@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..catalog.workload import ROWS_FIELDS, routing_of
+from ..catalog.workload import rows_of
 from ..words import count, hours
 from .bars import funnel_stages
 from .fit import fit
@@ -20,8 +20,7 @@ def view_json(view: StudyView) -> dict:
     ranked = {t.number: k for k, t in enumerate(view.ranked(), 1)}
     return {
         "study": view.name, "study_dir": str(view.root), "model": view.model, "gpu": view.gpu, "count": view.count,
-        "workload": ({**{k: view.workload.get(k) for k in ROWS_FIELDS}, "routing": routing_of(view.workload)}
-                     if view.workload else None),
+        "workload": rows_of(view.workload) if view.workload else None,
         "backend": view.backend, "planner": view.planner, "stop_reason": view.stop_reason,
         "in_flight": view.in_flight,
         "dispatched": len(view.dispatched), "screened": len(view.trials) - len(view.dispatched),

@@ -62,7 +62,7 @@ def mean_half_width_percent(times: list[float], total: int | None = None) -> flo
     if n < 2 or mean <= 0:
         return float("inf")
     t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-    left = math.sqrt(max(0.0, 1.0 - n / total)) if total else 1.0
+    left = math.sqrt(max(0.0, 1.0 - n / total)) if total and total > 0 else 1.0
     return t * statistics.stdev(times) / math.sqrt(n) * left / mean * 100
 
 
@@ -74,7 +74,7 @@ def steady_window(times: list[float], warmup: int, window: int, accuracy_percent
     scored = times[warmup:]
     if len(scored) < max(window, 2):
         return None
-    total = cap - warmup if cap and cap > warmup else None
+    total = cap - warmup if cap else None
     return (warmup, len(times) - 1) if mean_half_width_percent(scored, total) <= accuracy_percent else None
 
 
@@ -98,11 +98,12 @@ def early_stop_reason(plan: TrialPlan, times: list[float]) -> tuple[str, tuple[i
     if rule is None or len(times) >= plan.spec.steps:
         return None
     warm = plan.spec.warmup_steps
-    cap = plan.spec.steps if rule.reference == "window" else None
+    cap = rule.cap(plan.spec.steps)
     win = steady_window(times, warm, rule.window, rule.accuracy_percent, cap)
     if win is not None:
         of = f"the {plan.spec.steps}-step trial's" if cap else "the true"
-        return (f"steady: mean step time within +-{mean_half_width_percent(times[warm:], cap and cap - warm):.2f}% "
+        half = mean_half_width_percent(times[warm:], cap - warm if cap else None)
+        return (f"steady: mean step time within +-{half:.2f}% "
                 f"of {of} (95%; rule {rule.accuracy_percent:g}%) over steps {win[0]}..{win[1]}, "
                 f"stopped at {len(times)} of {plan.spec.steps} steps"), win
     if rule.incumbent_tokens_per_s_per_gpu:

@@ -69,12 +69,14 @@ class RecipeGates(GatesStage):
         if lay.world != cluster.count:
             raise BadInput(f"--reference {self.reference_recipe}: its layout is for {lay.world} GPUs, the search "
                            f"for {cluster.count}; give a recipe for the same GPU count")
-        if workload is not None and model.is_moe and load_balancing_of(recipe) != workload.load_balancing_loss:
-            theirs, ours = ("on", "off") if load_balancing_of(recipe) else ("off", "on")
-            raise BadInput(f"--reference {self.reference_recipe}: it trains with the load-balancing loss {theirs}, "
-                           f"the search with it {ours} (--routing {'aux-loss' if ours == 'on' else 'natural'}); the "
-                           f"gates would compare different losses: give a reference with the loss {ours}, or search "
-                           f"with --routing {'aux-loss' if theirs == 'on' else 'natural'}")
+        theirs = load_balancing_of(recipe)
+        if workload is not None and model.is_moe and theirs != workload.load_balancing_loss:
+            on = {True: "on", False: "off"}
+            routing = {True: "aux-loss", False: "natural"}
+            raise BadInput(f"--reference {self.reference_recipe}: it trains with the load-balancing loss {on[theirs]}, "
+                           f"the search with it {on[not theirs]} (--routing {routing[not theirs]}); the gates would "
+                           f"compare different losses: give a reference with the loss {on[not theirs]}, or search with "
+                           f"--routing {routing[theirs]}")
 
     def run(self, session: "SearchSession", ranked: list[TrialRecord]) -> dict[int, GateOutcome]:
         from ..gates import run_gates

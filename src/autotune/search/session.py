@@ -53,7 +53,7 @@ class SearchOutcome:
     notes: list[str] = field(default_factory=list)
     model_is_moe: bool = True
     summary: str = ""  # the best layout in words
-    workload: dict = field(default_factory=dict)  # the rows every trial ran: seq_len, global_batch, precision
+    workload: dict = field(default_factory=dict)  # Workload.rows(): the rows every trial ran, and their routing
 
     @property
     def best(self) -> TrialRecord | None:

@@ -71,6 +71,11 @@ class EarlyStop(_Strict):
     incumbent_tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
     confidence: float = Field(default=0.99, gt=0.5, lt=1)
 
+    def cap(self, steps: int) -> int | None:
+        """The step cap the steady rule measures a trial's mean against (reference "window": the full trial of
+        `steps`), or None (reference "mean": the true mean): runner/loop.steady_window's `cap`."""
+        return steps if self.reference == "window" else None
+
 
 class TrialSpec(_Strict):
     """Everything a backend needs to run one trial; written as trial_spec.json before dispatch.
