@@ -479,3 +479,23 @@ def test_a_table_with_a_bom_other_header_spellings_and_fewer_columns_is_read(tmp
     p.write_text("model,gpu,num_gpus,seq_len,global_batch,tp,pp\nQwen3-30B-A3B,H100,16,4096,1024,1,1\n")
     with pytest.raises(ConfigError, match="missing column.*tokens_per_s_per_gpu or tflops_per_gpu or mfu"):
         published_measurements(p)
+
+
+def test_a_batch_predicts_each_row_as_alone():
+    """Rows that differ only in a Workload setting (MTP trained or not, the optimizer's state) are never evaluated as
+    one group with the first row's workload: each row's prediction in a mixed batch is its prediction alone."""
+    import autotune.cost._fit as fitmod
+    lay = Layout(world=256, pp=4, vpp=4, ep=64, layer_split=(4,) * 15 + (1,), recompute=Recompute("selective"))
+    base = Measurement("DeepSeek-V3", "GB200", 256, lay, 4000.0, gpus_per_node=4, seq_len=4096, global_batch=4096,
+                       precision="mxfp8", force_balance=True, load_balancing_loss=True)
+    rows = [base, replace(base, train_mtp=True), replace(base, optimizer_state_bytes=8.0),
+            replace(base, layout=replace(lay, pp=8, layer_split=(2,) * 29 + (1,) * 3))]
+    cal = load_calibration("GB200")
+    fitmod._CACHE.clear()
+    batch = predict(rows, cal)
+    alone = []
+    for m in rows:
+        fitmod._CACHE.clear()
+        alone.append(predict([m], cal)[0])
+    assert np.allclose(batch, alone, rtol=1e-9)
+    assert batch[1] < batch[0]  # the MTP block is work: it cannot be free

@@ -44,10 +44,9 @@ class FitResult:
 
 
 def _group_key(m):
-    return (m.model, m.gpu, m.count, m.gpus_per_node, m.seq_len, m.global_batch, m.load_balancing_loss, m.grads_fp32,
-            m.precision, m.fp8_param_gather, m.force_balance, m.gpu_variant, m.eager, m.lora,
-            m.packed_doc_len, m.framework, m.attention_kernel, m.optimizer_state_bytes, m.bf16_layers_end,
-            tuple(map(tuple, m.quant_overrides)))
+    """What one vectorised evaluation shares: the model, the cluster and the whole Workload (every setting the
+    Measurement passes on to it, so two rows differing in any of them, MTP training say, are never evaluated as one)."""
+    return m.model, m.gpu, m.gpu_variant, m.gpu_spec, m.count, m.gpus_per_node, m.workload
 
 
 def stack_raw(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients) -> RawTime:
