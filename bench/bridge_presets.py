@@ -17,7 +17,10 @@ dispatcher; Qwen3 MoE resets recompute to none and enables TP overlap; Llama and
 TP > 1 (not with NVFP4); Nemotron 3 Super's model recipe (src/megatron/bridge/recipes/nemotronh/nemotron_3_super.py)
 sets no comm_overlap (no TP overlap), Nemotron 3 Nano's sets TP overlap (its perf recipes all run TP 1). A recipe that
 names `moe_flex_dispatcher_backend` runs the flex dispatcher on that backend ("deepep": autotune's `flex`,
-"hybridep": `hybridep`). NVFP4 recipes are read as the others (v0.3.0 on).
+"hybridep": `hybridep`). NVFP4 recipes are read as the others (v0.3.0 on). Kimi-K2 (v0.3.1 on) as DeepSeek-V3:
+selective recompute, no TP overlap. A recipe's pipeline layout is its `pp_layout`, else the one its family's model
+recipe derives from PP and VP (_FAMILY_LAYOUTS); DeepSeek-V3's model recipe trains one MTP layer (_FAMILY_MTP);
+DeepSeek-V3's and Kimi-K2's overlap the shared expert where the dispatcher is alltoall and A2A overlap is off.
 Releases with another layout (v0.1.0rc4's YAML perf matrix, v0.6.0's perf_recipes functions) are read by hand:
 MANUAL below, each line with its file.
 """
@@ -36,14 +39,15 @@ from pathlib import Path
 RELEASES = ("v0.2.0", "v0.2.2", "v0.3.0", "v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2", "v0.5.0", "v0.5.1")
 MODELS = {"DEEPSEEK_V3": "DeepSeek-V3", "GPT_OSS_120B": "gpt-oss-120b", "QWEN3_30B_A3B": "Qwen3-30B-A3B",
           "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B", "LLAMA3_8B": "Llama-3.1-8B",
-          "NEMOTRON_3_NANO": "NVIDIA-Nemotron-3-Nano-30B-A3B", "NEMOTRON_3_SUPER": "NVIDIA-Nemotron-3-Super-120B-A12B"}
+          "NEMOTRON_3_NANO": "NVIDIA-Nemotron-3-Nano-30B-A3B", "NEMOTRON_3_SUPER": "NVIDIA-Nemotron-3-Super-120B-A12B",
+          "KIMI_K2": "Kimi-K2-Instruct"}
 PRECISIONS = {"BF16": "bf16", "FP8_CS": "fp8-tensorwise", "FP8_MX": "mxfp8", "FP8_SC": "fp8-blockwise",
               "FP8_DS": "fp8-delayed", "NVFP4": "nvfp4"}
 NAME = re.compile(r"^(?P<m>[A-Z0-9_]+?)_(?:(?P<task>PRETRAIN|SFT|LORA)_CONFIG_)?(?P<gpu>GB300|GB200|B300|B200|H100)_"
                   r"(?:(?P<task2>SFT|LORA)_)?(?P<p>BF16|FP8_CS|FP8_MX|FP8_SC|FP8_DS|NVFP4)(?:_(?P<v>V\d|BASE_CONFIG))?$")
 COLUMNS = ("release", "model", "gpu", "precision", "task", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs", "fsdp",
            "recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep_overlap", "tp_comm_overlap",
-           "capacity_factor", "unmodelled", "recipe", "file")
+           "capacity_factor", "shared_overlap", "pp_layout", "mtp", "unmodelled", "recipe", "file")
 
 
 @dataclass
@@ -114,7 +118,30 @@ def _recompute(family: str, b: _Base) -> str:
     mods = [m for m in (b.recompute_modules or []) if m]
     if mods:
         return "selective:" + ",".join(mods)
-    return "selective" if family == "deepseek" else "none"
+    return "selective" if family in ("deepseek", "kimi") else "none"
+
+
+# (PP, VP) -> the --pipeline-model-parallel-layout a family's model recipe sets when the workload config names none
+# (DeepSeek-V3: src/megatron/bridge/recipes/deepseek/deepseek_v3.py set_deepseek_v3_pipeline_model_parallel_layout, the
+# same map v0.1.0rc4 to v0.6.0, its last stage carrying the MTP layer: the recipe trains mtp_num_layers=1; Kimi-K2:
+# recipes/kimi/kimi_k2.py _get_kimi_k2_pipeline_layout, v0.4.0 on, no MTP), written as layout strings
+_FAMILY_LAYOUTS = {
+    "deepseek": {(4, 1): "Et*16|t*16|t*16|t*13mL", (8, 1): "Et*8|(t*8|)*6t*5mL", (4, 2): "Et*8|(t*8|)*6t*5mL",
+                 (16, 1): "Et*4|(t*4|)*14tmL", (8, 2): "Et*4|(t*4|)*14tmL", (4, 4): "Et*4|(t*4|)*14tmL"},
+    "kimi": {(4, 1): "Et*16|t*16|t*16|t*13L", (8, 1): "Et*8|(t*8|)*6t*5L", (4, 2): "Et*8|(t*8|)*6t*5L",
+             (16, 1): "Et*4|(t*4|)*14tL", (8, 2): "Et*4|(t*4|)*14tL", (4, 4): "Et*4|(t*4|)*14tL",
+             (2, 8): "Et*4|(t*4|)*14tL"},
+}
+# MTP layers a family's model recipe trains (DeepSeek-V3's recipe: mtp_num_layers=1 in every release read; the 25.11
+# page's GB200 / GB300 rows say "w/o MTP", which the row reader honours)
+_FAMILY_MTP = {"deepseek": 1}
+
+
+def _pp_layout(family: str, b: _Base) -> str:
+    if b.pp_layout:
+        return b.pp_layout
+    return _FAMILY_LAYOUTS.get(family, {}).get((b.pipeline_model_parallel_size,
+                                                b.virtual_pipeline_model_parallel_size or 1), "")
 
 
 # the flex dispatcher's backend -> autotune's dispatcher name (flex runs DeepEP, hybridep HybridEP)
@@ -126,14 +153,15 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
     if not m or m.group("m") not in MODELS:
         return None
     family = {"DEEPSEEK_V3": "deepseek", "GPT_OSS_120B": "gpt_oss", "QWEN3_30B_A3B": "qwen3",
-              "QWEN3_235B_A22B": "qwen3", "NEMOTRON_3_SUPER": "nemotron_super"}.get(m.group("m"), "llama")
+              "QWEN3_235B_A22B": "qwen3", "NEMOTRON_3_SUPER": "nemotron_super",
+              "KIMI_K2": "kimi"}.get(m.group("m"), "llama")
     prec = PRECISIONS[m.group("p")]
     task = (m.group("task") or m.group("task2") or "PRETRAIN").lower()
     if task == "lora":  # not modelled: no row can use the preset
         return None
     backend = b.moe_flex_dispatcher_backend
     tp = b.tensor_model_parallel_size
-    tp_overlap = tp > 1 and (family == "qwen3" or prec != "nvfp4") and family not in ("deepseek", "nemotron_super")
+    tp_overlap = tp > 1 and (family == "qwen3" or prec != "nvfp4") and family not in ("deepseek", "nemotron_super", "kimi")
     unmodelled = [k for k in ("cutedsl_fused_grouped_mlp", "fp8_dot_product_attention") if b.extra.get(k)]
     if _graphs(b) == "full" and family != "llama":
         unmodelled.append("paged_stash")  # dropless full-iteration graphs run on paged stash buffers
@@ -146,7 +174,10 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
         "recompute": _recompute(family, b), "act_offload_layers": b.cpu_offloading_num_layers or 0,
         "cuda_graphs": _graphs(b), "dispatcher": _DISPATCHER.get(backend or "", "alltoall"),
         "ep_overlap": int(bool(b.moe_a2a_overlap)), "tp_comm_overlap": int(tp_overlap), "capacity_factor": 0,
-        "unmodelled": " ".join(unmodelled), "recipe": name, "file": path,
+        # DeepSeek-V3's and Kimi-K2's model recipes overlap the shared expert (moe_shared_expert_overlap=True), which
+        # Megatron runs on the alltoall dispatcher only
+        "shared_overlap": int(family in ("deepseek", "kimi") and not backend and not b.moe_a2a_overlap),
+        "pp_layout": _pp_layout(family, b), "mtp": _FAMILY_MTP.get(family, 0), "unmodelled": " ".join(unmodelled), "recipe": name, "file": path,
     }
 
 
@@ -157,14 +188,14 @@ _R1 = "scripts/performance/configs/{}; scripts/performance/run_script.py"
 _P6 = "src/megatron/bridge/perf_recipes/{}"
 MANUAL = [
     dict(release="v0.1.0rc4", model="DeepSeek-V3", gpu="H100", precision="*", tp=2, pp=8, cp=1, vp=4, ep=64, mbs=1,
-         gbs=8192, recompute="selective:mla_up_proj,mlp", dispatcher="flex", ep_overlap=1,
-         recipe="perf_matrix.h100.num_gpus_1024", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
+         gbs=8192, recompute="selective:mla_up_proj,mlp", dispatcher="flex", ep_overlap=1, pp_layout="Et|(tt|)*30mL",
+         mtp=1, recipe="perf_matrix.h100.num_gpus_1024", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
     dict(release="v0.1.0rc4", model="DeepSeek-V3", gpu="GB200", precision="*", tp=1, pp=4, cp=1, vp=4, ep=64, mbs=1,
-         gbs=2048, recompute="selective:mla_up_proj", capacity_factor=1.0,
-         recipe="perf_matrix.gb200.num_gpus_256 (use_tokendrop)", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
+         gbs=2048, recompute="selective:mla_up_proj", capacity_factor=1.0, shared_overlap=1,
+         pp_layout=_FAMILY_LAYOUTS["deepseek"][4, 4], mtp=1, recipe="perf_matrix.gb200.num_gpus_256 (use_tokendrop)", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
     dict(release="v0.1.0rc4", model="DeepSeek-V3", gpu="B200", precision="*", tp=1, pp=16, cp=1, vp=1, ep=8, mbs=1,
-         gbs=2048, recompute="selective:mla_up_proj", capacity_factor=1.0,
-         recipe="perf_matrix.b200.num_gpus_256 (use_tokendrop)", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
+         gbs=2048, recompute="selective:mla_up_proj", capacity_factor=1.0, shared_overlap=1,
+         pp_layout=_FAMILY_LAYOUTS["deepseek"][16, 1], mtp=1, recipe="perf_matrix.b200.num_gpus_256 (use_tokendrop)", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
     dict(release="v0.1.0rc4", model="Qwen3-30B-A3B", gpu="*", precision="*", tp="*", pp="*", cp="*", vp="*", ep="*",
          mbs="*", gbs="*", capacity_factor=1.0, tp_comm_overlap=1, recipe="qwen3_30b_a3b (apply_moe_token_drop)",
          file=_R1.format("qwen3/qwen3_30b_a3b_llm_pretrain.yaml")),
@@ -213,14 +244,36 @@ for _gpu, _mbs in (("GB300", 4), ("GB200", 2)):  # Nemotron 3 Nano: EP8, HybridE
 for _gpu, _pp, _vp, _ep in (("GB300", 2, 8, 32), ("GB200", 4, 4, 64)):
     MANUAL.append(dict(release="v0.6.0", model="DeepSeek-V3", gpu=_gpu, precision="mxfp8", tp=1, pp=_pp, cp=1, vp=_vp,
                        ep=_ep, mbs=1, gbs=4096, cuda_graphs="full", dispatcher="hybridep", recompute="selective",
+                       pp_layout="Et*4|(t*4|)*14tmL", mtp=1,
                        unmodelled="paged_stash fp8_output_proj", recipe=f"deepseek_v3_pretrain_256gpu_{_gpu.lower()}_fp8mx_config",
                        file=_P6.format(f"deepseek/{_gpu.lower()}/deepseek_v3.py")))
 
+# Kimi-K2 (v0.6.0 perf_recipes/kimi/<gpu>/kimi_k2.py; the model recipe's optimizer, Muon, is read in cost/_sources.py):
+# GB300 / GB200 HybridEP at PP4 VP4 EP64 (GB200: TE graphs on the router and preprocess), B300 / B200 alltoall at
+# PP16 EP16, H100 TP8 PP16 VP2 EP64 with its own layout; every recipe sets moe_shared_expert_overlap False
+for _gpu, _precs, _tp, _pp, _vp, _ep, _mbs, _gbs, _rc, _cg, _disp, _lay in (
+        ("GB300", ("bf16", "fp8-tensorwise", "mxfp8", "nvfp4"), 1, 4, 4, 64, 2, 4096, "selective:mla_up_proj", "none",
+         "hybridep", _FAMILY_LAYOUTS["kimi"][4, 4]),
+        ("GB200", ("bf16", "fp8-tensorwise", "mxfp8"), 1, 4, 4, 64, 1, 2048, "selective:mla_up_proj", "router",
+         "hybridep", _FAMILY_LAYOUTS["kimi"][4, 4]),
+        ("B300", ("bf16", "fp8-tensorwise", "mxfp8"), 1, 16, 1, 16, 2, 4096, "selective:mla_up_proj", "none",
+         "alltoall", _FAMILY_LAYOUTS["kimi"][16, 1]),
+        ("B200", ("bf16", "fp8-tensorwise", "mxfp8"), 1, 16, 1, 16, 1, 2048, "selective:mla_up_proj", "none",
+         "alltoall", _FAMILY_LAYOUTS["kimi"][16, 1]),
+        ("H100", ("bf16", "fp8-tensorwise", "fp8-blockwise"), 8, 16, 2, 64, 1, 8192, "selective:mla_up_proj,mlp", "none",
+         "alltoall", "Et|(tt|)*30L")):
+    for _prec in _precs:
+        MANUAL.append(dict(release="v0.6.0", model="Kimi-K2-Instruct", gpu=_gpu, precision=_prec, tp=_tp, pp=_pp, cp=1,
+                           vp=_vp, ep=_ep, mbs=_mbs, gbs=_gbs, recompute=_rc, cuda_graphs=_cg, dispatcher=_disp,
+                           pp_layout=_lay, recipe=f"kimi_k2_pretrain_{256 if _gpu != 'H100' else 1024}gpu_"
+                           f"{_gpu.lower()}_{_prec.replace('fp8-tensorwise', 'fp8cs').replace('fp8-blockwise', 'fp8sc').replace('mxfp8', 'fp8mx')}_config",
+                           file=_P6.format(f"kimi/{_gpu.lower()}/kimi_k2.py")))
 
 def _manual(d: dict) -> dict:
     base = {c: "" for c in COLUMNS}
     base.update(task="pretrain", fsdp=0, recompute="none", act_offload_layers=0, cuda_graphs="none",
-                dispatcher="alltoall", ep_overlap=0, tp_comm_overlap=0, capacity_factor=0, unmodelled="")
+                dispatcher="alltoall", ep_overlap=0, tp_comm_overlap=0, capacity_factor=0, shared_overlap=0,
+                pp_layout="", mtp=0, unmodelled="")
     base.update(d)
     return base
 

@@ -39,6 +39,16 @@ def test_published_totals(name, total):
     assert param_counts(m).total - _buffers(m) == total
 
 
+def test_kimi_k2_counts_and_structure():
+    """Kimi-K2: DeepSeek-V3's network with 384 experts, 64 heads and one dense layer. The language model's count is
+    1,026,408,232,448 (its safetensors; the routers' e_score_correction_bias is a parameter in its remote code) and
+    a decode token runs 31,686,066,176 matrix parameters (the output layer, not the embedding lookup)."""
+    m = load_model("Kimi-K2-Instruct")
+    c = param_counts(m)
+    assert c.total == 1_026_408_232_448 and c.active == 31_686_066_176 and c.mtp == 0
+    assert m.mla is not None and m.moe.num_experts == 384 and m.moe.dense_layers == (0,) and m.num_heads == 64
+
+
 def test_super_mtp_block_and_structure():
     m = load_model(SUPER)
     # one MTP block (*E): norms, the 2h -> h projection, an attention and a latent-MoE layer; less its router bias

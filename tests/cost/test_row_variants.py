@@ -37,6 +37,8 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("Llama 4 Maverick", "Llama-4-Maverick-17B-128E"), ("llama3_1_8b", "Llama-3.1-8B"),
     ("LLAMA3_1_405B", "Llama-3.1-405B"), ("DeepSeek-R1", "DeepSeek-V3"), ("deepseek-ai/DeepSeek-R1-0528", "DeepSeek-V3"),
     ("Llama-3.3-70B-Instruct", "Llama-3.1-70B"), ("llama3_3_70b", "Llama-3.1-70B"), ("DeepSeek-V3.1", "DeepSeek-V3"),
+    ("Kimi_K2", "Kimi-K2-Instruct"), ("KIMI_K2", "Kimi-K2-Instruct"), ("Kimi K2 Thinking", "Kimi-K2-Instruct"),
+    ("moonshotai/Kimi-K2-Base", "Kimi-K2-Instruct"), ("Kimi-K2-Instruct-0905", "Kimi-K2-Instruct"),
 ])
 def test_new_source_names_map_onto_the_catalog(source, want):
     assert catalog_name(source) == (want, None)
@@ -44,7 +46,8 @@ def test_new_source_names_map_onto_the_catalog(source, want):
 
 @pytest.mark.parametrize("source", ["Nemotron_3_Ultra", "Llama-3-style 13B (14.84B)", "DeepSeekV4 Flash",
                                     "DeepSeek-R1-Distill-Llama-70B",  # a dense Llama, not V3's network
-                                    "DeepSeek-V3.2-Exp"])  # V3 with a sparse-attention indexer the catalog lacks
+                                    "DeepSeek-V3.2-Exp",  # V3 with a sparse-attention indexer the catalog lacks
+                                    "Kimi K2.5", "Kimi_K2_5"])  # K2's language model with a vision tower
 def test_models_left_out_say_why(source):
     name, why = catalog_name(source)
     assert name is None and "not in the catalog" in why
@@ -209,3 +212,33 @@ def test_the_runner_refuses_a_model_it_cannot_build():
     with pytest.raises(BadInput) as err:
         plan_trial(spec)
     assert "\n" not in str(err.value) and "Mamba2" in str(err.value) and "autotune estimate" in str(err.value)
+
+
+def _bridge_row(model: str, gpu: str, release: str, pp: int, vp: int, ep: int, gbs: int, mbs: int = 1,
+                precision: str = "MXFP8") -> dict:
+    return dict(source=f"Megatron-Bridge perf archive:{release}", model=model, gpu=gpu, num_gpus="256", seq_len="4096",
+                global_batch=str(gbs), micro_batch=str(mbs), tp="1", pp=str(pp), cp="1", vp=str(vp), ep=str(ep), etp="",
+                precision=precision, recompute="", tokens_per_s_per_gpu="4000", tflops_per_gpu="", notes="")
+
+
+def test_kimi_k2_bridge_rows_read_their_recipe():
+    """A Megatron-Bridge Kimi-K2 row takes its recipe's settings: the recipe's pipeline layout (16 stages, the last
+    with one layer and the loss), HybridEP with router graphs on GB200, selective mla_up_proj, no MTP (K2 has none),
+    and Muon's optimizer state (8 B per parameter: fp32 master + one momentum)."""
+    got = map_row(_bridge_row("Kimi_K2", "GB200", "26.06", pp=4, vp=4, ep=64, gbs=2048))
+    lay, meas = got["layout"], got["measurement"]
+    assert got["model"] == "Kimi-K2-Instruct"
+    assert tuple(lay["layer_split"]) == (4,) * 15 + (1,) and lay["vpp"] == 4
+    assert lay["dispatcher"] == "hybridep" and lay["cuda_graphs"] == "router"
+    assert str(lay["recompute"]) == "selective:mla_up_proj"
+    assert meas["optimizer_state_bytes"] == 8.0 and not meas.get("train_mtp")
+
+
+def test_deepseek_bridge_rows_train_mtp_unless_the_row_says_otherwise():
+    """DeepSeek-V3's Megatron-Bridge recipes train one MTP layer (mtp_num_layers=1) and place it by their pipeline
+    layout; the page's own FLOP count agrees (260 GFLOP/token against 250 for the 25.11 rows marked 'w/o MTP')."""
+    got = map_row(_bridge_row("DeepSeekV3", "B200", "26.04", pp=16, vp=1, ep=8, gbs=4096))
+    assert got["measurement"]["train_mtp"] and tuple(got["layout"]["layer_split"]) == (4,) * 15 + (1,)
+    plain = map_row(_bridge_row("DeepSeekV3 (w/o MTP)", "GB200", "25.11", pp=4, vp=4, ep=64, gbs=4096,
+                                precision="BF16"))
+    assert not plain["measurement"].get("train_mtp")

@@ -17,8 +17,10 @@ implies and the readings it made (for the row's provenance), or the reason the r
   - Megatron-Bridge performance rows: the recipe of the row's release (container 26.04 ships Megatron-Bridge
     v0.4.0, see RELEASES) whose model, GPU, precision, TP/PP/CP/VP/EP and micro-batch equal the row's, from
     data/megatron_bridge_presets.csv (bench/bridge_presets.py rebuilds it from a Megatron-Bridge checkout). Its
-    recompute (where the row leaves it blank), dispatcher, EP and TP overlap, CUDA graphs, FSDP, token drop and
-    activation offload are taken, and the recipe is named in the provenance. A recipe that runs kernels autotune
+    recompute (where the row leaves it blank), dispatcher, EP and TP overlap, CUDA graphs, FSDP, token drop,
+    activation offload, the shared-expert overlap, its pipeline layout (the layer split, where the row's notes give
+    none) and the MTP layers its model recipe trains (unless the row says "w/o MTP") are taken, and the recipe is
+    named in the provenance. A recipe that runs kernels autotune
     has no model of (paged stash with full-iteration graphs, CuTe-DSL fused grouped MLP, FP8 attention) makes the
     row inexpressible, with that reason. A GA note that contradicts the row's GBS / (DP x MBS) makes the recipe's
     micro-batch the one that ran. A row whose layout no recipe has takes its GPU and precision's recipe but FSDP
@@ -34,6 +36,8 @@ import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+
+from ..layout.splits import layout_vpp, parse_pipeline_layout
 
 __all__ = ["row_settings", "RELEASES", "PRESETS_CSV"]
 
@@ -85,7 +89,7 @@ def _bridge(source: str, task: str, model: str, gpu: str, precision: str, lay: d
 
 
 _SETTINGS = ("recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep_overlap", "tp_comm_overlap",
-             "capacity_factor", "fsdp", "unmodelled")
+             "capacity_factor", "fsdp", "shared_overlap", "mtp", "unmodelled")
 
 
 def _shared(source: str, task: str, model: str, gpu: str, precision: str) -> dict | None:
@@ -206,8 +210,8 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         L["dispatcher"] = rec["dispatcher"]
         L["ep_overlap"] = L.get("ep_overlap", False) or rec["ep_overlap"] == "1"
         L["moe_capacity_factor"] = float(rec["capacity_factor"] or 0) or L.get("moe_capacity_factor", 0.0)
-        if rec["dispatcher"] == "alltoall" and not L["ep_overlap"] and rec["model"] == "DeepSeek-V3":
-            L["moe_shared_expert_overlap"] = True  # DeepSeek's recipe overlaps its shared expert on alltoall
+        if rec["dispatcher"] == "alltoall" and not L["ep_overlap"] and rec["shared_overlap"] == "1":
+            L["moe_shared_expert_overlap"] = True  # DeepSeek's and Kimi's recipes overlap the shared expert on alltoall
     L["tp_comm_overlap"] = L.get("tp_comm_overlap", False) or rec["tp_comm_overlap"] == "1"
     if rec["cuda_graphs"] in _GRAPHS and rec["cuda_graphs"] != "none":
         L["cuda_graphs"] = rec["cuda_graphs"]
@@ -217,6 +221,14 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         L["activation_offload_layers"] = int(rec["act_offload_layers"])
     if not (row.get("recompute") or "").strip() and rec["recompute"]:
         L["recompute"] = rec["recompute"]
+    if rec.get("pp_layout") and not lay.get("layer_split"):  # an exact recipe: its PP and VP are the row's
+        stages, _ = parse_pipeline_layout(rec["pp_layout"])
+        L["layer_split"] = stages
+        L["vpp"] = layout_vpp(len(stages), lay["pp"], lay["vpp"])
+        out["read"].append(f"the layer split of its recipe's pipeline layout {rec['pp_layout']}")
+    if rec["mtp"] not in ("", "0") and not re.search(r"w/o mtp|without mtp|no mtp", name, re.I):
+        out["workload"]["train_mtp"] = True
+        out["read"].append(f"MTP trained (its model recipe's mtp_num_layers {rec['mtp']})")
     if rec["recipe"].startswith(("the ", "its ")):  # _shared: no one recipe at the row's layout
         out["read"].append(f"{rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
     else:

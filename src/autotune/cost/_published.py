@@ -73,6 +73,8 @@ _NAMES = [
     # DeepSeek-R1 is DeepSeek-V3's network trained further: the same config.json (DeepseekV3ForCausalLM, 61 layers,
     # hidden 7,168, 256 routed experts). Its "Distill" models are Qwen and Llama dense models: not read as V3
     (r"^deepseek ?r1(?! ?distill)(?!.*distill)", "DeepSeek-V3"),
+    # Kimi K2 (Base, Instruct, -0905, Thinking: one network, 1,026,408,232,448 parameters); K2.5 on adds a vision tower
+    (r"^kimi ?k2(?! ?\.? ?[5-9])", "Kimi-K2-Instruct"),
     (r"^qwen3 ?(moe )?30b", "Qwen3-30B-A3B"),
     (r"^qwen3 ?235b", "Qwen3-235B-A22B"),
     (r"^gpt ?oss ?120b", "gpt-oss-120b"),
@@ -121,9 +123,14 @@ _TRAINING_PRESETS = [
     ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Super-120B-A12B", {"train_mtp": True, "mtp_passes": 2},
      "MTP trained, the one MTP block run twice (Megatron-Bridge Super recipe: mtp_num_layers 2, repeated layer)"),
 ]
-_MOE = {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "gpt-oss-20b", "Mixtral-8x7B-v0.1",
-        "Mixtral-8x22B-v0.1", "Qwen3-Next-80B-A3B-Instruct", "Qwen3.5-122B-A10B", "NVIDIA-Nemotron-3-Nano-30B-A3B",
-        "NVIDIA-Nemotron-3-Super-120B-A12B", "Llama-4-Scout-17B-16E", "Llama-4-Maverick-17B-128E"}
+
+
+@functools.cache
+def _moe(name: str) -> bool:
+    """Whether the catalog model routes tokens to experts (its EP, dispatcher and routing columns mean something)."""
+    return load_model(name).is_moe
+
+
 _GPUS = ("H100", "H200", "H800", "B200", "B300", "GB200", "GB300")
 _PLAIN_FP8 = (r"^((bf16|bfloat16) ?(\+|with|and) ?)?fp8( ?\(?(e4m3|hybrid e4m3/e5m2)\)?| e4m3)?( ?\(?per.tensor( scaling)?\)?)?"
               r"( mixed)?$")
@@ -372,7 +379,7 @@ def map_row(row: dict) -> dict | str:
     if gb is None and fsdp and mbs and count and tp and pp:  # torchtitan: local batch x DP, no accumulation
         gb = mbs * count // (tp * pp * (_int(row, "cp", 1) or 1))
         assumed.append("global batch = local batch x DP (no accumulation)")
-    ep = _int(row, "ep", None if name in _MOE else 1)
+    ep = _int(row, "ep", None if _moe(name) else 1)
     missing = [k for k, v in (("num_gpus", count), ("seq_len", seq), ("global_batch", gb), ("tp", tp), ("pp", pp),
                               ("ep", ep)) if v is None]
     if missing:
@@ -430,7 +437,7 @@ def map_row(row: dict) -> dict | str:
         world=count, tp=tp, pp=pp, vpp=_int(row, "vp", 1) or 1, cp=cp or 1, ep=ep, etp=_int(row, "etp", 1) or 1,
         sequence_parallel=tp > 1,
         recompute=recompute,
-        dispatcher=dispatcher if name in _MOE else "alltoall",
+        dispatcher=dispatcher if _moe(name) else "alltoall",
         micro_batch_size=micro,
         distributed_optimizer=True,
         fsdp=fsdp_on,
@@ -441,7 +448,7 @@ def map_row(row: dict) -> dict | str:
     if split:
         layout.update(split)
         assumed.append(f"VP {split['vpp']} and the layer split of the row's PP layout")
-    settings = row_settings(row, name, kind, precision, layout, gb, name in _MOE)
+    settings = row_settings(row, name, kind, precision, layout, gb, _moe(name))
     if isinstance(settings, str):
         return settings
     recipe_rc = "recompute" in settings["layout"]  # the source's recipe for this row names its recompute
@@ -468,8 +475,8 @@ def map_row(row: dict) -> dict | str:
         "layout": layout,
         "measurement": dict(model=name, gpu=kind, gpu_variant=variant, count=count, gpus_per_node=per_node or 8,
                             seq_len=seq, global_batch=gb, load_balancing_loss=True, precision=precision,
-                            tokens_per_s_per_gpu=tps or 1.0, regression=regression, **stack, **training,
-                            **settings["workload"]),
+                            tokens_per_s_per_gpu=tps or 1.0, regression=regression,
+                            **{**stack, **training, **settings["workload"]}),
         "tflops": tflops if tps is None else None,
         "recipe_layout": settings.get("recipe_layout"),
         "source": src,

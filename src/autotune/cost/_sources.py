@@ -17,6 +17,7 @@ weights, gradients and "selective" recompute apply: catalog.FRAMEWORKS) and the 
   - NeMo Framework 25.07 rows: bf16 gradient reduction (NeMo v2.4.0, the 25.07 container's, scripts/performance/
     helpers.py set_precision_configs sets `grad_reduce_in_fp32 = False` for every perf run). The 25.04 rows (NeMo
     v2.3.0, whose helpers were not read) keep fp32.
+  - Megatron-Bridge's Kimi-K2 perf recipes: Muon's optimizer state (fp32 master + one momentum, 8 B per parameter).
   - Megatron-Bridge's Nemotron 3 Super NVFP4 recipe keeps linears out of NVFP4 (Workload.bf16_layers_end,
     quant_overrides; cost/_quant.py).
   - torchtitan, NeMo AutoModel, the Llama 3 paper: their frameworks (cost/_state.py, cost/_sac.py); torchtitan rows
@@ -61,6 +62,14 @@ _RULES = (
      "the Super NVFP4 recipe's last 14 layers, attention and latent projections in BF16 and Mamba out_proj in MXFP8 "
      "(nemotron_3_super_bf16_with_nvfp4_mixed; scripts/performance/configs/nemotronh/te_quant.cfg); its MTP block "
      "in BF16 is not modelled"),
+    # Kimi-K2's perf recipes train with Muon (scripts/performance argument_parser --optimizer_type, default "muon", v0.4.0
+    # on; v0.6.0 perf_recipes/kimi build on recipes/kimi/kimi_k2.py kimi_k2_pretrain_config(optimizer_type="muon"):
+    # dist_muon, Megatron's layer-wise distributed optimizer): an fp32 master copy and one momentum, 8 B per owned
+    # parameter. Its Newton-Schulz iterations (about 5 x 3 GEMMs per weight matrix per step: ~2% of a step at these
+    # batches) are not timed
+    ("Megatron-Bridge perf", None, "Kimi-K2-Instruct", {"optimizer_state_bytes": 8.0},
+     "Muon's state (the Kimi-K2 perf recipes' dist_muon): fp32 master + one momentum, 8 B per owned parameter; its "
+     "Newton-Schulz work not timed"),
     ("NeMo Framework 25.07", None, None, {"grads_fp32": False},
      "bf16 gradient reduction (NeMo v2.4.0, the 25.07 container's: scripts/performance/helpers.py "
      "set_precision_configs sets grad_reduce_in_fp32 = False for every perf run)"),
