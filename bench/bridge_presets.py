@@ -40,7 +40,7 @@ RELEASES = ("v0.2.0", "v0.2.2", "v0.3.0", "v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2"
 MODELS = {"DEEPSEEK_V3": "DeepSeek-V3", "GPT_OSS_120B": "gpt-oss-120b", "QWEN3_30B_A3B": "Qwen3-30B-A3B",
           "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B", "LLAMA3_8B": "Llama-3.1-8B",
           "NEMOTRON_3_NANO": "NVIDIA-Nemotron-3-Nano-30B-A3B", "NEMOTRON_3_SUPER": "NVIDIA-Nemotron-3-Super-120B-A12B",
-          "KIMI_K2": "Kimi-K2-Instruct"}
+          "KIMI_K2": "Kimi-K2-Instruct", "QWEN3_NEXT_80B_A3B": "Qwen3-Next-80B-A3B-Instruct"}
 PRECISIONS = {"BF16": "bf16", "FP8_CS": "fp8-tensorwise", "FP8_MX": "mxfp8", "FP8_SC": "fp8-blockwise",
               "FP8_DS": "fp8-delayed", "NVFP4": "nvfp4"}
 NAME = re.compile(r"^(?P<m>[A-Z0-9_]+?)_(?:(?P<task>PRETRAIN|SFT|LORA)_CONFIG_)?(?P<gpu>GB300|GB200|B300|B200|H100)_"
@@ -132,9 +132,10 @@ _FAMILY_LAYOUTS = {
              (16, 1): "Et*4|(t*4|)*14tL", (8, 2): "Et*4|(t*4|)*14tL", (4, 4): "Et*4|(t*4|)*14tL",
              (2, 8): "Et*4|(t*4|)*14tL"},
 }
-# MTP layers a family's model recipe trains (DeepSeek-V3's recipe: mtp_num_layers=1 in every release read; the 25.11
-# page's GB200 / GB300 rows say "w/o MTP", which the row reader honours)
-_FAMILY_MTP = {"deepseek": 1}
+# MTP layers a family's model recipe trains (DeepSeek-V3's recipe: mtp_num_layers=1 in every release read, the 25.11
+# page's GB200 / GB300 rows say "w/o MTP", which the row reader honours; Qwen3-Next's recipes/qwen/qwen3_next.py:
+# mtp_num_layers = 1, its perf layouts end in 'tmL')
+_FAMILY_MTP = {"deepseek": 1, "qwen3_next": 1}
 
 
 def _pp_layout(family: str, b: _Base) -> str:
@@ -154,14 +155,14 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
         return None
     family = {"DEEPSEEK_V3": "deepseek", "GPT_OSS_120B": "gpt_oss", "QWEN3_30B_A3B": "qwen3",
               "QWEN3_235B_A22B": "qwen3", "NEMOTRON_3_SUPER": "nemotron_super",
-              "KIMI_K2": "kimi"}.get(m.group("m"), "llama")
+              "KIMI_K2": "kimi", "QWEN3_NEXT_80B_A3B": "qwen3_next"}.get(m.group("m"), "llama")
     prec = PRECISIONS[m.group("p")]
     task = (m.group("task") or m.group("task2") or "PRETRAIN").lower()
     if task == "lora":  # not modelled: no row can use the preset
         return None
     backend = b.moe_flex_dispatcher_backend
     tp = b.tensor_model_parallel_size
-    tp_overlap = tp > 1 and (family == "qwen3" or prec != "nvfp4") and family not in ("deepseek", "nemotron_super", "kimi")
+    tp_overlap = tp > 1 and (family in ("qwen3", "qwen3_next") or prec != "nvfp4") and family not in ("deepseek", "nemotron_super", "kimi")
     unmodelled = [k for k in ("cutedsl_fused_grouped_mlp", "fp8_dot_product_attention") if b.extra.get(k)]
     if _graphs(b) == "full" and family != "llama":
         unmodelled.append("paged_stash")  # dropless full-iteration graphs run on paged stash buffers
@@ -268,6 +269,23 @@ for _gpu, _precs, _tp, _pp, _vp, _ep, _mbs, _gbs, _rc, _cg, _disp, _lay in (
                            pp_layout=_lay, recipe=f"kimi_k2_pretrain_{256 if _gpu != 'H100' else 1024}gpu_"
                            f"{_gpu.lower()}_{_prec.replace('fp8-tensorwise', 'fp8cs').replace('fp8-blockwise', 'fp8sc').replace('mxfp8', 'fp8mx')}_config",
                            file=_P6.format(f"kimi/{_gpu.lower()}/kimi_k2.py")))
+# Qwen3-Next-80B-A3B (v0.6.0 perf_recipes/qwen/<gpu>/qwen3_moe.py qwen3_next_80b_a3b_*; recompute none, TP overlap
+# config on, the model recipe's one MTP layer): GB300 / GB200 PP2 VP4 EP32 on HybridEP with TE graphs on attention,
+# router and preprocess and the layout 'Et*4|(t*7|)*5t*8|tmL'; B300 / B200 PP1 EP64 on DeepEP; H100 PP1 EP128 alltoall
+for _gpu, _prec, _pp, _vp, _ep, _mbs, _cg, _disp, _lay, _n in (
+        ("GB300", "bf16", 2, 4, 32, 4, "attn", "hybridep", "Et*4|(t*7|)*5t*8|tmL", 64),
+        ("GB300", "mxfp8", 2, 4, 32, 4, "attn", "hybridep", "Et*4|(t*7|)*5t*8|tmL", 64),
+        ("GB200", "bf16", 2, 4, 32, 2, "attn", "hybridep", "Et*4|(t*7|)*5t*8|tmL", 64),
+        ("GB200", "mxfp8", 2, 4, 32, 2, "attn", "hybridep", "Et*4|(t*7|)*5t*8|tmL", 64),
+        ("B300", "bf16", 1, 1, 64, 1, "none", "flex", "", 64), ("B300", "mxfp8", 1, 1, 64, 2, "none", "flex", "", 64),
+        ("B200", "bf16", 1, 1, 64, 1, "none", "flex", "", 64), ("B200", "mxfp8", 1, 1, 64, 1, "none", "flex", "", 64),
+        ("H100", "bf16", 1, 1, 128, 1, "none", "alltoall", "", 128),
+        ("H100", "fp8-tensorwise", 1, 1, 128, 1, "none", "alltoall", "", 128)):
+    _p = {"bf16": "bf16", "mxfp8": "fp8mx", "fp8-tensorwise": "fp8cs"}[_prec]
+    MANUAL.append(dict(release="v0.6.0", model="Qwen3-Next-80B-A3B-Instruct", gpu=_gpu, precision=_prec, tp=1, pp=_pp,
+                       cp=1, vp=_vp, ep=_ep, mbs=_mbs, gbs=1024, cuda_graphs=_cg, dispatcher=_disp, pp_layout=_lay,
+                       mtp=1, recipe=f"qwen3_next_80b_a3b_pretrain_{_n}gpu_{_gpu.lower()}_{_p}_config",
+                       file=_P6.format(f"qwen/{_gpu.lower()}/qwen3_moe.py")))
 
 def _manual(d: dict) -> dict:
     base = {c: "" for c in COLUMNS}

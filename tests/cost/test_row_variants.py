@@ -242,3 +242,14 @@ def test_deepseek_bridge_rows_train_mtp_unless_the_row_says_otherwise():
     plain = map_row(_bridge_row("DeepSeekV3 (w/o MTP)", "GB200", "25.11", pp=4, vp=4, ep=64, gbs=4096,
                                 precision="BF16"))
     assert not plain["measurement"].get("train_mtp")
+
+
+def test_qwen3_next_bridge_rows_take_their_recipe_layout_and_say_the_mtp_is_not_counted():
+    """Qwen3-Next's GB300 recipe runs PP2 VP4 with its own uneven layout (4, 7 x 5, 8, then one layer, MTP and the
+    loss) on HybridEP with TE graphs; its model recipe trains one MTP layer, which the catalog's config (no MTP
+    field) cannot describe: the reading says so instead of training a block the model lacks."""
+    got = map_row({**_bridge_row("Qwen3_Next_80B_a3B", "GB300", "26.06", pp=2, vp=4, ep=32, gbs=1024, mbs=4),
+                   "num_gpus": "64"})
+    assert tuple(got["layout"]["layer_split"]) == (4, 7, 7, 7, 7, 7, 8, 1)
+    assert got["layout"]["dispatcher"] == "hybridep" and got["layout"]["cuda_graphs"] == "attn"
+    assert not got["measurement"].get("train_mtp") and "MTP layer(s), which the catalog's config" in got["source"]

@@ -37,6 +37,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from ..catalog import load_model
 from ..layout.splits import layout_vpp, parse_pipeline_layout
 
 __all__ = ["row_settings", "RELEASES", "PRESETS_CSV"]
@@ -51,12 +52,16 @@ _GRAPHS = {"none", "router", "attn", "full"}
 # NeMo AutoModel's performance summary (docs/performance-summary.mdx) links each row to a benchmark recipe; those set
 # distributed.activation_checkpointing: true (every decoder layer checkpointed: Megatron's full uniform 1; MoE models:
 # nemo_automodel/components/moe/parallelizer.py apply_ac wraps each whole block, experts included, saving only the
-# router's projection and top-k)
+# router's projection and top-k). Kimi-K2, Qwen3-235B-A22B and Qwen3-Next's benchmark recipes (github.com/NVIDIA-NeMo/
+# Automodel at 36044ad3 examples/llm_benchmark/kimi, qwen) set it too; gpt-oss-120b's do not (read as none)
 _AUTOMODEL = {"DeepSeek-V3": "examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml",
               "Qwen3-30B-A3B": "examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml",
               "Llama-3.1-70B": "examples/llm_benchmark/llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",
               "NVIDIA-Nemotron-3-Nano-30B-A3B": "examples/llm_benchmark/nemotron/nemotron_nano_v3_te_deepep.yaml",
-              "NVIDIA-Nemotron-3-Super-120B-A12B": "examples/llm_benchmark/nemotron/nemotron_super_v3_te_deepep.yaml"}
+              "NVIDIA-Nemotron-3-Super-120B-A12B": "examples/llm_benchmark/nemotron/nemotron_super_v3_te_deepep.yaml",
+              "Kimi-K2-Instruct": "examples/llm_benchmark/kimi/kimi_k2_te_deepep.yaml",
+              "Qwen3-235B-A22B": "examples/llm_benchmark/qwen/qwen3_moe_235b_te_deepep.yaml",
+              "Qwen3-Next-80B-A3B-Instruct": "examples/llm_benchmark/qwen/qwen3_next_te_deepep.yaml"}
 
 # catalog model -> the NeMo 2 recipe whose performance mode drops tokens (nemo/collections/llm/recipes/, v2.4.0)
 _NEMO_TOKEN_DROP = {"Llama-4-Scout-17B-16E": "llama4_e16.py", "Llama-4-Maverick-17B-128E": "llama4_e128.py",
@@ -227,8 +232,12 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         L["vpp"] = layout_vpp(len(stages), lay["pp"], lay["vpp"])
         out["read"].append(f"the layer split of its recipe's pipeline layout {rec['pp_layout']}")
     if rec["mtp"] not in ("", "0") and not re.search(r"w/o mtp|without mtp|no mtp", name, re.I):
-        out["workload"]["train_mtp"] = True
-        out["read"].append(f"MTP trained (its model recipe's mtp_num_layers {rec['mtp']})")
+        if load_model(model).mtp_layers:
+            out["workload"]["train_mtp"] = True
+            out["read"].append(f"MTP trained (its model recipe's mtp_num_layers {rec['mtp']})")
+        else:  # Qwen3-Next: its recipe trains one, the config the catalog copies has no MTP field
+            out["read"].append(f"its model recipe trains {rec['mtp']} MTP layer(s), which the catalog's config does not "
+                               "describe: not counted")
     if rec["recipe"].startswith(("the ", "its ")):  # _shared: no one recipe at the row's layout
         out["read"].append(f"{rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
     else:
