@@ -39,7 +39,12 @@ def test_a_local_search_verifies_its_winner_against_a_reference_run(tmp_path, ca
     c = recipe["correctness"]
     gate = out["gates"][str(out["best"]["number"])]
     assert (recipe["status"] == "verified") == (gate["status"] == "verified") == (c["result"] == "pass")
-    assert c["configuration"] == "pass" and c["convergence"]["steps"] == 8
+    # the curves are compared over the steps both runs recorded: the candidate's steady rule may end it early (at the
+    # soonest after 2 warm-up and 3 scored steps of 8; tests/runner/test_early_stop.py), the reference runs all 8
+    runs = tmp_path / "g" / "trials"
+    recorded = [len(json.loads((runs / d / "trial_result.json").read_text())["steps"])
+                for d in ("reference", str(out["best"]["number"]))]
+    assert c["configuration"] == "pass" and c["convergence"]["steps"] == min(recorded) >= 5
     assert c["convergence"]["correlation"] > 0.9999 and c["convergence"]["pointwise_failures"] == 0
     assert (tmp_path / "g" / "trials" / "reference" / "trial_result.json").exists()
     assert recipe["status"] == "verified"

@@ -38,6 +38,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..catalog import load_model
+from ..errors import BadInput
 from ..layout.splits import layout_vpp, parse_pipeline_layout
 
 __all__ = ["row_settings", "RELEASES", "PRESETS_CSV"]
@@ -227,10 +228,13 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     if not (row.get("recompute") or "").strip() and rec["recompute"]:
         L["recompute"] = rec["recompute"]
     if rec.get("pp_layout") and not lay.get("layer_split"):  # an exact recipe: its PP and VP are the row's
-        stages, _ = parse_pipeline_layout(rec["pp_layout"])
-        L["layer_split"] = stages
-        L["vpp"] = layout_vpp(len(stages), lay["pp"], lay["vpp"])
-        out["read"].append(f"the layer split of its recipe's pipeline layout {rec['pp_layout']}")
+        try:
+            stages, _ = parse_pipeline_layout(rec["pp_layout"])
+            L["vpp"] = layout_vpp(len(stages), lay["pp"], lay["vpp"])
+            L["layer_split"] = stages
+            out["read"].append(f"the layer split of its recipe's pipeline layout {rec['pp_layout']}")
+        except BadInput as exc:  # a preset line whose layout is not this row's PP x VP: the default split instead
+            out["read"].append(f"its recipe's pipeline layout not used ({exc})")
     if rec["mtp"] not in ("", "0") and not re.search(r"w/o mtp|without mtp|no mtp", name, re.I):
         if load_model(model).mtp_layers:
             out["workload"]["train_mtp"] = True
