@@ -49,6 +49,19 @@ def test_kimi_k2_counts_and_structure():
     assert m.mla is not None and m.moe.num_experts == 384 and m.moe.dense_layers == (0,) and m.num_heads == 64
 
 
+@pytest.mark.parametrize("name,hub,no_mtp", [("GLM-4.5", 358_337_791_296, 352_797_829_024),
+                                             ("GLM-4.5-Air", 110_468_824_832, None)])
+def test_glm45_counts_match_the_hub(name, hub, no_mtp):
+    """GLM-4.5's Hub checkpoints hold the MTP layer with its own embedding and output copies (Megatron shares the
+    main ones): our network + MTP block + two vocabulary matrices is the Hub's tensor count exactly. That needs the
+    family's reading: Q/K/V biases but none on o_proj, a router correction bias, weighted QK norm on GLM-4.5 only."""
+    m = load_model(name)
+    c = param_counts(m)
+    assert c.total + c.mtp + 2 * m.vocab_size * m.hidden_size == hub
+    assert no_mtp is None or c.total == no_mtp
+    assert m.qkv_bias_only and m.moe.router_bias and m.qk_norm == (name == "GLM-4.5") and m.rotary_fraction == 0.5
+
+
 def test_super_mtp_block_and_structure():
     m = load_model(SUPER)
     # one MTP block (*E): norms, the 2h -> h projection, an attention and a latent-MoE layer; less its router bias

@@ -39,6 +39,7 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("Llama-3.3-70B-Instruct", "Llama-3.1-70B"), ("llama3_3_70b", "Llama-3.1-70B"), ("DeepSeek-V3.1", "DeepSeek-V3"),
     ("Kimi_K2", "Kimi-K2-Instruct"), ("KIMI_K2", "Kimi-K2-Instruct"), ("Kimi K2 Thinking", "Kimi-K2-Instruct"),
     ("moonshotai/Kimi-K2-Base", "Kimi-K2-Instruct"), ("Kimi-K2-Instruct-0905", "Kimi-K2-Instruct"),
+    ("GLM 4.5 Air", "GLM-4.5-Air"), ("zai-org/GLM-4.5-Air", "GLM-4.5-Air"), ("GLM-4.6", "GLM-4.5"), ("GLM 4.7", "GLM-4.5"),
 ])
 def test_new_source_names_map_onto_the_catalog(source, want):
     assert catalog_name(source) == (want, None)
@@ -47,7 +48,8 @@ def test_new_source_names_map_onto_the_catalog(source, want):
 @pytest.mark.parametrize("source", ["Nemotron_3_Ultra", "Llama-3-style 13B (14.84B)", "DeepSeekV4 Flash",
                                     "DeepSeek-R1-Distill-Llama-70B",  # a dense Llama, not V3's network
                                     "DeepSeek-V3.2-Exp",  # V3 with a sparse-attention indexer the catalog lacks
-                                    "Kimi K2.5", "Kimi_K2_5"])  # K2's language model with a vision tower
+                                    "Kimi K2.5", "Kimi_K2_5",  # K2's language model with a vision tower
+                                    "GLM-4.7-Flash", "GLM-4.6V", "GLM-5"])  # MLA, vision, sparse attention
 def test_models_left_out_say_why(source):
     name, why = catalog_name(source)
     assert name is None and "not in the catalog" in why

@@ -27,6 +27,9 @@ __all__ = ["ModelSpec", "LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec"
 QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 GATED_ATTENTION_TYPES = {"qwen3_next"}  # gated by construction, no config key
 SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
+# attention_bias means Q, K and V biases only: HF Glm4MoeAttention builds o_proj with bias=False (Megatron-Bridge
+# GLMMoEModelProvider: add_qkv_bias True, add_bias_linear False); elsewhere (Llama, gpt-oss, GPT-2) o_proj has one too
+QKV_BIAS_ONLY_TYPES = {"glm4_moe"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class ModelSpec:
     attn_output_gate: bool = False
     qk_norm: bool = False
     attention_bias: bool = False
+    qkv_bias_only: bool = False  # attention_bias on Q, K and V but not the output projection (GLM-4.5's o_proj)
     attention_sinks: bool = False
     sliding_window: int | None = None
     rotary_fraction: float = 1.0
@@ -235,6 +239,7 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
             shared_expert_gate=bool(shared) and model_type in SHARED_GATE_TYPES,
             expert_bias=model_type == "gpt_oss",
             router_bias=(model_type == "gpt_oss" or cfg.get("topk_method") == "noaux_tc"  # DeepSeek: e_score_correction_bias
+                         or model_type in QKV_BIAS_ONLY_TYPES  # GLM-4.5's router always has one (HF Glm4MoeTopkRouter)
                          or bool(moe_fam.get("router_bias"))),
             dense_layers=tuple(sorted(dense)),
             latent_size=int(moe_fam.get("latent_size") or 0),
@@ -260,8 +265,11 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         layer_types=layer_types,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         attn_output_gate=bool(cfg.get("attn_output_gate", model_type in GATED_ATTENTION_TYPES)),
-        qk_norm=model_type in QK_NORM_TYPES,
+        # GLM-4.5's QK norm is a config switch (use_qk_norm: on for GLM-4.5, off for -Air), with weights (HF
+        # Glm4MoeAttention q_norm / k_norm, Megatron-Bridge GLM45ModelProvider355B qk_layernorm True)
+        qk_norm=model_type in QK_NORM_TYPES or (model_type in QKV_BIAS_ONLY_TYPES and bool(cfg.get("use_qk_norm"))),
         attention_bias=bool(cfg.get("attention_bias", False)),
+        qkv_bias_only=model_type in QKV_BIAS_ONLY_TYPES,
         attention_sinks=model_type == "gpt_oss",
         sliding_window=cfg.get("sliding_window") if SLIDING in layer_types else None,
         rotary_fraction=rotary,

@@ -94,10 +94,9 @@ def _attention_items(m: ModelSpec, kind: str) -> list[ParamItem]:
         ParamItem("attn.o_proj", q * h, "tp", True),
     ]
     if m.attention_bias:
-        items += [
-            ParamItem("attn.qkv_bias", q_out + 2 * kv, "tp", False),
-            ParamItem("attn.o_bias", h, "rep", False),
-        ]
+        items.append(ParamItem("attn.qkv_bias", q_out + 2 * kv, "tp", False))
+        if not m.qkv_bias_only:
+            items.append(ParamItem("attn.o_bias", h, "rep", False))
     if m.qk_norm:
         items.append(ParamItem("attn.qk_norm", 2 * m.head_dim, "rep", False))
     if m.attention_sinks:

@@ -54,7 +54,8 @@ _GRAPHS = {"none", "router", "attn", "full"}
 # distributed.activation_checkpointing: true (every decoder layer checkpointed: Megatron's full uniform 1; MoE models:
 # nemo_automodel/components/moe/parallelizer.py apply_ac wraps each whole block, experts included, saving only the
 # router's projection and top-k). Kimi-K2, Qwen3-235B-A22B and Qwen3-Next's benchmark recipes (github.com/NVIDIA-NeMo/
-# Automodel at 36044ad3 examples/llm_benchmark/kimi, qwen) set it too; gpt-oss-120b's do not (read as none)
+# Automodel at 36044ad3 examples/llm_benchmark/kimi, qwen) set it too, and GLM-4.7's (GLM-4.5's network); gpt-oss-120b's
+# and GLM-4.5-Air's do not (read as none)
 _AUTOMODEL = {"DeepSeek-V3": "examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml",
               "Qwen3-30B-A3B": "examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml",
               "Llama-3.1-70B": "examples/llm_benchmark/llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",
@@ -62,7 +63,8 @@ _AUTOMODEL = {"DeepSeek-V3": "examples/llm_benchmark/deepseek/deepseek_v3_te_dee
               "NVIDIA-Nemotron-3-Super-120B-A12B": "examples/llm_benchmark/nemotron/nemotron_super_v3_te_deepep.yaml",
               "Kimi-K2-Instruct": "examples/llm_benchmark/kimi/kimi_k2_te_deepep.yaml",
               "Qwen3-235B-A22B": "examples/llm_benchmark/qwen/qwen3_moe_235b_te_deepep.yaml",
-              "Qwen3-Next-80B-A3B-Instruct": "examples/llm_benchmark/qwen/qwen3_next_te_deepep.yaml"}
+              "Qwen3-Next-80B-A3B-Instruct": "examples/llm_benchmark/qwen/qwen3_next_te_deepep.yaml",
+              "GLM-4.5": "examples/llm_benchmark/glm/glm_4.7_te_deepep.yaml"}
 
 # catalog model -> the NeMo 2 recipe whose performance mode drops tokens (nemo/collections/llm/recipes/, v2.4.0)
 _NEMO_TOKEN_DROP = {"Llama-4-Scout-17B-16E": "llama4_e16.py", "Llama-4-Maverick-17B-128E": "llama4_e128.py",

@@ -75,6 +75,10 @@ _NAMES = [
     (r"^deepseek ?r1(?! ?distill)(?!.*distill)", "DeepSeek-V3"),
     # Kimi K2 (Base, Instruct, -0905, Thinking: one network, 1,026,408,232,448 parameters); K2.5 on adds a vision tower
     (r"^kimi ?k2(?! ?\.? ?[5-9])", "Kimi-K2-Instruct"),
+    # GLM-4.6 and GLM-4.7 are GLM-4.5's network (358,337,791,296 tensors on the Hub for 4.5 and 4.7); GLM-4.7-Flash
+    # (MLA), the V (vision) models and GLM-5 (sparse attention) are other networks
+    (r"^glm ?4\.5 ?air", "GLM-4.5-Air"),
+    (r"^glm ?4\.[567](?! ?(air|flash|v\b|v ))", "GLM-4.5"),
     (r"^qwen3 ?(moe )?30b", "Qwen3-30B-A3B"),
     (r"^qwen3 ?235b", "Qwen3-235B-A22B"),
     (r"^gpt ?oss ?120b", "gpt-oss-120b"),
