@@ -12,7 +12,8 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
                interleaved keeps 2(PP - stage - 1) + (VPP - 1) PP + 1 model chunks; full recompute keeps only
                each recompute group's input; selective recompute drops the named parts
   recompute    the transient working set while one recompute group is re-run in backward
-  logits       output layer and loss on the last stage (fp32 softmax unless the loss is fused)
+  logits       output layer and loss on the last stage (BF16 logits, the gradient written over them, when the loss
+               is fused on TE; an fp32 softmax and its gradient beside them unfused)
   dispatcher   token-dispatch buffers: all-to-all receive copies, all-gather of the EP x TP group, or DeepEP's
                preallocated NVLink/RDMA buffers for flex (DeepEP: a fixed size; HybridEP: sized by the group's worst
                case, see hybridep_buffer); EP overlap keeps two micro-batches' buffers at once (not HybridEP's one)
@@ -380,7 +381,11 @@ def estimate_memory(
 
     # --- output layer and loss on the last stage ----------------------------------------------------
     vocab_local = vocab_per_row(model, t.tp)[:, None] / tp
-    logit_bytes = np.where(t.ce_fusion[:, None], 2.0 + 4.0, 2.0 + 4.0 + 4.0 + 4.0)
+    # fused (--cross-entropy-fusion-impl te, what autotune emits and Megatron-Bridge's perf recipes run): TE's Triton
+    # loss keeps the BF16 logits it is given and writes their gradient over them, with three fp32 values per row
+    # (transformer_engine/pytorch/triton/cross_entropy.py: cross_entropy_backward_kernel stores into X_ptr); unfused:
+    # the logits, their fp32 copy, the softmax and its gradient
+    logit_bytes = np.where(t.ce_fusion[:, None], 2.0, 2.0 + 4.0 + 4.0 + 4.0)
     terms["logits"] = np.where(last, tokens / cp * vocab_local * logit_bytes, 0.0)
 
     # --- dispatcher buffers ---------------------------------------------------------------------------
