@@ -306,3 +306,14 @@ def test_a_recipe_of_a_config_json_model_reads_back(capsys, tmp_path, monkeypatc
     (tmp_path / "mine.json").unlink()  # gone: one line, exit 2
     rc, _, err = run(capsys, "estimate", "--recipe", recipe)
     assert rc == 2 and "mine" in err and len(err.strip().splitlines()) == 1
+
+
+def test_json_layouts_report_tp_comm_overlap_as_it_takes_effect(capsys):
+    """The default space asks for TP communication overlap everywhere; at TP 1 it cannot run (no sequence parallel),
+    so the JSON a script reads says off there, and the flags built from it are ones `estimate` accepts."""
+    rc, out, _ = run(capsys, "space", "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "32", "--top", "40",
+                     "--json")
+    top = [t["layout_detail"] for t in json.loads(out)["top"]]
+    assert rc == 0 and any(d["tp"] == 1 for d in top) and any(d["tp"] > 1 and d["tp_comm_overlap"] for d in top)
+    assert not any(d["tp"] == 1 and d["tp_comm_overlap"] for d in top)
+    assert all(("--tp-comm-overlap" in t["args"]) == t["layout_detail"]["tp_comm_overlap"] for t in json.loads(out)["top"])

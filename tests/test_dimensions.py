@@ -75,15 +75,3 @@ def test_study_params_name_every_dimension(tmp_path, capsys):
     for t in study.trials:
         assert set(t.params) == set(PARAM_NAMES)
         assert t.params == layout_params(Layout.from_dict(t.user_attrs["layout"]))
-
-
-def test_tp_comm_overlap_asked_everywhere_is_held_off_where_tp_is_1():
-    """The default space asks for TP communication overlap wherever it applies ([true]): a TP-1 row holds it off, as
-    Megatron runs it (no sequence parallel), so its layout, key and JSON agree with `estimate`, which refuses
-    --tp-comm-overlap at TP 1. A space listing both values keeps its own rule (the TP-1 'on' rows are redundant)."""
-    model, wl = load_model("Qwen3.5-122B-A10B"), Workload()
-    space = load_space(None, model)
-    t = enumerate_space(space, model, wl, ClusterSpec.of("H200", 32))
-    assert set(space.dimensions.tp_comm_overlap) == {True}
-    assert not (t.tp_comm_overlap & (t.tp == 1)).any() and (t.tp_comm_overlap & (t.tp > 1)).any()
-    assert all(not t.row(i).tp_comm_overlap for i in np.flatnonzero(t.tp == 1)[:50])

@@ -180,7 +180,9 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         "active_params": counts.active,
         "total_params": counts.total,
         "layout": lay.label(m.is_moe),
-        "layout_detail": {**lay.to_dict(), "label": lay.label(m.is_moe)},  # a dense model has no EP
+        # a dense model has no EP; TP comm overlap as it takes effect (a space asks for it everywhere: off at TP 1,
+        # where `estimate --tp-comm-overlap` is refused), so a script can pass these settings back as flags
+        "layout_detail": {**lay.to_dict(), "tp_comm_overlap": lay.tp_overlap, "label": lay.label(m.is_moe)},
         "summary": lay.summary(workload.seq_len, m.is_moe),
         "precision": workload.precision,
         "lora": workload.lora,

@@ -340,9 +340,6 @@ def grid_columns(axes: list[list], workload, num_layers: int | None = None) -> t
             cols.update({k: spread(np.asarray(v), j) for k, v in small.items()})
         else:
             cols.update(d.columns(numeric[d.name], numeric, workload))
-    overlap = next((set(a) for d, a in zip(DIMENSIONS, axes) if d.name == "tp_comm_overlap"), set())
-    if overlap == {True} and "tp" in cols:  # asked for wherever it applies: a TP-1 row holds it off (Layout.tp_overlap),
-        cols["tp_comm_overlap"] = np.asarray(cols["tp_comm_overlap"]) & (np.asarray(cols["tp"]) > 1)  # as it runs
     if num_layers is not None and "split" in cols and (cols["split"] == UNEVEN).any():
         return expand_splits(n, cols, num_layers)
     return n, cols
