@@ -305,3 +305,20 @@ def test_bad_llama4_configs_are_one_line_config_errors(tmp_path, change, words):
         load_model(_llama4(tmp_path, **change))
     msg = str(err.value)
     assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+@pytest.mark.parametrize("name,score,scale,groups", [
+    ("DeepSeek-V3", "sigmoid", "2.5", ("8", "4")), ("Kimi-K2-Instruct", "sigmoid", "2.827", None),
+    ("GLM-4.5", "sigmoid", "2.5", None), ("GLM-4.5-Air", "sigmoid", None, None), ("Qwen3-30B-A3B", "softmax", None, None),
+])
+def test_router_arguments_follow_the_config(name, score, scale, groups):
+    """The emitted router is the model's: the config's scoring_func (GLM-4.5 has none and routes by sigmoid), its
+    routed_scaling_factor where it is not 1, DeepSeek-V3's group-limited routing, and the correction bias with sigmoid."""
+    a = slime_model_args(load_model(name))
+
+    def val(flag):
+        return a[a.index(flag) + 1] if flag in a else None
+
+    assert val("--moe-router-score-function") == score and val("--moe-router-topk-scaling-factor") == scale
+    assert (val("--moe-router-num-groups"), val("--moe-router-group-topk")) == (groups or (None, None))
+    assert ("--moe-router-enable-expert-bias" in a) == (score == "sigmoid")

@@ -134,16 +134,22 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
         a += ["--moe-ffn-hidden-size", str(e.ffn_hidden_size)]
         if e.shared_ffn_hidden_size:
             a += ["--moe-shared-expert-intermediate-size", str(e.shared_ffn_hidden_size)]
-        sigmoid = model.model_type.startswith("deepseek") or nemotron_h
+        # the config's scoring_func where it names one (DeepSeek-V3 and Kimi-K2 "sigmoid", DeepSeek-V2 "softmax");
+        # GLM-4.5's has none and routes by sigmoid (HF Glm4MoeTopkRouter; Megatron-Bridge GLMMoEModelProvider)
+        score = str(cfg.get("scoring_func") or "").lower()
+        sigmoid = score == "sigmoid" if score else (model.model_type.startswith(("deepseek", "glm4_moe")) or nemotron_h)
         a += ["--moe-router-score-function", "sigmoid" if sigmoid else "softmax", "--moe-token-dispatcher-type",
               "alltoall", "--moe-router-topk", str(e.top_k)]
+        groups, group_topk = int(cfg.get("n_group") or 1), int(cfg.get("topk_group") or 1)
+        if groups > 1:  # DeepSeek-V3's node-limited routing: the top-k experts come from the best topk_group groups
+            a += ["--moe-router-num-groups", str(groups), "--moe-router-group-topk", str(group_topk)]
         if not model.hybrid_pattern:  # a hybrid pattern places its MoE layers itself (E)
             a += ["--moe-layer-freq", _layer_pattern([int(model.is_moe_layer(i)) for i in range(model.num_layers)])]
         a += ["--num-experts", str(e.num_experts), "--moe-grouped-gemm", "--moe-token-drop-policy", "probs",
               "--moe-router-dtype", "fp32", "--moe-permute-fusion", "--moe-aux-loss-coeff", _num(aux_loss_coeff)]
         if e.router_bias and sigmoid:
             a.append("--moe-router-enable-expert-bias")
-        if nemotron_h and cfg.get("routed_scaling_factor"):
+        if cfg.get("routed_scaling_factor") and float(cfg["routed_scaling_factor"]) != 1.0:  # DeepSeek 2.5, Kimi 2.827
             a += ["--moe-router-topk-scaling-factor", _num(cfg["routed_scaling_factor"])]
         if e.latent_size:
             a += ["--moe-latent-size", str(e.latent_size)]
