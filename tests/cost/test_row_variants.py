@@ -255,3 +255,14 @@ def test_qwen3_next_bridge_rows_take_their_recipe_layout_and_say_the_mtp_is_not_
     assert tuple(got["layout"]["layer_split"]) == (4, 7, 7, 7, 7, 7, 8, 1)
     assert got["layout"]["dispatcher"] == "hybridep" and got["layout"]["cuda_graphs"] == "attn"
     assert not got["measurement"].get("train_mtp") and "MTP layer(s), which the catalog's config" in got["source"]
+
+
+def test_a_recipe_that_recomputes_the_moe_block_runs_attention_graphs_alone():
+    """Nemotron 3 Nano's H100 BF16 recipe recomputes the MoE block (selective: moe, layernorm) beside TE graphs on
+    attention and Mamba: Megatron refuses router graphs with that recompute, so its graphs were attention's alone. The
+    row is read (not refused as an illegal pair) without graphs, saying so."""
+    row = {**_bridge_row("Nemotron_3_Nano", "H100", "26.04", pp=1, vp=1, ep=8, gbs=1024, precision="BF16"),
+           "num_gpus": "16", "seq_len": "8192"}
+    got = map_row(row)
+    assert isinstance(got, dict) and got["layout"].get("cuda_graphs", "none") == "none"
+    assert "moe" in str(got["layout"]["recompute"]) and "attention only" in got["source"]
