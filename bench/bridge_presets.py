@@ -187,6 +187,8 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
 # token drop everywhere, TP overlap); v0.6.0 (26.08): src/megatron/bridge/perf_recipes/<family>/<gpu>/*.py.
 _R1 = "scripts/performance/configs/{}; scripts/performance/run_script.py"
 _P6 = "src/megatron/bridge/perf_recipes/{}"
+# a precision as v0.6.0's perf_recipes function names spell it (..._fp8mx_config)
+_P6_PRECISION = {"bf16": "bf16", "fp8-tensorwise": "fp8cs", "fp8-blockwise": "fp8sc", "mxfp8": "fp8mx", "nvfp4": "nvfp4"}
 MANUAL = [
     dict(release="v0.1.0rc4", model="DeepSeek-V3", gpu="H100", precision="*", tp=2, pp=8, cp=1, vp=4, ep=64, mbs=1,
          gbs=8192, recompute="selective:mla_up_proj,mlp", dispatcher="flex", ep_overlap=1, pp_layout="Et|(tt|)*30mL",
@@ -231,16 +233,16 @@ for _gpu, _mbs in (("GB300", 8), ("GB200", 4)):
                        unmodelled="paged_stash", recipe=f"qwen3_30b_a3b_pretrain_8gpu_{_gpu.lower()}_fp8mx_config",
                        file=_P6.format(f"qwen/{_gpu.lower()}/qwen3_moe.py")))
 for _gpu, _tp in (("GB300", 1), ("GB200", 2)):  # Nemotron 3 Super: HybridEP flex, partial TE graphs
-    for _prec, _p in (("bf16", "bf16"), ("mxfp8", "fp8mx"), ("nvfp4", "nvfp4")):
+    for _prec in ("bf16", "mxfp8", "nvfp4"):
         MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Super-120B-A12B", gpu=_gpu, precision=_prec, tp=_tp,
                            pp=1, cp=1, vp=1, ep=64, mbs=1, gbs=512, cuda_graphs="attn", dispatcher="hybridep",
-                           recipe=f"nemotron_3_super_pretrain_64gpu_{_gpu.lower()}_{_p}_config",
+                           recipe=f"nemotron_3_super_pretrain_64gpu_{_gpu.lower()}_{_P6_PRECISION[_prec]}_config",
                            file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
 for _gpu, _mbs in (("GB300", 4), ("GB200", 2)):  # Nemotron 3 Nano: EP8, HybridEP flex, TE graphs
-    for _prec, _p in (("bf16", "bf16"), ("mxfp8", "fp8mx"), ("nvfp4", "nvfp4")):
+    for _prec in ("bf16", "mxfp8", "nvfp4"):
         MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Nano-30B-A3B", gpu=_gpu, precision=_prec, tp=1,
                            pp=1, cp=1, vp=1, ep=8, mbs=_mbs, gbs=512, cuda_graphs="attn", dispatcher="hybridep",
-                           recipe=f"nemotron_3_nano_pretrain_8gpu_{_gpu.lower()}_{_p}_config",
+                           recipe=f"nemotron_3_nano_pretrain_8gpu_{_gpu.lower()}_{_P6_PRECISION[_prec]}_config",
                            file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
 for _gpu, _pp, _vp, _ep in (("GB300", 2, 8, 32), ("GB200", 4, 4, 64)):
     MANUAL.append(dict(release="v0.6.0", model="DeepSeek-V3", gpu=_gpu, precision="mxfp8", tp=1, pp=_pp, cp=1, vp=_vp,
@@ -267,7 +269,7 @@ for _gpu, _precs, _tp, _pp, _vp, _ep, _mbs, _gbs, _rc, _cg, _disp, _lay in (
         MANUAL.append(dict(release="v0.6.0", model="Kimi-K2-Instruct", gpu=_gpu, precision=_prec, tp=_tp, pp=_pp, cp=1,
                            vp=_vp, ep=_ep, mbs=_mbs, gbs=_gbs, recompute=_rc, cuda_graphs=_cg, dispatcher=_disp,
                            pp_layout=_lay, recipe=f"kimi_k2_pretrain_{256 if _gpu != 'H100' else 1024}gpu_"
-                           f"{_gpu.lower()}_{_prec.replace('fp8-tensorwise', 'fp8cs').replace('fp8-blockwise', 'fp8sc').replace('mxfp8', 'fp8mx')}_config",
+                           f"{_gpu.lower()}_{_P6_PRECISION[_prec]}_config",
                            file=_P6.format(f"kimi/{_gpu.lower()}/kimi_k2.py")))
 # Qwen3-Next-80B-A3B (v0.6.0 perf_recipes/qwen/<gpu>/qwen3_moe.py qwen3_next_80b_a3b_*; recompute none, TP overlap
 # config on, the model recipe's one MTP layer): GB300 / GB200 PP2 VP4 EP32 on HybridEP with TE graphs on attention,
@@ -281,10 +283,9 @@ for _gpu, _prec, _pp, _vp, _ep, _mbs, _cg, _disp, _lay, _n in (
         ("B200", "bf16", 1, 1, 64, 1, "none", "flex", "", 64), ("B200", "mxfp8", 1, 1, 64, 1, "none", "flex", "", 64),
         ("H100", "bf16", 1, 1, 128, 1, "none", "alltoall", "", 128),
         ("H100", "fp8-tensorwise", 1, 1, 128, 1, "none", "alltoall", "", 128)):
-    _p = {"bf16": "bf16", "mxfp8": "fp8mx", "fp8-tensorwise": "fp8cs"}[_prec]
     MANUAL.append(dict(release="v0.6.0", model="Qwen3-Next-80B-A3B-Instruct", gpu=_gpu, precision=_prec, tp=1, pp=_pp,
                        cp=1, vp=_vp, ep=_ep, mbs=_mbs, gbs=1024, cuda_graphs=_cg, dispatcher=_disp, pp_layout=_lay,
-                       mtp=1, recipe=f"qwen3_next_80b_a3b_pretrain_{_n}gpu_{_gpu.lower()}_{_p}_config",
+                       mtp=1, recipe=f"qwen3_next_80b_a3b_pretrain_{_n}gpu_{_gpu.lower()}_{_P6_PRECISION[_prec]}_config",
                        file=_P6.format(f"qwen/{_gpu.lower()}/qwen3_moe.py")))
 
 def _manual(d: dict) -> dict:

@@ -310,9 +310,11 @@ def test_bad_llama4_configs_are_one_line_config_errors(tmp_path, change, words):
 @pytest.mark.parametrize("name,score,scale,groups", [
     ("DeepSeek-V3", "sigmoid", "2.5", ("8", "4")), ("Kimi-K2-Instruct", "sigmoid", "2.827", None),
     ("GLM-4.5", "sigmoid", "2.5", None), ("GLM-4.5-Air", "sigmoid", None, None), ("Qwen3-30B-A3B", "softmax", None, None),
+    ("Llama-4-Scout-17B-16E", "sigmoid", None, None), ("gpt-oss-120b", "softmax", None, None),
 ])
 def test_router_arguments_follow_the_config(name, score, scale, groups):
-    """The emitted router is the model's: the config's scoring_func (GLM-4.5 has none and routes by sigmoid), its
+    """The emitted router is the model's: the config's scoring_func (GLM-4.5 and Llama 4 name none and route by
+    sigmoid), its
     routed_scaling_factor where it is not 1, DeepSeek-V3's group-limited routing, and the correction bias with sigmoid."""
     a = slime_model_args(load_model(name))
 
@@ -321,4 +323,5 @@ def test_router_arguments_follow_the_config(name, score, scale, groups):
 
     assert val("--moe-router-score-function") == score and val("--moe-router-topk-scaling-factor") == scale
     assert (val("--moe-router-num-groups"), val("--moe-router-group-topk")) == (groups or (None, None))
-    assert ("--moe-router-enable-expert-bias" in a) == (score == "sigmoid")
+    # the correction bias rides on a sigmoid router that has one (Llama 4's has none; gpt-oss's bias is a linear one)
+    assert ("--moe-router-enable-expert-bias" in a) == (score == "sigmoid" and not name.startswith("Llama-4"))

@@ -86,6 +86,7 @@ def _nemotron_h(cfg: dict, where: str) -> tuple[dict, dict]:
         "gated_mlp": False,
         "dense_layers": tuple(i for i, c in enumerate(pattern) if c == "-"),
         "router_bias": True,
+        "sigmoid_router": True,  # Nemotron-H's config names no scoring_func; Megatron-Bridge's recipes route by sigmoid
     }
     if "M" in pattern:
         heads, groups = _positive(cfg, "mamba_num_heads", where), _positive(cfg, "n_groups", where)

@@ -73,6 +73,9 @@ class MoeSpec:
     shared_expert_gate: bool = False
     expert_bias: bool = False
     router_bias: bool = False
+    # the router scores experts by sigmoid (DeepSeek-V3, Kimi-K2, GLM-4.5, Nemotron-H); with router_bias, the bias is
+    # the aux-loss-free balancing one that pretraining moves (gpt-oss's learned bias sits on a softmax router)
+    sigmoid_router: bool = False
     dense_layers: tuple[int, ...] = ()
     latent_size: int = 0  # LatentMoE: experts (and the dispatch) run at this width between two projections
 

@@ -27,9 +27,16 @@ __all__ = ["ModelSpec", "LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec"
 QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 GATED_ATTENTION_TYPES = {"qwen3_next"}  # gated by construction, no config key
 SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
-# attention_bias means Q, K and V biases only: HF Glm4MoeAttention builds o_proj with bias=False (Megatron-Bridge
-# GLMMoEModelProvider: add_qkv_bias True, add_bias_linear False); elsewhere (Llama, gpt-oss, GPT-2) o_proj has one too
+# GLM-4.5 (glm4_moe) reads three keys its own way: attention_bias means Q, K and V biases only (HF Glm4MoeAttention
+# builds o_proj with bias=False; Megatron-Bridge GLMMoEModelProvider: add_qkv_bias True, add_bias_linear False; elsewhere,
+# Llama, gpt-oss, GPT-2, o_proj has one too); its router scores by sigmoid with a correction bias though the config names
+# neither (HF Glm4MoeTopkRouter); use_qk_norm switches a weighted QK norm (HF q_norm / k_norm; Bridge qk_layernorm)
 QKV_BIAS_ONLY_TYPES = {"glm4_moe"}
+ROUTER_BIAS_TYPES = {"gpt_oss", "glm4_moe"}  # beside DeepSeek's noaux_tc (gpt-oss: a learned linear bias)
+QK_NORM_SWITCH_TYPES = {"glm4_moe"}
+# routers that score by sigmoid though their config names no scoring_func: GLM-4.5's, and Llama 4's (HF Llama4TextMoe
+# takes the sigmoid of the top-k logits; Megatron-Bridge Llama4ModelProvider: moe_router_score_function "sigmoid")
+SIGMOID_ROUTER_TYPES = {"glm4_moe", "llama4", "llama4_text"}
 
 
 @dataclass(frozen=True)
@@ -181,7 +188,7 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     check_hf_config(cfg, where)
     model_type = str(cfg.get("model_type") or top_type or "unknown")
     cfg, fam = normalise(cfg, model_type, where)
-    moe_fam = {k: fam.pop(k) for k in ("dense_layers", "router_bias", "latent_size") if k in fam}
+    moe_fam = {k: fam.pop(k) for k in ("dense_layers", "router_bias", "sigmoid_router", "latent_size") if k in fam}
     if "mamba" in fam:
         fam["mamba"] = MambaSpec(**fam["mamba"])
 
@@ -238,9 +245,12 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
             shared_ffn_hidden_size=shared,
             shared_expert_gate=bool(shared) and model_type in SHARED_GATE_TYPES,
             expert_bias=model_type == "gpt_oss",
-            router_bias=(model_type == "gpt_oss" or cfg.get("topk_method") == "noaux_tc"  # DeepSeek: e_score_correction_bias
-                         or model_type in QKV_BIAS_ONLY_TYPES  # GLM-4.5's router always has one (HF Glm4MoeTopkRouter)
-                         or bool(moe_fam.get("router_bias"))),
+            router_bias=(model_type in ROUTER_BIAS_TYPES or cfg.get("topk_method") == "noaux_tc"  # DeepSeek's
+                         or bool(moe_fam.get("router_bias"))),  # e_score_correction_bias; Nemotron-H's
+            # the config's scoring_func where it names one (DeepSeek-V3 and Kimi-K2 sigmoid, DeepSeek-V2 softmax)
+            sigmoid_router=(str(cfg["scoring_func"]).lower() == "sigmoid" if cfg.get("scoring_func")
+                            else model_type.startswith("deepseek") or model_type in SIGMOID_ROUTER_TYPES
+                            or bool(moe_fam.get("sigmoid_router"))),
             dense_layers=tuple(sorted(dense)),
             latent_size=int(moe_fam.get("latent_size") or 0),
         )
@@ -265,9 +275,7 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         layer_types=layer_types,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         attn_output_gate=bool(cfg.get("attn_output_gate", model_type in GATED_ATTENTION_TYPES)),
-        # GLM-4.5's QK norm is a config switch (use_qk_norm: on for GLM-4.5, off for -Air), with weights (HF
-        # Glm4MoeAttention q_norm / k_norm, Megatron-Bridge GLM45ModelProvider355B qk_layernorm True)
-        qk_norm=model_type in QK_NORM_TYPES or (model_type in QKV_BIAS_ONLY_TYPES and bool(cfg.get("use_qk_norm"))),
+        qk_norm=model_type in QK_NORM_TYPES or (model_type in QK_NORM_SWITCH_TYPES and bool(cfg.get("use_qk_norm"))),
         attention_bias=bool(cfg.get("attention_bias", False)),
         qkv_bias_only=model_type in QKV_BIAS_ONLY_TYPES,
         attention_sinks=model_type == "gpt_oss",

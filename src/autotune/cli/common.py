@@ -223,9 +223,9 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
     cluster = ClusterSpec.of(gpu, count, gpus_per_node, **cluster_kw)
     if routing != "natural" and not m.is_moe and notes is not None:
         notes.append(f"--routing {routing}: {m.name} has no experts, so routing changes nothing")
-    if routing == "natural" and m.is_moe and m.moe.router_bias and m.model_type != "gpt_oss" and notes is not None:
-        # DeepSeek's e_score_correction_bias (noaux_tc), Nemotron-H's: a bias pretraining moves to even the experts'
-        # load (gpt-oss's router bias is a learned linear bias, not that)
+    if routing == "natural" and m.is_moe and m.moe.router_bias and m.moe.sigmoid_router and notes is not None:
+        # DeepSeek's e_score_correction_bias (noaux_tc), Kimi's, GLM-4.5's, Nemotron-H's: a bias pretraining moves to
+        # even the experts' load (gpt-oss's is a learned linear bias on a softmax router, not that)
         notes.append(f"{m.name}'s router balances its experts with a bias that pretraining updates (aux-loss-free "
                      "balancing); if your run updates it, --routing aux-loss estimates the busiest expert rank more "
                      "closely than the default natural routing")

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from ..catalog import load_model
 from ..errors import BadInput
+from ..layout import Recompute
 from ..layout.splits import layout_vpp, parse_pipeline_layout
 
 __all__ = ["row_settings", "RELEASES", "PRESETS_CSV"]
@@ -223,19 +224,19 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     L["tp_comm_overlap"] = L.get("tp_comm_overlap", False) or rec["tp_comm_overlap"] == "1"
     if rec["cuda_graphs"] in _GRAPHS and rec["cuda_graphs"] != "none":
         L["cuda_graphs"] = rec["cuda_graphs"]
-        rc_modules = str(row.get("recompute") or rec["recompute"]).partition("selective:")[2].split(",")
-        if moe and rec["cuda_graphs"] in ("attn", "router") and "moe" in rc_modules:
-            # a recipe that recomputes the whole MoE block cannot have captured its router (Megatron refuses the pair):
-            # its graphs are attention's alone (Nemotron 3 Nano H100: scope attn + mamba), which autotune's 'attn'
-            # (attention, router and preprocess) would overstate: read without graphs
-            L["cuda_graphs"] = "none"
-            out["read"].append("its CUDA graphs (attention only: it recomputes the MoE block) read as none")
     if rec["fsdp"] == "1":
         L["fsdp"] = True
     if int(rec["act_offload_layers"] or 0):
         L["activation_offload_layers"] = int(rec["act_offload_layers"])
     if not (row.get("recompute") or "").strip() and rec["recompute"]:
         L["recompute"] = rec["recompute"]
+    if moe and L.get("cuda_graphs") in ("attn", "router") and "moe" in Recompute.parse(
+            str(L.get("recompute", lay["recompute"]))).modules:
+        # a recipe that recomputes the whole MoE block cannot have captured its router (Megatron refuses the pair):
+        # its graphs are attention's alone (Nemotron 3 Nano H100: scope attn + mamba), which autotune's 'attn'
+        # (attention, router and preprocess) would overstate: read without graphs
+        L["cuda_graphs"] = "none"
+        out["read"].append("its CUDA graphs (attention only: it recomputes the MoE block) read as none")
     if rec.get("pp_layout") and not lay.get("layer_split"):  # an exact recipe: its PP and VP are the row's
         try:
             stages, _ = parse_pipeline_layout(rec["pp_layout"])

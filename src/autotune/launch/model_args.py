@@ -88,7 +88,6 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
     eps = (cfg.get("rms_norm_eps") or cfg.get("layer_norm_epsilon") or cfg.get("norm_eps")
            or cfg.get("layer_norm_eps") or 1e-6)
     plugin = next((v for k, v in _PLUGIN_SPECS.items() if model.model_type.startswith(k)), None)
-    nemotron_h = model.model_type == "nemotron_h"
 
     a: list[str] = ["--spec", *plugin] if plugin else []
     if not model.mlp_bias:  # biases on every linear (GPT-3) are Megatron's default (ModelSpec.bias_linear)
@@ -134,11 +133,7 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
         a += ["--moe-ffn-hidden-size", str(e.ffn_hidden_size)]
         if e.shared_ffn_hidden_size:
             a += ["--moe-shared-expert-intermediate-size", str(e.shared_ffn_hidden_size)]
-        # the config's scoring_func where it names one (DeepSeek-V3 and Kimi-K2 "sigmoid", DeepSeek-V2 "softmax");
-        # GLM-4.5's has none and routes by sigmoid (HF Glm4MoeTopkRouter; Megatron-Bridge GLMMoEModelProvider)
-        score = str(cfg.get("scoring_func") or "").lower()
-        sigmoid = score == "sigmoid" if score else (model.model_type.startswith(("deepseek", "glm4_moe")) or nemotron_h)
-        a += ["--moe-router-score-function", "sigmoid" if sigmoid else "softmax", "--moe-token-dispatcher-type",
+        a += ["--moe-router-score-function", "sigmoid" if e.sigmoid_router else "softmax", "--moe-token-dispatcher-type",
               "alltoall", "--moe-router-topk", str(e.top_k)]
         groups, group_topk = int(cfg.get("n_group") or 1), int(cfg.get("topk_group") or 1)
         if groups > 1:  # DeepSeek-V3's node-limited routing: the top-k experts come from the best topk_group groups
@@ -147,7 +142,7 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
             a += ["--moe-layer-freq", _layer_pattern([int(model.is_moe_layer(i)) for i in range(model.num_layers)])]
         a += ["--num-experts", str(e.num_experts), "--moe-grouped-gemm", "--moe-token-drop-policy", "probs",
               "--moe-router-dtype", "fp32", "--moe-permute-fusion", "--moe-aux-loss-coeff", _num(aux_loss_coeff)]
-        if e.router_bias and sigmoid:
+        if e.router_bias and e.sigmoid_router:
             a.append("--moe-router-enable-expert-bias")
         if cfg.get("routed_scaling_factor") and float(cfg["routed_scaling_factor"]) != 1.0:  # DeepSeek 2.5, Kimi 2.827
             a += ["--moe-router-topk-scaling-factor", _num(cfg["routed_scaling_factor"])]
