@@ -24,6 +24,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
 
 from .catalog import ClusterSpec, ModelSpec, Workload
 from .cost import Calibration, Evaluation, evaluate, load_calibration
+from .cost._comm import paged_stash
 from .cost.memory import MemoryResult, estimate_memory
 from .errors import ConfigError
 from .layout import DISPATCHERS, RULES, LayoutTable, Recompute, check
@@ -378,7 +379,9 @@ def _screen(t: LayoutTable, model: ModelSpec, workload: Workload, cluster: Clust
             ("needs HybridEP (the flex dispatcher's hybridep backend) which the cluster lacks",
              ~((t.dispatcher == 3) & (not cluster.has_hybridep))),
             ("needs Transformer Engine (context parallelism) which the cluster lacks",
-             ~((t.cp > 1) & (not cluster.has_te)))]
+             ~((t.cp > 1) & (not cluster.has_te))),
+            ("needs megatron-core's paged stash (full-iteration CUDA graphs of a dropless MoE model) which the "
+             "cluster's megatron-core lacks", ~(paged_stash(model, t) & (not cluster.has_paged_stash)))]
     practical = [("TP spans nodes", ~((t.tp > cluster.node_size) & p.tp_within_node)),
                  (f"EP x ETP x TP spans more than {p.ep_tp_within_nodes} nodes",
                   t.ep * t.etp * np.maximum(t.tp // t.etp, 1) <= p.ep_tp_within_nodes * cluster.node_size),
@@ -476,6 +479,9 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     if not cluster.has_hybridep and "hybridep" in space.dimensions.dispatcher:
         notes.append("hybridep dispatcher dropped: HybridEP (DeepEP's hybrid-ep branch) is not available on this "
                      "cluster")
+    if not cluster.has_paged_stash and model.is_moe and "full" in space.dimensions.cuda_graphs:
+        notes.append("full-iteration CUDA graphs of dropless layouts dropped: they run on megatron-core's paged stash "
+                     "(--moe-paged-stash), which this cluster's megatron-core lacks; token drop keeps them")
     if not cluster.has_te and True in space.dimensions.precision_aware_optimizer:
         notes.append("precision-aware optimizer replaced by the plain distributed optimizer: Transformer Engine "
                      "is not available on this cluster")

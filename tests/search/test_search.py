@@ -296,7 +296,11 @@ def test_local_backend_checks_this_machine_before_any_trial(tmp_path, capsys, mo
     assert rc == 2 and "torch is not installed" in err and "--backend simulate" in err and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
     monkeypatch.setattr(plan, "has_module", lambda name: name in ("torch", "megatron.core"))
-    assert plan.local_software() == {"has_te": False, "has_deepep": False, "has_hybridep": False}
+    monkeypatch.setattr(plan, "megatron_has_paged_stash", lambda: False)  # megatron-core 0.16.1's case
+    assert plan.local_software() == {"has_te": False, "has_deepep": False, "has_hybridep": False,
+                                     "has_paged_stash": False}
+    monkeypatch.setattr(plan, "megatron_has_paged_stash", lambda: True)
+    assert "has_paged_stash" not in plan.local_software()
 
 
 def test_the_search_says_what_missing_software_took_out_of_the_space(tmp_path, capsys):

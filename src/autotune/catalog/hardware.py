@@ -159,6 +159,8 @@ class ClusterSpec:
     has_deepep: bool = True  # flex dispatcher available (DeepEP installed on the cluster)
     has_hybridep: bool = True  # the flex dispatcher's HybridEP backend available (DeepEP's hybrid-ep branch)
     has_te: bool = True  # Transformer Engine available
+    # megatron-core's paged stash (--moe-paged-stash, after 0.16): full-iteration CUDA graphs of dropless MoE models
+    has_paged_stash: bool = True
 
     def __post_init__(self):
         if self.has_hybridep and not self.has_deepep:  # HybridEP ships in DeepEP's hybrid-ep branch
@@ -194,6 +196,7 @@ class ClusterSpec:
             kw.setdefault("has_deepep", False)
             kw.setdefault("has_hybridep", False)
             kw.setdefault("has_te", False)
+            kw.setdefault("has_paged_stash", False)
         return cls(g, count, gpus_per_node or g.gpus_per_node, kw.pop("network_gbps", g.network_gbps), **kw)
 
 

@@ -119,6 +119,11 @@ class Workload:
     # FP8 recipes only: parameters kept and all-gathered in FP8 (--fp8-param-gather): half the bytes of the
     # distributed optimizer's parameter all-gather and no BF16 weight copy
     fp8_param_gather: bool = False
+    # FP8 recipes only: attention's core in FP8 (--fp8-dot-product-attention: cuDNN's FP8 fused attention; its
+    # matrix products at the FP8 rate, its softmax exponentials as before)
+    fp8_attention: bool = False
+    # MXFP8 only: the output layer (LM head) as a TE linear under MXFP8 (megatron-core's fp8_output_proj)
+    fp8_output_proj: bool = False
     framework: str = "megatron"  # FRAMEWORKS: whose weights, gradients, optimizer state and "selective" recompute
     # optimizer state per parameter a rank owns, bytes; 0: the framework's own (Megatron: fp32 master + Adam m, v, 12)
     optimizer_state_bytes: float = 0.0
@@ -150,6 +155,12 @@ class Workload:
         if self.fp8_param_gather and not self.fp8:
             raise BadInput("--fp8-param-gather needs an FP8 precision (e.g. --precision fp8-tensorwise); "
                            "drop it for bf16")
+        if self.fp8_attention and not self.fp8:
+            raise BadInput("--fp8-attention needs an FP8 precision (e.g. --precision mxfp8); drop it for "
+                           f"{self.precision}")
+        if self.fp8_output_proj and self.precision != "mxfp8":
+            raise BadInput(f"--fp8-output-proj runs the output layer under MXFP8 only, not {self.precision}; use "
+                           "--precision mxfp8 or drop it")
         if isinstance(self.optimizer_state_bytes, bool) or not 0 <= self.optimizer_state_bytes <= 32:
             raise BadInput(f"optimizer_state_bytes {self.optimizer_state_bytes!r}: bytes per owned parameter, 0 to 32 "
                            "(0: the framework's own, e.g. 12 for fp32 master + Adam m, v)")

@@ -12,7 +12,7 @@ from ..catalog import param_counts
 from ..cost import MEMORY_TERMS, TERM_MEANINGS, evaluate
 from ..errors import BadInput
 from ..layout import LayoutTable, format_args, layout_args, validate
-from ..layout.args import precision_args
+from ..layout.args import fp8_module_args, precision_args
 from .common import (BatchOpt, GradsOpt, JsonOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, layout_options,
                      recipe_inputs, resolve)
 from .console import console, print_json
@@ -67,6 +67,11 @@ def estimate(
     precision: str = PrecisionOpt,
     fp8_param_gather: bool = typer.Option(False, "--fp8-param-gather", help="FP8 parameters and all-gathers "
                                           "(Megatron --fp8-param-gather; FP8 precisions only)."),
+    fp8_attention: bool = typer.Option(False, "--fp8-attention", help="Attention's core in FP8 (Megatron "
+                                       "--fp8-dot-product-attention, cuDNN's FP8 fused attention; FP8 precisions "
+                                       "only): its matrix products at the FP8 rate."),
+    fp8_output_proj: bool = typer.Option(False, "--fp8-output-proj", help="The output layer under MXFP8 "
+                                         "(megatron-core's fp8_output_proj; --precision mxfp8 only)."),
     lora: bool = typer.Option(False, "--lora", help="LoRA fine-tuning: the base weights frozen (no weight-gradient "
                               "GEMMs, gradients, optimizer state or DP gradient traffic for them), as Megatron-Bridge's "
                               "PEFT runs it; the adapters themselves are not counted. Estimate only: the search's trials "
@@ -108,7 +113,8 @@ def estimate(
         if tp_overlap and not lay.tp_overlap:  # the layout would drop it without a word (Layout.tp_overlap)
             raise BadInput(f"--tp-comm-overlap needs TP > 1 (it overlaps the sequence-parallel TP collectives with "
                            f"their GEMMs), but the layout has TP {lay.tp}; drop --tp-comm-overlap or use TP 2 or more")
-        workload = replace(workload, lora=lora, packed_doc_len=packed_doc_len)
+        workload = replace(workload, lora=lora, packed_doc_len=packed_doc_len, fp8_attention=fp8_attention,
+                           fp8_output_proj=fp8_output_proj)
     if layer_split:
         lay = _split(layer_split, m.num_layers, lay)
     if fsdp:
@@ -186,9 +192,12 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
         "summary": lay.summary(workload.seq_len, m.is_moe),
         "precision": workload.precision,
         "lora": workload.lora,
+        "fp8_attention": workload.fp8_attention,
+        "fp8_output_proj": workload.fp8_output_proj,
         "packed_doc_len": workload.packed_doc_len,
         "args": format_args(layout_args(lay, "slime", workload.seq_len, moe=m.is_moe)
-                            + precision_args(workload.precision, workload.fp8_param_gather)),
+                            + precision_args(workload.precision, workload.fp8_param_gather)
+                            + fp8_module_args(workload)),
         "memory": {
             "peak_bytes": int(mem.peak[i]),
             "capacity_bytes": int(mem.capacity_bytes),

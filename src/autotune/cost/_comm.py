@@ -119,6 +119,20 @@ def expected_max(n) -> np.ndarray:
     return np.where(n > 1, z, 0.0)
 
 
+# the paged stash's GPU pool for the routed experts' saved activations, over their even share
+# (--moe-paged-stash-buffer-size-factor-cuda, Megatron-Bridge's full-iteration recipes: 1.2; pages beyond it go to host)
+PAGED_STASH_POOL = 1.2
+
+
+def paged_stash(model: ModelSpec, t: LayoutTable) -> np.ndarray:
+    """(n,) rows that run a dropless MoE model under full-iteration CUDA graphs: megatron-core's paged stash path
+    (--moe-paged-stash, HybridEP's static per-rank budget --moe-expert-rank-capacity-factor, TE's fused grouped MLP
+    --use-transformer-engine-op-fuser): sync-free experts whose saved activations live in a pool of pages."""
+    if not model.is_moe:
+        return np.zeros(len(t), dtype=bool)
+    return (t.cuda_graphs == 3) & (t.capacity == 0)
+
+
 def routing_load(model: ModelSpec, workload: Workload, t: LayoutTable, mcoef) -> np.ndarray:
     """(n,) the hottest EP rank's routed tokens over the mean (see the module docstring)."""
     n = len(t)

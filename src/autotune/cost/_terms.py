@@ -38,7 +38,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload, recipe_precision
 from ..catalog.model import FULL, SLIDING
 from ..layout import LayoutTable
-from ._comm import a2a_time, contiguous_spread, group_bw, link_bandwidths, ring_bw, routing_load
+from ._comm import a2a_time, contiguous_spread, group_bw, link_bandwidths, paged_stash, ring_bw, routing_load
 from ._quant import linear_time_scale, lowp_copies
 from ._sac import op_sac_recompute
 from ._selective import selective_recompute
@@ -186,15 +186,25 @@ def gemm_efficiency(c, width, rows):
     return c.gemm * width / (width + c.gemm_width) * rows / (rows + c.gemm_rows)
 
 
-def attention_efficiency(c, model: ModelSpec) -> float:
-    """Flash attention's fraction of peak at the model's head dimension. Per score the kernel runs 2 d (QK) + 2 d
-    (PV) FLOPs on the tensor cores and one exp on the much slower special-function units, so the exp share shrinks
-    as d grows: eff(d) = attention x (1 + x) / (1 + x 128 / d). FlashAttention-3's forward BF16 throughput on H100
-    (Shah et al. 2024, fig. 5, 16k tokens: ~497 / ~648 / ~756 TFLOP/s at d = 64 / 128 / 256) gives x = 0.42 from
-    either ratio; `attention` is the d = 128 value. MLA's kernel runs at its query-key dimension."""
+def attention_efficiency(c, model: ModelSpec, mma_speedup: float = 1.0) -> float:
+    """Flash attention's fraction of the BF16 peak at the model's head dimension. Per score the kernel runs 2 d (QK)
+    + 2 d (PV) FLOPs on the tensor cores and one exp on the much slower special-function units, so the exp share
+    shrinks as d grows: eff(d) = attention x (1 + x) / (1 + x 128 / d). FlashAttention-3's forward BF16 throughput on
+    H100 (Shah et al. 2024, fig. 5, 16k tokens: ~497 / ~648 / ~756 TFLOP/s at d = 64 / 128 / 256) gives x = 0.42 from
+    either ratio; `attention` is the d = 128 value. MLA's kernel runs at its query-key dimension. FP8 attention
+    (`mma_speedup` > 1, fp8_attention_speedup) runs the matrix products faster and the exponentials as before:
+    eff = attention x (1 + x) / (1 / mma_speedup + x 128 / d)."""
     d = (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla is not None else model.head_dim
     x = c.attention_exp
-    return c.attention * (1 + x) / (1 + x * 128.0 / max(d, 1))
+    return c.attention * (1 + x) / (1.0 / mma_speedup + x * 128.0 / max(d, 1))
+
+
+def fp8_attention_speedup(workload, gpu, c) -> float:
+    """How much faster attention's matrix products run under --fp8-dot-product-attention: the GPU's FP8 peak over its
+    BF16 peak at an FP8 GEMM's achieved share (`fp8_gemm`); 1 without it."""
+    if not workload.fp8_attention:
+        return 1.0
+    return gpu.fp8_tflops / gpu.bf16_tflops * c.fp8_gemm
 
 
 # recipes whose grouped linears cast every expert's split in one fused kernel set, in the Transformer Engine releases
@@ -239,7 +249,8 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     dense_eff = gemm_efficiency(c, h / tp, rows)
     mb = {"compute_dense": fl.dense * _linear_s(passes, lin_peak, peak, c, dense_eff, mix[0], fmt),
           "compute_attention": fl.attention * (3.5 * (SDPA_SLOWDOWN if workload.attention_kernel == "sdpa" else 1.0)
-                                               / (peak * attention_efficiency(c, model))),
+                                               / (peak * attention_efficiency(c, model, fp8_attention_speedup(
+                                                   workload, cluster.gpu, c)))),
           "compute_linear_attention": fl.linear_attention * (3 / (peak * c.linear_attention))
           if layer_tables(model).flops_linear_attn.any() else 0.0}
     if model.is_moe:
@@ -250,8 +261,10 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         exp_eff = grouped * gemm_efficiency(c, np.minimum(e.width(h), e.ffn_hidden_size / etp), copies / local)
         # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
         # layer per micro-batch; 4 without wgrad), each paying a fixed `expert_gemm_s` whatever the GPU's speed
+        # (the paged stash path's fused grouped MLP is one kernel per GEMM for every local expert: no per-expert cost)
+        per_expert = np.where(paged_stash(model, t)[:, None], 0.0, 2 * passes * c.expert_gemm_s * local)
         mb["compute_experts"] = (fl.experts * _linear_s(passes, lin_peak, peak, c, exp_eff, mix[1], fmt)
-                                 + moe_stage * (2 * passes * c.expert_gemm_s * local))
+                                 + moe_stage * per_expert)
     else:
         mb["compute_experts"] = 0.0
     # output layer GEMMs plus the loss: the logits cross HBM ~4 times in bf16 when TE fuses the
@@ -260,7 +273,9 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     vocab = vocab_per_row(model, t.tp).astype(float)[:, None]
     logit_bytes = np.where(t.ce_fusion, 8.0, 40.0)[:, None] * vocab / tp * rows
     loss = np.where(last, logit_bytes / (cluster.gpu.hbm_gbps * 1e9), 0.0)
-    mb["compute_output"] = fl.output * (passes / (peak * gemm_efficiency(c, h, rows))) + loss
+    out_eff = gemm_efficiency(c, h, rows)
+    mb["compute_output"] = loss + fl.output * (_linear_s(passes, lin_peak, peak, c, out_eff, 1.0, fmt)
+                                               if workload.fp8_output_proj else passes / (peak * out_eff))
     return mb
 
 
@@ -302,6 +317,14 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # Qwen3-30B-A3B, Nemotron 3 -- over-predicted and large-hidden ones under-predicted)
     only_experts = dict.fromkeys(div, 0.0) | {"expf": div["expf"]}
     mb["expert_memory"] = fold_activations(per_pair, pair_of, only_experts) * tokens * touch if model.is_moe else 0.0
+    stash = paged_stash(model, t)[:, None]
+    if stash.any():
+        # the paged stash path: TE's fused grouped MLP runs the activation, its probs and its backward in the GEMMs'
+        # epilogues (no per-expert elementwise kernels), and the saved expert activations are copied into the page
+        # pool in the forward and back in the backward: one write and one read of them, plain HBM traffic
+        copy = mb["expert_memory"] * (2.0 / (3 * c.mem_touch))
+        mb["memory_bound"] = mb["memory_bound"] + np.where(stash, copy, 0.0)
+        mb["expert_memory"] = np.where(stash, 0.0, mb["expert_memory"])
     if model.is_moe and model.moe.expert_bias:
         # biased routed experts (gpt-oss): Megatron's TEGroupedMLP builds fc2 with skip_bias_add=True and adds the
         # returned bias, weighted by each copy's routing prob, outside the GEMM in eager PyTorch, one local expert
@@ -326,7 +349,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         if model.is_moe and workload.precision not in GROUPED_CASTS:  # per-expert cast kernels (quant_kernel_s)
             local = np.maximum(1.0, model.moe.num_experts / t.ep[:, None])
             kernels = 3.0 if workload.amax_pass else 1.0  # amax, scale, cast under per-tensor current scaling
-            mb["quantize"] = mb["quantize"] + moe_stage * (4 * kernels * c.quant_kernel_s * local)
+            fused = paged_stash(model, t)[:, None]  # the fused grouped MLP quantizes every expert's split at once
+            mb["quantize"] = mb["quantize"] + moe_stage * np.where(fused, 0.0, 4 * kernels * c.quant_kernel_s * local)
 
     # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
     full = (t.rc_gran == 2)[:, None]

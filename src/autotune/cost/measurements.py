@@ -58,6 +58,8 @@ class Measurement:
     grads_fp32: bool = True  # gradients reduced in fp32 (--accumulate-allreduce-grads-in-fp32)
     precision: str = "bf16"  # a Workload precision (bf16, fp8-tensorwise, mxfp8, ...)
     fp8_param_gather: bool = False
+    fp8_attention: bool = False  # see Workload.fp8_attention (--fp8-dot-product-attention)
+    fp8_output_proj: bool = False  # see Workload.fp8_output_proj (the output layer under MXFP8)
     train_mtp: bool = False  # the MTP block trained with the model (see Workload.train_mtp)
     mtp_passes: int = 0
     force_balance: bool = False  # --moe-router-force-load-balancing (published MoE benchmarks)
@@ -106,6 +108,7 @@ class Measurement:
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch,
                         load_balancing_loss=self.load_balancing_loss, grads_fp32=self.grads_fp32,
                         precision=self.precision, fp8_param_gather=self.fp8_param_gather,
+                        fp8_attention=self.fp8_attention, fp8_output_proj=self.fp8_output_proj,
                         train_mtp=self.train_mtp, mtp_passes=self.mtp_passes,
                         force_balance=self.force_balance, framework=self.framework,
                         optimizer_state_bytes=self.optimizer_state_bytes, bf16_layers_end=self.bf16_layers_end,

@@ -19,7 +19,9 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
                case, see hybridep_buffer); EP overlap keeps two micro-batches' buffers at once (not HybridEP's one)
   overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation; CUDA graphs' private
                memory pool (an assumption: `cuda_graph_pool`, more for a whole-step graph)
-Routed experts' activations and buffers scale with the hottest rank's load (_comm.routing_load). Activation offload
+Routed experts' activations and buffers scale with the hottest rank's load (_comm.routing_load); under the paged stash
+(a dropless MoE model with full-iteration CUDA graphs, _comm.paged_stash) the activations fill a page pool of
+_comm.PAGED_STASH_POOL x their even share whatever the load (pages beyond it spill to host). Activation offload
 (--cpu-offloading-num-layers N) keeps the offloaded layers' activations on the host, one in flight on the GPU.
 Host (per node, only with optimizer offload): Megatron's HybridDeviceOptimizer keeps the offloaded share's fp32
 master copy, both Adam moments and a pinned fp32 gradient buffer in host memory (16 B/param) per GPU of the node.
@@ -42,7 +44,7 @@ from ._mtp import mtp_stage_activations, mtp_stage_params
 from ._sac import op_sac_kept
 from ._quant import lowp_copies
 from ._state import state_terms
-from ._comm import routing_load
+from ._comm import PAGED_STASH_POOL, paged_stash, routing_load
 from .layers import (KIND, PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
                      vocab_per_row)
 
@@ -325,6 +327,8 @@ def estimate_memory(
     sp = t.sp_eff[:, None]
     tok = 1.0 / (cp * np.where(sp, tp, 1.0))
     imb = routing_load(model, workload, t, coef)[:, None]
+    # the paged stash keeps the routed experts' saved activations in a pool sized PAGED_STASH_POOL x their even share
+    imb = np.where(paged_stash(model, t)[:, None], PAGED_STASH_POOL, imb)
     div = {"seq": tok, "tp": 1.0 / (cp * tp), "rep": tok, "exph": tok * etp * imb, "expf": tok * imb}
     # per (PP, VPP) pair, never per row x part: the (n, S, P) table is the slow part at 10^5 rows
     act = lt.act * FP8_SAVED[None, :] if workload.quantized else lt.act

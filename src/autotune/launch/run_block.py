@@ -18,7 +18,7 @@ import shlex
 from ..catalog import ClusterSpec, Workload
 from ..errors import BadInput
 from ..layout import Layout, format_args, layout_args
-from ..layout.args import precision_args
+from ..layout.args import fp8_module_args, precision_args
 
 __all__ = ["SEED_ENV", "FSDP_MAX_CONNECTIONS", "ENTRY_PLACEHOLDER", "run_env", "build_run_block", "workload_args", "num",
            "loss_mask_for"]
@@ -57,7 +57,8 @@ _OPTIMIZER = ("--use-distributed-optimizer", "--use-megatron-fsdp", "--data-para
               "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d")
 _AFTER_BACKEND = ("--moe-shared-expert-overlap", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
                   "--tp-comm-overlap", "--cuda-graph-impl", "--cuda-graph-scope", "--no-check-for-nan-in-loss-and-grad",
-                  "--moe-pad-experts-for-cuda-graph-inference")
+                  "--moe-pad-experts-for-cuda-graph-inference", "--moe-paged-stash", "--moe-expert-rank-capacity-factor",
+                  "--moe-paged-stash-buffer-size-factor-cuda", "--use-transformer-engine-op-fuser")
 _FUSION = ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
 _LAST = ("--moe-token-dispatcher-type",)
 _PLACED = _OPTIMIZER + _AFTER_BACKEND + _FUSION + _LAST
@@ -126,7 +127,7 @@ def build_run_block(
         ["--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32"] if workload.grads_fp32
         else ["--attention-softmax-in-fp32"],
         ["--attention-backend", "flash"],
-        *_lines(precision_args(workload.precision, workload.fp8_param_gather), together=True),
+        *_lines(precision_args(workload.precision, workload.fp8_param_gather) + fp8_module_args(workload), together=True),
         *_lines(pick(_AFTER_BACKEND)),
         *_lines(pick(_FUSION), together=True),
         ["--distributed-timeout-minutes", "30"],

@@ -10,7 +10,9 @@ arguments.py (full-iteration graphs are --cuda-graph-impl local); selective reco
 mla_up_proj needs multi-latent attention; shared_experts not beside --moe-shared-expert-overlap; moe_act and
 layernorm not under delayed FP8 scaling). A dropless MoE layer has data-dependent
 shapes (tokens per expert), which a graph of the whole step cannot capture: full graphs of an MoE model need
-token drop with padding. The CUDA-graph scopes (transformer_config.py at Megatron-LM 1dcf0daf): the router scopes
+token drop with padding, or (megatron-core after 0.16, Megatron-LM PR #4247) the paged stash: HybridEP receives into
+a static per-rank budget (--moe-expert-rank-capacity-factor, which needs --use-transformer-engine-op-fuser's fused
+grouped MLP) and the experts' saved activations go to a pool of pages (--moe-paged-stash). The CUDA-graph scopes (transformer_config.py at Megatron-LM 1dcf0daf): the router scopes
 (moe_router, moe_preprocess: the router setting, and the attn setting of an MoE model) only in an MoE model; full
 recompute only beside full-iteration graphs; no selective recompute of `moe` beside Transformer Engine router
 graphs. Optimizer offload (arguments.py): --optimizer-cpu-offload runs on the precision-aware optimizer's code path,
@@ -29,6 +31,7 @@ __all__ = ["SETTING_RULES"]
 _MOE_BIT = 1 << SELECTIVE_MODULES.index("moe")
 _BIT = {name: 1 << b for b, name in enumerate(SELECTIVE_MODULES)}
 _ROUTER_GRAPHS, _ATTN_GRAPHS, _FULL_GRAPHS = 1, 2, 3  # indices in core.CUDA_GRAPHS
+_HYBRIDEP = 3  # index in core.DISPATCHERS
 
 
 def _no(flag, ok):
@@ -87,9 +90,10 @@ SETTING_RULES = [
     ("ep_overlap_graphs", lambda m, w, t: _no(t.ep_overlap, t.cuda_graphs != _FULL_GRAPHS),
      lambda m, w, l: "EP communication overlap runs beside partial (Transformer Engine) CUDA graphs only, not full"),
     ("full_graphs_static_shapes",
-     lambda m, w, t: (t.cuda_graphs != _FULL_GRAPHS) | (not m.is_moe) | (t.capacity > 0),
-     lambda m, w, l: "full-iteration CUDA graphs of a dropless MoE model cannot capture its data-dependent expert "
-                     "shapes; set a capacity factor (token drop) or use partial graphs (attn, router)"),
+     lambda m, w, t: (t.cuda_graphs != _FULL_GRAPHS) | (not m.is_moe) | (t.capacity > 0) | (t.dispatcher == _HYBRIDEP),
+     lambda m, w, l: "full-iteration CUDA graphs of a dropless MoE model need static expert shapes: HybridEP's "
+                     "per-rank token budget with the paged stash (--dispatcher hybridep) or a capacity factor (token "
+                     "drop); else use partial graphs (attn, router)"),
     ("graphs_router_dense", lambda m, w, t: (t.cuda_graphs != _ROUTER_GRAPHS) | m.is_moe,
      lambda m, w, l: f"{m.name} has no experts: router CUDA graphs (--cuda-graph-scope moe_router) have no router "
                      "to capture and megatron-core refuses them; use --cuda-graphs attn or none"),

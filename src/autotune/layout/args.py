@@ -16,7 +16,7 @@ from .core import FLEX_DISPATCHERS, Layout, Recompute
 from .setting_args import graphs_of, setting_args
 from .splits import layout_vpp, megatron_split, parse_pipeline_layout, pipeline_layout_text, split_flags
 
-__all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_switches",
+__all__ = ["layout_args", "layout_from_args", "format_args", "precision_args", "precision_switches", "fp8_module_args",
            "precision_from_args"]
 
 Style = Literal["slime", "megatron"]
@@ -135,6 +135,17 @@ def precision_args(precision: str, fp8_param_gather: bool = False) -> list[tuple
     a: list[tuple[str, str | None]] = [("--fp8-format", fmt), ("--fp8-recipe", kind)]
     if fp8_param_gather:
         a.append(("--fp8-param-gather", None))
+    return a
+
+
+def fp8_module_args(workload) -> list[tuple[str, str | None]]:
+    """The flags of the modules a workload moves into FP8 beyond the linears: attention's core
+    (--fp8-dot-product-attention) and the output layer under MXFP8 (megatron-core's fp8_output_proj)."""
+    a: list[tuple[str, str | None]] = []
+    if getattr(workload, "fp8_attention", False):
+        a.append(("--fp8-dot-product-attention", None))
+    if getattr(workload, "fp8_output_proj", False):
+        a.append(("--fp8-output-proj", None))
     return a
 
 

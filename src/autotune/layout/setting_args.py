@@ -3,7 +3,9 @@
 `setting_args(layout, moe)` gives the flags (megatron-core 0.16 names: the TransformerConfig fields behind
 --overlap-moe-expert-parallel-comm, --delay-wgrad-compute, --tp-comm-overlap, --cuda-graph-impl/-scope (and
 --no-check-for-nan-in-loss-and-grad, which full-iteration graphs need),
---moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity, --cpu-offloading-num-layers); `graphs_of`
+--moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity, --cpu-offloading-num-layers; the paged stash's
+--moe-paged-stash, --moe-expert-rank-capacity-factor, --moe-paged-stash-buffer-size-factor-cuda and
+--use-transformer-engine-op-fuser for a dropless MoE model's full-iteration graphs, megatron-core after 0.16); `graphs_of`
 reads a command line's CUDA-graph flags back (`args.layout_from_args` reads the rest). No torch, no ray.
 """
 
@@ -33,6 +35,11 @@ def setting_args(layout: Layout, moe: bool = False) -> list[tuple[str, str | Non
             a.append(("--no-check-for-nan-in-loss-and-grad", None))
         if layout.cuda_graphs == "full" and layout.ep > 1:  # megatron-core asserts it for local graphs with EP
             a.append(("--moe-pad-experts-for-cuda-graph-inference", None))
+        if layout.cuda_graphs == "full" and moe and not layout.moe_capacity_factor:
+            # dropless experts in a whole-step graph: the paged stash (Megatron-Bridge's full-iteration recipes'
+            # settings: HybridEP's per-rank budget 1.5x the even share, a page pool of 1.2x on the GPU)
+            a += [("--moe-paged-stash", None), ("--moe-expert-rank-capacity-factor", "1.5"),
+                  ("--moe-paged-stash-buffer-size-factor-cuda", "1.2"), ("--use-transformer-engine-op-fuser", None)]
     if layout.moe_capacity_factor:
         a += [("--moe-expert-capacity-factor", f"{layout.moe_capacity_factor:g}"),
               ("--moe-pad-expert-input-to-capacity", None)]

@@ -22,7 +22,7 @@ from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
 from ..launch.run_block import FSDP_MAX_CONNECTIONS
 from ..layout import layout_args
-from ..layout.args import MULTI_WORD, precision_switches
+from ..layout.args import MULTI_WORD, fp8_module_args, precision_switches
 from .convert import is_moe, run_layout, workload_of
 from .run_block import run_block_problems
 from .schema import Recipe
@@ -95,6 +95,7 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
         ("--train-iters", str(work.steps)),
     ]
     pairs += precision_switches(work.precision, work.fp8_param_gather)  # --bf16 and the run block's FP8/FP4 recipe
+    pairs += fp8_module_args(work)
     pairs += [
         ("--optimizer", work.optimizer), ("--lr", num(work.lr)), ("--lr-decay-style", "cosine"),
         ("--min-lr", num(work.min_lr)), ("--lr-warmup-fraction", num(work.warmup_fraction)),

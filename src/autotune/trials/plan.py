@@ -44,9 +44,26 @@ def local_software() -> dict[str, bool]:
     """ClusterSpec keyword arguments for the kernels this machine lacks (trials run here: --backend local); the
     space's notes say what each removes."""
     kw = {} if has_module("transformer_engine") else {"has_te": False}
+    if not megatron_has_paged_stash():
+        kw["has_paged_stash"] = False
     kw.update({flag: False for flag, dispatcher in (("has_deepep", "flex"), ("has_hybridep", "hybridep"))
                if flex_backend_missing(dispatcher)})
     return kw
+
+
+def megatron_has_paged_stash() -> bool:
+    """Whether the installed megatron-core has the paged stash (TransformerConfig.moe_paged_stash, after 0.16): read
+    from its source without importing it (megatron.core imports torch)."""
+    try:
+        spec = importlib.util.find_spec("megatron.core.transformer.transformer_config")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin:
+        return False
+    try:
+        return "moe_paged_stash" in Path(spec.origin).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def flex_backend_missing(dispatcher: str) -> str | None:

@@ -1,0 +1,114 @@
+"""Full-iteration CUDA graphs of dropless MoE models (megatron-core's paged stash), FP8 attention and the MXFP8 output
+layer: legal where Megatron runs them, their arguments, their time and memory, and the published rows that ran them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from autotune.catalog import ClusterSpec, Workload, load_model
+from autotune.cost import Calibration, TimeCoefficients, evaluate
+from autotune.errors import BadInput
+from autotune.layout import Layout, LayoutTable, check
+from autotune.layout.setting_args import setting_args
+
+M = load_model("gpt-oss-120b")
+W = Workload(seq_len=4096, global_batch=1280, precision="mxfp8", force_balance=True)
+C = ClusterSpec.of("GB300", 64)
+
+
+def _lay(**kw) -> Layout:
+    return Layout(**{"world": 64, "ep": 16, "micro_batch_size": 4, "dispatcher": "hybridep", **kw})
+
+
+def _eval(lays, workload=W, coef=None):
+    cal = Calibration("GB300", coef) if coef is not None else Calibration("GB300")
+    return evaluate(M, workload, C, LayoutTable.from_layouts(lays), cal)
+
+
+def _illegal(lay, workload=W) -> list[str]:
+    return [code for code, mask in check(M, workload, LayoutTable.from_layouts([lay])).items() if not mask[0]]
+
+
+def test_full_graphs_of_a_dropless_moe_model_run_on_hybridep_with_the_paged_stash_only():
+    assert "full_graphs_static_shapes" not in _illegal(_lay(cuda_graphs="full"))
+    assert "full_graphs_static_shapes" in _illegal(_lay(cuda_graphs="full", dispatcher="alltoall"))
+    assert "full_graphs_static_shapes" not in _illegal(_lay(cuda_graphs="full", dispatcher="alltoall",
+                                                            moe_capacity_factor=1.0))
+    flags = dict(setting_args(_lay(cuda_graphs="full"), moe=True))
+    assert "--moe-paged-stash" in flags and flags["--moe-expert-rank-capacity-factor"] == "1.5"
+    assert "--use-transformer-engine-op-fuser" in flags
+    dropped = dict(setting_args(_lay(cuda_graphs="full", moe_capacity_factor=1.0), moe=True))
+    assert "--moe-paged-stash" not in dropped  # token drop pads to capacity: static shapes without it
+    assert "--moe-paged-stash" not in dict(setting_args(_lay(cuda_graphs="attn"), moe=True))
+
+
+def test_the_paged_stash_drops_per_expert_kernels_and_launches_and_copies_the_stash():
+    """Under the paged stash the per-expert elementwise kernels, per-expert GEMM and cast kernels and the host's
+    launches are gone; the stash copy (a write and a read of the saved expert activations) is plain traffic."""
+    c = TimeCoefficients()
+    ev = _eval([_lay(cuda_graphs="full"), _lay(cuda_graphs="attn")], coef=c)
+    mb = ev.time.mb_terms
+    assert mb["expert_memory"][0].max() == 0 and mb["expert_memory"][1].max() > 0
+    assert mb["layer_overhead"][0].max() == 0 < mb["layer_overhead"][1].max()
+    stash_copy = mb["expert_memory"][1, 0] * 2 / (3 * c.mem_touch)
+    assert mb["memory_bound"][0, 0] - mb["memory_bound"][1, 0] == pytest.approx(stash_copy, rel=1e-6)
+    local = M.moe.num_experts / 16
+    assert mb["compute_experts"][1, 0] - mb["compute_experts"][0, 0] > 0.9 * 6 * c.expert_gemm_s * local
+    assert ev.time.tokens_per_s_per_gpu[0] > ev.time.tokens_per_s_per_gpu[1]
+
+
+def test_the_paged_stash_holds_its_page_pool_whatever_the_routing():
+    """The experts' saved activations fill a pool of 1.2x their even share even when routing is forced even: more
+    activation memory than the same layout's partial graphs, where forced routing keeps them at 1.0x."""
+    ev = _eval([_lay(cuda_graphs="full"), _lay(cuda_graphs="attn")])
+    act = ev.memory.terms["activations"]
+    assert act[0, 0] > act[1, 0] * 1.05
+
+
+def test_fp8_attention_speeds_the_matrix_products_not_the_exponentials():
+    on = replace(W, fp8_attention=True)
+    a = _eval([_lay()], W).time.mb_terms["compute_attention"][0, 0]
+    b = _eval([_lay()], on).time.mb_terms["compute_attention"][0, 0]
+    speedup = C.gpu.fp8_tflops / C.gpu.bf16_tflops * TimeCoefficients().fp8_gemm
+    assert 1.0 < a / b < speedup  # the softmax's exponentials stay on the SFUs
+    out = replace(W, fp8_output_proj=True)
+    assert (_eval([_lay()], out).time.mb_terms["compute_output"][0, 0]
+            < _eval([_lay()], W).time.mb_terms["compute_output"][0, 0])
+
+
+def test_fp8_attention_and_the_fp8_output_layer_need_their_formats():
+    with pytest.raises(BadInput, match="--fp8-attention needs an FP8 precision"):
+        Workload(precision="bf16", fp8_attention=True)
+    with pytest.raises(BadInput, match="--fp8-output-proj runs the output layer under MXFP8 only"):
+        Workload(precision="fp8-tensorwise", fp8_output_proj=True)
+    Workload(precision="fp8-tensorwise", fp8_attention=True)
+
+
+def test_a_cluster_without_the_paged_stash_keeps_token_drop_for_full_graphs():
+    from autotune.space import SearchSpace, explore
+    space = SearchSpace.model_validate({"dimensions": {"ep": [16], "dispatcher": ["hybridep"], "cuda_graphs": ["full"],
+                                                       "rows_per_microbatch": [4], "moe_capacity_factor": [0.0, 1.0]},
+                                        "prune": {"keep_within": 0.01}})
+    with_it = explore(space, M, W, C)
+    without = explore(space, M, W, ClusterSpec.of("GB300", 64, has_paged_stash=False))
+    assert any("paged stash" in n for n in without.notes) and not any("paged stash" in n for n in with_it.notes)
+    caps = lambda r: sorted({float(x) for x in r.table.capacity})  # noqa: E731
+    assert caps(with_it) == [0.0, 1.0] and caps(without) == [1.0]
+    assert any("paged stash" in why for why in without.reasons)
+
+
+def test_the_installed_megatron_core_is_read_for_the_paged_stash_without_importing_it(tmp_path, monkeypatch):
+    import importlib.util
+    from types import SimpleNamespace
+
+    from autotune.trials import plan
+    src = tmp_path / "transformer_config.py"
+    src.write_text("class TransformerConfig:\n    moe_paged_stash: bool = False\n")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: SimpleNamespace(origin=str(src)))
+    assert plan.megatron_has_paged_stash() is True
+    src.write_text("class TransformerConfig:\n    moe_token_dispatcher_type: str = 'alltoall'\n")
+    assert plan.megatron_has_paged_stash() is False
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert plan.megatron_has_paged_stash() is False
