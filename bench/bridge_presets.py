@@ -21,8 +21,8 @@ names `moe_flex_dispatcher_backend` runs the flex dispatcher on that backend ("d
 selective recompute, no TP overlap. A recipe's pipeline layout is its `pp_layout`, else the one its family's model
 recipe derives from PP and VP (_FAMILY_LAYOUTS); DeepSeek-V3's model recipe trains one MTP layer (_FAMILY_MTP);
 DeepSeek-V3's and Kimi-K2's overlap the shared expert where the dispatcher is alltoall and A2A overlap is off.
-Releases with another layout (v0.1.0rc4's YAML perf matrix, v0.6.0's perf_recipes functions) are read by hand:
-MANUAL below, each line with its file.
+v0.1.0rc4's YAML perf matrix is read by hand (MANUAL below, each line with its file); v0.6.0's perf_recipes functions
+by bench/bridge_perf_recipes.py.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ NAME = re.compile(r"^(?P<m>[A-Z0-9_]+?)_(?:(?P<task>PRETRAIN|SFT|LORA)_CONFIG_)?
                   r"(?:(?P<task2>SFT|LORA)_)?(?P<p>BF16|FP8_CS|FP8_MX|FP8_SC|FP8_DS|NVFP4)(?:_(?P<v>V\d|BASE_CONFIG))?$")
 COLUMNS = ("release", "model", "gpu", "precision", "task", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs", "fsdp",
            "recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep_overlap", "tp_comm_overlap",
-           "capacity_factor", "shared_overlap", "pp_layout", "mtp", "unmodelled", "recipe", "file")
+           "capacity_factor", "shared_overlap", "pp_layout", "mtp", "kernels", "recipe", "file")
 
 
 @dataclass
@@ -116,6 +116,8 @@ def _recompute(family: str, b: _Base) -> str:
     if b.recompute_num_layers:
         return f"full:block:{b.recompute_num_layers}"
     mods = [m for m in (b.recompute_modules or []) if m]
+    if b.recompute_modules is not None and not mods:  # [] turns recompute off (scripts/performance/utils/overrides.py)
+        return "none"
     if mods:
         return "selective:" + ",".join(mods)
     return "selective" if family in ("deepseek", "kimi") else "none"
@@ -163,9 +165,9 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
     backend = b.moe_flex_dispatcher_backend
     tp = b.tensor_model_parallel_size
     tp_overlap = tp > 1 and (family in ("qwen3", "qwen3_next") or prec != "nvfp4") and family not in ("deepseek", "nemotron_super", "kimi")
-    unmodelled = [k for k in ("cutedsl_fused_grouped_mlp", "fp8_dot_product_attention") if b.extra.get(k)]
+    kernels = [k for k in ("cutedsl_fused_grouped_mlp", "fp8_dot_product_attention") if b.extra.get(k)]
     if _graphs(b) == "full" and family != "llama":
-        unmodelled.append("paged_stash")  # dropless full-iteration graphs run on paged stash buffers
+        kernels.append("paged_stash")  # dropless full-iteration graphs run on paged stash buffers
     return {
         "release": release, "model": MODELS[m.group("m")], "gpu": m.group("gpu"), "precision": prec,
         "task": task,
@@ -178,17 +180,14 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
         # DeepSeek-V3's and Kimi-K2's model recipes overlap the shared expert (moe_shared_expert_overlap=True), which
         # Megatron runs on the alltoall dispatcher only
         "shared_overlap": int(family in ("deepseek", "kimi") and not backend and not b.moe_a2a_overlap),
-        "pp_layout": _pp_layout(family, b), "mtp": _FAMILY_MTP.get(family, 0), "unmodelled": " ".join(unmodelled), "recipe": name, "file": path,
+        "pp_layout": _pp_layout(family, b), "mtp": _FAMILY_MTP.get(family, 0), "kernels": " ".join(kernels), "recipe": name, "file": path,
     }
 
 
 # v0.1.0rc4 (25.09): scripts/performance/configs/*/*.yaml perf_matrix plus run_script.py's per-model switches
 # (DeepSeek-V3: DeepEP and 1F1B A2A overlap on H100, token drop with capacity factor 1.0 on B200/GB200; Qwen3 MoE:
-# token drop everywhere, TP overlap); v0.6.0 (26.08): src/megatron/bridge/perf_recipes/<family>/<gpu>/*.py.
+# token drop everywhere, TP overlap).
 _R1 = "scripts/performance/configs/{}; scripts/performance/run_script.py"
-_P6 = "src/megatron/bridge/perf_recipes/{}"
-# a precision as v0.6.0's perf_recipes function names spell it (..._fp8mx_config)
-_P6_PRECISION = {"bf16": "bf16", "fp8-tensorwise": "fp8cs", "fp8-blockwise": "fp8sc", "mxfp8": "fp8mx", "nvfp4": "nvfp4"}
 MANUAL = [
     dict(release="v0.1.0rc4", model="DeepSeek-V3", gpu="H100", precision="*", tp=2, pp=8, cp=1, vp=4, ep=64, mbs=1,
          gbs=8192, recompute="selective:mla_up_proj,mlp", dispatcher="flex", ep_overlap=1, pp_layout="Et|(tt|)*30mL",
@@ -221,78 +220,18 @@ for _m, _gpu, _prec, _tp, _pp, _cp, _vp, _mbs, _gbs, _fsdp, _rc, _off, _f in (
     MANUAL.append(dict(release="v0.1.0rc4", model=_m, gpu=_gpu, precision=_prec, tp=_tp, pp=_pp, cp=_cp, vp=_vp, ep=1,
                        mbs=_mbs, gbs=_gbs, fsdp=_fsdp, recompute=_rc, act_offload_layers=_off, tp_comm_overlap=int(_tp > 1),
                        recipe=f"perf_matrix.{_gpu.lower()} ({_prec})", file=_R1.format(_f)))
-for _gpu, _ep in (("GB300", 16), ("GB200", 64)):
-    MANUAL.append(dict(release="v0.6.0", model="gpt-oss-120b", gpu=_gpu, precision="mxfp8", tp=1, pp=1, cp=1, vp=1,
-                       ep=_ep, mbs=4, gbs=1280, cuda_graphs="full", dispatcher="hybridep", ep_overlap=0,
-                       unmodelled="paged_stash fp8_dot_product_attention",
-                       recipe=f"gpt_oss_120b_pretrain_64gpu_{_gpu.lower()}_fp8mx_config",
-                       file=_P6.format(f"gpt_oss/{_gpu.lower()}/gpt_oss.py")))
-for _gpu, _mbs in (("GB300", 8), ("GB200", 4)):
-    MANUAL.append(dict(release="v0.6.0", model="Qwen3-30B-A3B", gpu=_gpu, precision="mxfp8", tp=1, pp=1, cp=1, vp=1,
-                       ep=8, mbs=_mbs, gbs=512, cuda_graphs="full", dispatcher="hybridep",
-                       unmodelled="paged_stash", recipe=f"qwen3_30b_a3b_pretrain_8gpu_{_gpu.lower()}_fp8mx_config",
-                       file=_P6.format(f"qwen/{_gpu.lower()}/qwen3_moe.py")))
-for _gpu, _tp in (("GB300", 1), ("GB200", 2)):  # Nemotron 3 Super: HybridEP flex, partial TE graphs
-    for _prec in ("bf16", "mxfp8", "nvfp4"):
-        MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Super-120B-A12B", gpu=_gpu, precision=_prec, tp=_tp,
-                           pp=1, cp=1, vp=1, ep=64, mbs=1, gbs=512, cuda_graphs="attn", dispatcher="hybridep",
-                           recipe=f"nemotron_3_super_pretrain_64gpu_{_gpu.lower()}_{_P6_PRECISION[_prec]}_config",
-                           file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
-for _gpu, _mbs in (("GB300", 4), ("GB200", 2)):  # Nemotron 3 Nano: EP8, HybridEP flex, TE graphs
-    for _prec in ("bf16", "mxfp8", "nvfp4"):
-        MANUAL.append(dict(release="v0.6.0", model="NVIDIA-Nemotron-3-Nano-30B-A3B", gpu=_gpu, precision=_prec, tp=1,
-                           pp=1, cp=1, vp=1, ep=8, mbs=_mbs, gbs=512, cuda_graphs="attn", dispatcher="hybridep",
-                           recipe=f"nemotron_3_nano_pretrain_8gpu_{_gpu.lower()}_{_P6_PRECISION[_prec]}_config",
-                           file=_P6.format(f"nemotronh/{_gpu.lower()}/nemotronh.py")))
-for _gpu, _pp, _vp, _ep in (("GB300", 2, 8, 32), ("GB200", 4, 4, 64)):
-    MANUAL.append(dict(release="v0.6.0", model="DeepSeek-V3", gpu=_gpu, precision="mxfp8", tp=1, pp=_pp, cp=1, vp=_vp,
-                       ep=_ep, mbs=1, gbs=4096, cuda_graphs="full", dispatcher="hybridep", recompute="selective",
-                       pp_layout="Et*4|(t*4|)*14tmL", mtp=1,
-                       unmodelled="paged_stash fp8_output_proj", recipe=f"deepseek_v3_pretrain_256gpu_{_gpu.lower()}_fp8mx_config",
-                       file=_P6.format(f"deepseek/{_gpu.lower()}/deepseek_v3.py")))
+# v0.6.0 on: the flat perf_recipes functions, read from their syntax trees by bench/bridge_perf_recipes.py (their
+# settings, helpers and model recipes; every recipe of a catalog model). The 44 v0.6.0 lines read by hand until
+# 6 December agreed with it but for what the hand reading missed (the full-iteration recipes' A2A overlap, CuTe-DSL
+# fused grouped MLP, FP8 attention, DeepSeek-V3 GB300's recompute_modules [], Nemotron 3 Nano's graph modules)
+PERF_RECIPE_RELEASES = ("v0.6.0",)
 
-# Kimi-K2 (v0.6.0 perf_recipes/kimi/<gpu>/kimi_k2.py; the model recipe's optimizer, Muon, is read in cost/_sources.py):
-# GB300 / GB200 HybridEP at PP4 VP4 EP64 (GB200: TE graphs on the router and preprocess), B300 / B200 alltoall at
-# PP16 EP16, H100 TP8 PP16 VP2 EP64 with its own layout; every recipe sets moe_shared_expert_overlap False
-for _gpu, _precs, _tp, _pp, _vp, _ep, _mbs, _gbs, _rc, _cg, _disp, _lay in (
-        ("GB300", ("bf16", "fp8-tensorwise", "mxfp8", "nvfp4"), 1, 4, 4, 64, 2, 4096, "selective:mla_up_proj", "none",
-         "hybridep", _FAMILY_LAYOUTS["kimi"][4, 4]),
-        ("GB200", ("bf16", "fp8-tensorwise", "mxfp8"), 1, 4, 4, 64, 1, 2048, "selective:mla_up_proj", "router",
-         "hybridep", _FAMILY_LAYOUTS["kimi"][4, 4]),
-        ("B300", ("bf16", "fp8-tensorwise", "mxfp8"), 1, 16, 1, 16, 2, 4096, "selective:mla_up_proj", "none",
-         "alltoall", _FAMILY_LAYOUTS["kimi"][16, 1]),
-        ("B200", ("bf16", "fp8-tensorwise", "mxfp8"), 1, 16, 1, 16, 1, 2048, "selective:mla_up_proj", "none",
-         "alltoall", _FAMILY_LAYOUTS["kimi"][16, 1]),
-        ("H100", ("bf16", "fp8-tensorwise", "fp8-blockwise"), 8, 16, 2, 64, 1, 8192, "selective:mla_up_proj,mlp", "none",
-         "alltoall", "Et|(tt|)*30L")):
-    for _prec in _precs:
-        MANUAL.append(dict(release="v0.6.0", model="Kimi-K2-Instruct", gpu=_gpu, precision=_prec, tp=_tp, pp=_pp, cp=1,
-                           vp=_vp, ep=_ep, mbs=_mbs, gbs=_gbs, recompute=_rc, cuda_graphs=_cg, dispatcher=_disp,
-                           pp_layout=_lay, recipe=f"kimi_k2_pretrain_{256 if _gpu != 'H100' else 1024}gpu_"
-                           f"{_gpu.lower()}_{_P6_PRECISION[_prec]}_config",
-                           file=_P6.format(f"kimi/{_gpu.lower()}/kimi_k2.py")))
-# Qwen3-Next-80B-A3B (v0.6.0 perf_recipes/qwen/<gpu>/qwen3_moe.py qwen3_next_80b_a3b_*; recompute none, TP overlap
-# config on, the model recipe's one MTP layer): GB300 / GB200 PP2 VP4 EP32 on HybridEP with TE graphs on attention,
-# router and preprocess and the layout 'Et*4|(t*7|)*5t*8|tmL'; B300 / B200 PP1 EP64 on DeepEP; H100 PP1 EP128 alltoall
-for _gpu, _prec, _pp, _vp, _ep, _mbs, _cg, _disp, _lay, _n in (
-        ("GB300", "bf16", 2, 4, 32, 4, "attn", "hybridep", "Et*4|(t*7|)*5t*8|tmL", 64),
-        ("GB300", "mxfp8", 2, 4, 32, 4, "attn", "hybridep", "Et*4|(t*7|)*5t*8|tmL", 64),
-        ("GB200", "bf16", 2, 4, 32, 2, "attn", "hybridep", "Et*4|(t*7|)*5t*8|tmL", 64),
-        ("GB200", "mxfp8", 2, 4, 32, 2, "attn", "hybridep", "Et*4|(t*7|)*5t*8|tmL", 64),
-        ("B300", "bf16", 1, 1, 64, 1, "none", "flex", "", 64), ("B300", "mxfp8", 1, 1, 64, 2, "none", "flex", "", 64),
-        ("B200", "bf16", 1, 1, 64, 1, "none", "flex", "", 64), ("B200", "mxfp8", 1, 1, 64, 1, "none", "flex", "", 64),
-        ("H100", "bf16", 1, 1, 128, 1, "none", "alltoall", "", 128),
-        ("H100", "fp8-tensorwise", 1, 1, 128, 1, "none", "alltoall", "", 128)):
-    MANUAL.append(dict(release="v0.6.0", model="Qwen3-Next-80B-A3B-Instruct", gpu=_gpu, precision=_prec, tp=1, pp=_pp,
-                       cp=1, vp=_vp, ep=_ep, mbs=_mbs, gbs=1024, cuda_graphs=_cg, dispatcher=_disp, pp_layout=_lay,
-                       mtp=1, recipe=f"qwen3_next_80b_a3b_pretrain_{_n}gpu_{_gpu.lower()}_{_P6_PRECISION[_prec]}_config",
-                       file=_P6.format(f"qwen/{_gpu.lower()}/qwen3_moe.py")))
 
 def _manual(d: dict) -> dict:
     base = {c: "" for c in COLUMNS}
     base.update(task="pretrain", fsdp=0, recompute="none", act_offload_layers=0, cuda_graphs="none",
                 dispatcher="alltoall", ep_overlap=0, tp_comm_overlap=0, capacity_factor=0, shared_overlap=0,
-                pp_layout="", mtp=0, unmodelled="")
+                pp_layout="", mtp=0, kernels="")
     base.update(d)
     return base
 
@@ -304,6 +243,10 @@ def main() -> None:
                     default=Path(__file__).resolve().parents[1] / "src/autotune/cost/data/megatron_bridge_presets.csv")
     args = ap.parse_args()
     rows = [_manual(d) for d in MANUAL]
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bridge_perf_recipes import read_release  # noqa: E402
+    for rel in PERF_RECIPE_RELEASES:
+        rows += read_release(args.repo, rel, _FAMILY_LAYOUTS, _FAMILY_MTP)
     for rel in RELEASES:
         files = [f for f in _git(args.repo, "ls-tree", "-r", "--name-only", rel, "scripts/performance/configs").split()
                  if f.endswith("workload_base_configs.py")]

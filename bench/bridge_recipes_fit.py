@@ -1,7 +1,8 @@
 """Does every Megatron-Bridge performance recipe fit? The memory model against the recipes NVIDIA runs.
 
 Every pretraining recipe of a catalog model on a catalog GPU, in every release bench/bridge_presets.py reads
-(scripts/performance/configs/<family>/*workload_base_configs.py, v0.2.0 to v0.5.1), becomes a row of the published
+(scripts/performance/configs/<family>/*workload_base_configs.py, v0.2.0 to v0.5.1; src/megatron/bridge/perf_recipes,
+v0.6.0, read by bench/bridge_perf_recipes.py), becomes a row of the published
 table at its own GPU count, layout, micro-batch and global batch, in the container that shipped its release
 (cost/_presets.RELEASES), with force-balanced routing as the pages run it; the row reader then adds what the recipe
 sets (recompute, dispatcher, overlaps, graphs, FSDP, offload, its pipeline layout, MTP). The recipes ran, or were
@@ -23,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bridge_perf_recipes as P  # noqa: E402  (v0.6.0's flat perf recipes)
 import bridge_presets as B  # noqa: E402  (the recipe reader of the same checkout)
 
 from autotune.cost import evaluate, load_calibration  # noqa: E402
@@ -46,31 +48,36 @@ def recipe_rows(repo: Path, releases: tuple[str, ...]):
             container.setdefault(r, cont)
     seen = set()
     for rel in releases:
-        files = [f for f in B._git(repo, "ls-tree", "-r", "--name-only", rel, "scripts/performance/configs").split()
-                 if f.endswith("workload_base_configs.py")]
-        for path in files:
-            for name, base in B._load(B._git(repo, "show", f"{rel}:{path}")).items():
-                r = B._row(rel, path, name, base)
-                if not r or r["task"] != "pretrain" or r["gpu"] not in _GPUS or rel not in container:
-                    continue
-                key = (r["model"], r["gpu"], r["precision"], r["tp"], r["pp"], r["cp"], r["vp"], r["ep"], r["mbs"],
-                       r["gbs"], base.num_gpus, container[rel])
-                if key in seen:
-                    continue
-                seen.add(key)
-                yield rel, name, dict(
-                    source=f"Megatron-Bridge perf archive:{container[rel]}", model=r["model"], gpu=r["gpu"],
-                    num_gpus=str(base.num_gpus), seq_len="8192" if r["model"] in _SEQ_8K else "4096",
-                    global_batch=str(r["gbs"]), micro_batch=str(r["mbs"]), tp=str(r["tp"]), pp=str(r["pp"]),
-                    cp=str(r["cp"]), vp=str(r["vp"]) if r["vp"] > 1 else "", ep=str(r["ep"]), etp="",
-                    precision=_PRECISION[r["precision"]], recompute="", tokens_per_s_per_gpu="1000",
-                    tflops_per_gpu="", mfu="", notes=f"force-balanced; FSDP={r['fsdp']}")
+        if rel in B.PERF_RECIPE_RELEASES:  # the flat perf_recipes functions (bench/bridge_perf_recipes.py)
+            found = [(r["recipe"], r, int(P.NAME.match(r["recipe"]).group("n")))
+                     for r in P.read_release(repo, rel, B._FAMILY_LAYOUTS, B._FAMILY_MTP)]
+        else:
+            files = [f for f in B._git(repo, "ls-tree", "-r", "--name-only", rel, "scripts/performance/configs").split()
+                     if f.endswith("workload_base_configs.py")]
+            found = [(name, B._row(rel, path, name, base), base.num_gpus) for path in files
+                     for name, base in B._load(B._git(repo, "show", f"{rel}:{path}")).items()]
+        for name, r, num_gpus in found:
+            if not r or r["task"] != "pretrain" or r["gpu"] not in _GPUS or rel not in container:
+                continue
+            key = (r["model"], r["gpu"], r["precision"], r["tp"], r["pp"], r["cp"], r["vp"], r["ep"], r["mbs"],
+                   r["gbs"], num_gpus, container[rel])
+            if key in seen:
+                continue
+            seen.add(key)
+            yield rel, name, dict(
+                source=f"Megatron-Bridge perf archive:{container[rel]}", model=r["model"], gpu=r["gpu"],
+                num_gpus=str(num_gpus), seq_len="8192" if r["model"] in _SEQ_8K else "4096",
+                global_batch=str(r["gbs"]), micro_batch=str(r["mbs"]), tp=str(r["tp"]), pp=str(r["pp"]),
+                cp=str(r["cp"]), vp=str(r["vp"]) if r["vp"] > 1 else "", ep=str(r["ep"]), etp="",
+                precision=_PRECISION[r["precision"]], recompute="", tokens_per_s_per_gpu="1000",
+                tflops_per_gpu="", mfu="", notes=f"force-balanced; FSDP={r['fsdp']}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("repo", type=Path, help="a Megatron-Bridge git checkout with its release tags")
-    ap.add_argument("--releases", default=",".join(B.RELEASES), help="comma-separated tags (default: every one read)")
+    ap.add_argument("--releases", default=",".join(B.RELEASES + B.PERF_RECIPE_RELEASES),
+                    help="comma-separated tags (default: every one read)")
     args = ap.parse_args(argv)
     outcome: Counter = Counter()
     tight = []

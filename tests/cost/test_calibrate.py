@@ -356,7 +356,16 @@ def test_rows_take_the_settings_of_their_sources_recipe():
     assert all("v0.1.0rc4" in m.source for m in h100)
     hybrid = [m for m in kept if "moe-optimization" in m.source]  # HybridEP + EP overlap + router graphs (notes)
     assert hybrid and hybrid[0].layout.ep_overlap and hybrid[0].layout.cuda_graphs == "router"
-    assert any("kernels autotune does not model" in why for _, why in skipped)  # paged stash, fused grouped MLP
+    # the full-iteration recipes (v0.5.x with CuTe-DSL fused grouped MLP and A2A overlap, v0.6.0 without): the paged
+    # stash (full graphs of dropless experts on HybridEP), FP8 attention and the MXFP8 output layer where they set them
+    stash = [m for m in kept if m.source.startswith("Megatron-Bridge perf") and m.layout.cuda_graphs == "full"
+             and m.model in ("gpt-oss-120b", "Qwen3-30B-A3B", "DeepSeek-V3")]
+    assert len(stash) >= 15 and all(m.layout.dispatcher == "hybridep" and m.layout.moe_capacity_factor == 0
+                                    and not m.layout.ep_overlap for m in stash)
+    assert all(m.fp8_attention for m in stash if m.model == "gpt-oss-120b")
+    assert any(m.fp8_output_proj for m in stash if m.model == "DeepSeek-V3" and "26.08" in m.source)
+    assert any("A2A overlap beside full-iteration CUDA graphs read as off" in m.source for m in stash)
+    assert not any("paged_stash" in why or "fp8_dot_product_attention" in why for _, why in skipped)
     auto = [m for m in kept if m.source.startswith("NeMo AutoModel") and m.model != "Llama-3.1-405B"]
     assert auto and all(str(m.layout.recompute) == "full:uniform:1" for m in auto)  # activation_checkpointing
     titan = [m for m in kept if m.source.startswith("torchtitan") and m.layout.pp > 1]
@@ -379,7 +388,11 @@ def test_a_layout_no_recipe_has_takes_its_gpu_and_precisions_recipe_else_what_al
     assert not out["layout"].get("fsdp") and not out["layout"].get("activation_offload_layers")  # its TP1 PP1 recipe's
     out = row_settings(row, "Llama-3.1-70B", "H200", "fp8-tensorwise", {**lay, "pp": 3}, 128, False)
     assert not out["layout"].get("tp_comm_overlap") and "recipes' shared settings" in " ".join(out["read"])
+    # a container newer than every release read runs the newest release's recipes, and the provenance says so
     out = row_settings({**row, "source": "Megatron-Bridge perf archive:99.01"}, "Llama-3.1-405B", "GB300",
+                       "fp8-tensorwise", lay, 1536, False)
+    assert "container 99.01 is not among the releases read" in " ".join(out["read"])
+    out = row_settings({**row, "source": "Megatron-Bridge perf archive:latest"}, "Llama-3.1-405B", "GB300",
                        "fp8-tensorwise", lay, 1536, False)
     assert "tp_comm_overlap" not in out["layout"] and "Megatron's defaults" in " ".join(out["read"])
 
@@ -499,3 +512,14 @@ def test_a_batch_predicts_each_row_as_alone():
         alone.append(predict([m], cal)[0])
     assert np.allclose(batch, alone, rtol=1e-9)
     assert batch[1] < batch[0]  # the MTP block is work: it cannot be free
+
+
+def test_a_page_newer_than_the_releases_read_takes_the_newest_recipes_not_before_it():
+    from autotune.cost._presets import release_of
+    rels, note = release_of("Megatron-Bridge perf summary:26.10")
+    assert rels == {"v0.6.0"} and "26.10" in note and "newest not after it" in note
+    assert release_of("Megatron-Bridge perf archive:26.04") == ({"v0.4.0"}, None)
+    rels, note = release_of("Megatron-Bridge perf archive:26.05")
+    assert rels == {"v0.4.1", "v0.4.2"} and "26.04.01" in note
+    assert release_of("Megatron-Bridge perf archive:25.01")[0] == {"v0.1.0rc4"}
+    assert release_of("NeMo AutoModel perf summary") == (set(), None)

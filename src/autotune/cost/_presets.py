@@ -20,10 +20,10 @@ implies and the readings it made (for the row's provenance), or the reason the r
     recompute (where the row leaves it blank), dispatcher, EP and TP overlap, CUDA graphs, FSDP, token drop,
     activation offload, the shared-expert overlap, its pipeline layout (the layer split, where the row's notes give
     none) and the MTP layers its model recipe trains (unless the row says "w/o MTP") are taken, and the recipe is
-    named in the provenance. A recipe that runs kernels autotune
-    has no model of (paged stash with full-iteration graphs, CuTe-DSL fused grouped MLP, FP8 attention) makes the
-    row inexpressible, with that reason. A GA note that contradicts the row's GBS / (DP x MBS) makes the recipe's
-    micro-batch the one that ran. A row whose layout no recipe has takes its GPU and precision's recipe but FSDP
+    named in the provenance. The kernels a recipe runs beyond its settings are read where autotune models them
+    (KERNELS: the paged stash of full-iteration graphs with its fused grouped MLP, FP8 attention, the MXFP8 output
+    layer); any other makes the row inexpressible, with that reason. A GA note that contradicts the row's GBS /
+    (DP x MBS) makes the recipe's micro-batch the one that ran. A row whose layout no recipe has takes its GPU and precision's recipe but FSDP
     and offload (the perf scripts load it and overlay the command line's layout), else what all of its model's
     recipes of that release set, the rest Megatron's defaults, and says so.
 No torch, no ray.
@@ -42,7 +42,7 @@ from ..errors import BadInput
 from ..layout import Recompute
 from ..layout.splits import layout_vpp, parse_pipeline_layout
 
-__all__ = ["row_settings", "RELEASES", "PRESETS_CSV"]
+__all__ = ["row_settings", "release_of", "RELEASES", "PRESETS_CSV"]
 
 PRESETS_CSV = Path(str(resources.files("autotune.cost") / "data" / "megatron_bridge_presets.csv"))
 # NeMo container -> the Megatron-Bridge releases it ships (release dates; each release's performance summary page
@@ -78,14 +78,37 @@ def _recipes() -> tuple[dict, ...]:
         return tuple(csv.DictReader(fh))
 
 
+def _container(text: str) -> tuple[int, ...] | None:
+    return tuple(int(x) for x in text.split(".")) if re.fullmatch(r"\d+(?:\.\d+)+", text) else None
+
+
+def release_of(source: str) -> tuple[set[str], str | None]:
+    """The Megatron-Bridge releases whose recipes a perf-page row's container ran, and a reading when the container is
+    one RELEASES does not list (a page newer than the recipes read, say): the newest listed container not after it
+    (recipes carry over from release to release until they are changed), else the oldest listed."""
+    m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
+    if not m:
+        return set(), None
+    if m.group(1) in RELEASES:
+        return set(RELEASES[m.group(1)]), None
+    want = _container(m.group(1))
+    if want is None:
+        return set(), None
+    known = sorted((_container(c), c) for c in RELEASES)
+    before = [c for v, c in known if v <= want]
+    use = before[-1] if before else known[0][1]
+    return set(RELEASES[use]), (f"container {m.group(1)} is not among the releases read: its recipes read as "
+                                f"container {use}'s ({', '.join(RELEASES[use])}), the "
+                                + ("newest not after it" if before else "oldest read"))
+
+
 def _eq(recipe_value: str, value) -> bool:
     return recipe_value == "*" or recipe_value == str(value)
 
 
 def _bridge(source: str, task: str, model: str, gpu: str, precision: str, lay: dict, gb: int,
             any_mbs: bool = False) -> dict | None:
-    m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
-    rels = set(RELEASES.get(m.group(1), ())) if m else set()
+    rels = release_of(source)[0]
     if not rels:
         return None
     found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and _eq(r["gpu"], gpu)
@@ -98,7 +121,14 @@ def _bridge(source: str, task: str, model: str, gpu: str, precision: str, lay: d
 
 
 _SETTINGS = ("recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep_overlap", "tp_comm_overlap",
-             "capacity_factor", "fsdp", "shared_overlap", "mtp", "unmodelled")
+             "capacity_factor", "fsdp", "shared_overlap", "mtp", "kernels")
+# the kernels a recipe runs beyond its settings (megatron_bridge_presets.csv `kernels`) that autotune models, and how:
+# the paged stash is a dropless MoE model's full-iteration graphs (cost/_comm.paged_stash), which need TE's fused
+# grouped MLP (its CuTe-DSL kernels on Blackwell: the same path); FP8 attention and the MXFP8 output layer are
+# workload settings (Workload.fp8_attention, fp8_output_proj). Any other makes the row inexpressible
+KERNELS = {"paged_stash": "paged stash (full-iteration graphs of dropless experts)",
+           "cutedsl_fused_grouped_mlp": "CuTe-DSL fused grouped MLP (the full-iteration graphs' fused experts)",
+           "fp8_dot_product_attention": "FP8 attention", "fp8_output_proj": "the output layer under MXFP8"}
 
 
 def _shared(source: str, task: str, model: str, gpu: str, precision: str) -> dict | None:
@@ -108,8 +138,7 @@ def _shared(source: str, task: str, model: str, gpu: str, precision: str) -> dic
     its own layout and which the page's columns say; with no such recipe, what all of the model's recipes of the
     row's precision (else of any precision) agree on (Llama 3.1 405B's TP comm overlap; Llama's perf scripts turn TP
     overlap off for NVFP4)."""
-    m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
-    rels = set(RELEASES.get(m.group(1), ())) if m else set()
+    rels = release_of(source)[0]
     found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and r["task"] == task]
     mine = [r for r in found if _eq(r["gpu"], gpu) and _eq(r["precision"], precision)]
     found = mine or [r for r in found if r["precision"] in (precision, "*")] or found
@@ -126,8 +155,7 @@ def _shared(source: str, task: str, model: str, gpu: str, precision: str) -> dic
 def _own_layout(source: str, task: str, model: str, gpu: str, precision: str) -> dict | None:
     """The layout (TP, PP, CP, VP, EP, micro-batch) all of the row's release's recipes for its model, GPU and precision
     run, when they agree on one: what ran when the page's printed layout cannot have (measurements._represent)."""
-    m = re.match(r"Megatron-Bridge perf (?:archive|summary):(\S+)", source)
-    rels = set(RELEASES.get(m.group(1), ())) if m else set()
+    rels = release_of(source)[0]
     found = [r for r in _recipes() if rels & set(r["release"].split()) and r["model"] == model and r["gpu"] == gpu
              and r["precision"] == precision and r["task"] == task]
     keys = {tuple(r[k] for k in ("tp", "pp", "cp", "vp", "ep", "mbs")) for r in found}
@@ -142,8 +170,9 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     notes, source, name = row.get("notes") or "", row.get("source") or "", row.get("model") or ""
     text = f"{name}; {notes}"
     out: dict = {"layout": {}, "workload": {}, "read": []}
-    if re.search(r"paged stash", text, re.I):
-        return "it runs kernels autotune does not model: paged stash (MoE buffers for full-iteration CUDA graphs)"
+    if moe and re.search(r"paged stash", text, re.I):  # full-iteration graphs of dropless experts on HybridEP's budget
+        out["layout"].update(cuda_graphs="full", dispatcher="hybridep")
+        out["read"].append("paged stash: full-iteration CUDA graphs of dropless experts on HybridEP's static budget")
     if re.search(r"fine.grained activation offload", text, re.I):
         return ("it offloads chosen modules' activations to host memory (Megatron's fine-grained activation "
                 "offloading), which autotune does not model")
@@ -206,9 +235,21 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         out["read"].append("no Megatron-Bridge recipe at this layout" + (": Megatron's defaults" if rec is None else ""))
     if rec is None:
         return out
-    if rec["unmodelled"]:
-        return (f"it runs kernels autotune does not model: {rec['unmodelled'].replace(' ', ', ')} (Megatron-Bridge "
-                f"recipe {rec['recipe']}, {rec['release'].split()[0]})")
+    fallback = release_of(source)[1]
+    if fallback:
+        out["read"].append(fallback)
+    kernels = rec["kernels"].split()
+    # the fused grouped MLP is modelled as part of a dropless model's full-iteration graphs (cost/_comm.paged_stash)
+    unknown = [k for k in kernels if k not in KERNELS or (k == "cutedsl_fused_grouped_mlp" and rec["cuda_graphs"] != "full")]
+    if unknown:
+        return (f"it runs kernels autotune does not model: {', '.join(unknown)} (Megatron-Bridge recipe {rec['recipe']}, "
+                f"{rec['release'].split()[0]})")
+    if "fp8_dot_product_attention" in kernels:
+        out["workload"]["fp8_attention"] = True
+    if "fp8_output_proj" in kernels:
+        out["workload"]["fp8_output_proj"] = True
+    if kernels:
+        out["read"].append("its kernels: " + ", ".join(KERNELS[k] for k in kernels))
     L = out["layout"]
     if (alt or bad_ga) and rec["mbs"] not in ("*", str(lay["micro_batch_size"])):
         L["micro_batch_size"] = int(rec["mbs"])
@@ -218,6 +259,12 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     if moe and rec["dispatcher"]:
         L["dispatcher"] = rec["dispatcher"]
         L["ep_overlap"] = L.get("ep_overlap", False) or rec["ep_overlap"] == "1"
+        if L["ep_overlap"] and rec["cuda_graphs"] == "full":
+            # megatron-core 0.16.1 refuses the A2A overlap beside full-iteration graphs (transformer_config.py);
+            # the v0.5.x full-iteration recipes set both, and the next release's run without it as fast
+            L["ep_overlap"] = False
+            out["read"].append("its A2A overlap beside full-iteration CUDA graphs read as off (megatron-core 0.16.1 "
+                               "refuses the pair)")
         L["moe_capacity_factor"] = float(rec["capacity_factor"] or 0) or L.get("moe_capacity_factor", 0.0)
         if rec["dispatcher"] == "alltoall" and not L["ep_overlap"] and rec["shared_overlap"] == "1":
             L["moe_shared_expert_overlap"] = True  # DeepSeek's and Kimi's recipes overlap the shared expert on alltoall

@@ -1,0 +1,116 @@
+"""bench/bridge_perf_recipes.py: Megatron-Bridge's flat perf recipes read from their syntax trees (nothing imported or
+run), on a small tree written like the real one: a base model recipe behind an import alias, family helpers with
+keyword parameters, a helper's `if layout is not None`, the flex-dispatcher and CUDA-graph helpers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import bridge_perf_recipes as R  # noqa: E402
+
+BASE = '''
+from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+
+def deepseek_v3_pretrain_1024gpu_h100_bf16_config():
+    cfg = _pretrain_common()
+    cfg.model.tensor_model_parallel_size = 2
+    cfg.model.moe_flex_dispatcher_backend = "hybridep"
+    cfg.model.recompute_granularity = None
+    cfg.model.recompute_modules = None
+    cfg.model.moe_shared_expert_overlap = True
+    apply_flex_dispatcher_backend(cfg.model, cfg.model.moe_flex_dispatcher_backend)
+    return cfg
+
+def set_deepseek_v3_pipeline_model_parallel_layout(model_cfg, layout=None):
+    if layout is not None:
+        model_cfg.pipeline_model_parallel_layout = layout
+        return
+    model_cfg.pipeline_model_parallel_layout = "from-the-map"
+'''
+ALIAS = '''
+from megatron.bridge.recipes.deepseek.h100.deepseek_v3 import (
+    deepseek_v3_pretrain_1024gpu_h100_bf16_config as deepseek_v3_pretrain_config,
+)
+from megatron.bridge.recipes.deepseek.h100.deepseek_v3 import set_deepseek_v3_pipeline_model_parallel_layout
+'''
+COMMON = '''
+from megatron.bridge.recipes.deepseek.deepseek_v3 import deepseek_v3_pretrain_config
+from megatron.bridge.recipes.deepseek.deepseek_v3 import set_deepseek_v3_pipeline_model_parallel_layout
+
+def _deepseek_v3_common(cfg):
+    cfg.model.recompute_granularity = "selective"
+
+def _full_iteration(cfg, *, fp8_dot_product_attention=False, fp8_output_proj=False):
+    cfg.model.cuda_graph_impl = "full_iteration"
+    cfg.model.moe_paged_stash = True
+    cfg.model.fp8_output_proj = fp8_output_proj
+    cfg.mixed_precision.fp8_dot_product_attention = fp8_dot_product_attention
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = True
+'''
+RECIPES = '''
+from megatron.bridge.perf_recipes.deepseek.common import (_deepseek_v3_common, _full_iteration,
+    deepseek_v3_pretrain_config, set_deepseek_v3_pipeline_model_parallel_layout)
+from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules
+
+def deepseek_v3_pretrain_256gpu_gb300_fp8mx_config():
+    cfg = deepseek_v3_pretrain_config()
+    _deepseek_v3_common(cfg)
+    cfg.model.tensor_model_parallel_size = 1
+    cfg.model.pipeline_model_parallel_size = 2
+    cfg.model.virtual_pipeline_model_parallel_size = 8
+    cfg.model.expert_model_parallel_size = 32
+    cfg.train.global_batch_size = 4096
+    cfg.train.micro_batch_size = 1
+    cfg.model.recompute_modules = []
+    set_deepseek_v3_pipeline_model_parallel_layout(cfg.model, "Et*4|(t*4|)*14tmL")
+    _full_iteration(cfg, fp8_output_proj=True)
+    cfg.env_vars = {"NVTE_CUTEDSL_FUSED_GROUPED_MLP": 1}
+    return cfg
+
+def deepseek_v3_pretrain_256gpu_gb300_bf16_config():
+    cfg = deepseek_v3_pretrain_config()
+    _deepseek_v3_common(cfg)
+    cfg.model.pipeline_model_parallel_size = 4
+    cfg.model.virtual_pipeline_model_parallel_size = 4
+    cfg.model.recompute_modules = ["mla_up_proj"]
+    cfg.model.cuda_graph_impl = "transformer_engine"
+    set_cuda_graph_modules(cfg.model, ["attn", "moe_router"])
+    set_deepseek_v3_pipeline_model_parallel_layout(cfg.model)
+    return cfg
+
+def helper_config():
+    return None
+'''
+FILES = {"src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py": BASE,
+         "src/megatron/bridge/recipes/deepseek/deepseek_v3.py": ALIAS,
+         "src/megatron/bridge/perf_recipes/deepseek/common.py": COMMON,
+         "src/megatron/bridge/perf_recipes/deepseek/gb300/deepseek_v3.py": RECIPES}
+
+
+def _rows():
+    got = {name: R.row_of("v9", path, name, s, {"deepseek": {(4, 4): "map-4-4"}}, {"deepseek": 1})
+           for path, name, s in R.read_recipes(FILES)}
+    return {k: v for k, v in got.items() if v}
+
+
+def test_a_recipe_reads_its_base_recipe_helpers_and_keyword_arguments():
+    rows = _rows()
+    assert set(rows) == {"deepseek_v3_pretrain_256gpu_gb300_fp8mx_config", "deepseek_v3_pretrain_256gpu_gb300_bf16_config"}
+    mx = rows["deepseek_v3_pretrain_256gpu_gb300_fp8mx_config"]
+    assert (mx["model"], mx["gpu"], mx["precision"]) == ("DeepSeek-V3", "GB300", "mxfp8")
+    assert (mx["tp"], mx["pp"], mx["vp"], mx["ep"], mx["mbs"], mx["gbs"]) == (1, 2, 8, 32, 1, 4096)
+    assert mx["dispatcher"] == "hybridep" and mx["shared_overlap"] == 0  # the base recipe's flex backend
+    assert mx["cuda_graphs"] == "full" and mx["ep_overlap"] == 1
+    assert mx["kernels"].split() == ["paged_stash", "cutedsl_fused_grouped_mlp", "fp8_output_proj"]  # no FP8 attention
+    assert mx["recompute"] == "none"  # recompute_modules [] turns selective recompute off
+    assert mx["pp_layout"] == "Et*4|(t*4|)*14tmL"  # the helper's `if layout is not None` branch, then its return
+
+
+def test_a_helper_without_its_optional_argument_and_the_graph_helper():
+    bf = _rows()["deepseek_v3_pretrain_256gpu_gb300_bf16_config"]
+    assert bf["pp_layout"] == "from-the-map"  # the branch not taken: the helper's own assignment
+    assert bf["recompute"] == "selective:mla_up_proj" and bf["cuda_graphs"] == "attn" and bf["kernels"] == ""
+    assert bf["tp"] == 2  # the base recipe's, untouched by the perf recipe
