@@ -59,6 +59,18 @@ def test_the_paged_stash_drops_per_expert_kernels_and_launches_and_copies_the_st
     assert ev.time.tokens_per_s_per_gpu[0] > ev.time.tokens_per_s_per_gpu[1]
 
 
+def test_outside_mxfp8_the_paged_stash_keeps_the_per_expert_kernels():
+    """The fused grouped MLP's kernels are measured only under MXFP8 on Blackwell (every full-iteration recipe): in
+    BF16 the graphs still take the launches and host syncs away and the stash copy still costs, but the per-expert
+    elementwise passes and GEMM kernels stay."""
+    bf16 = replace(W, precision="bf16")
+    mb = _eval([_lay(cuda_graphs="full"), _lay(cuda_graphs="attn")], bf16, TimeCoefficients()).time.mb_terms
+    assert mb["expert_memory"][0, 0] == pytest.approx(mb["expert_memory"][1, 0], rel=1e-9) and mb["expert_memory"][0, 0] > 0
+    assert mb["layer_overhead"][0].max() == 0 < mb["layer_overhead"][1].max()
+    assert mb["memory_bound"][0, 0] > mb["memory_bound"][1, 0]  # the stash copy
+    assert mb["compute_experts"][0, 0] == pytest.approx(mb["compute_experts"][1, 0], rel=1e-9)
+
+
 def test_the_paged_stash_holds_its_page_pool_whatever_the_routing():
     """The experts' saved activations fill a pool of 1.2x their even share even when routing is forced even: more
     activation memory than the same layout's partial graphs, where forced routing keeps them at 1.0x."""

@@ -133,6 +133,14 @@ def paged_stash(model: ModelSpec, t: LayoutTable) -> np.ndarray:
     return (t.cuda_graphs == 3) & (t.capacity == 0)
 
 
+def fused_grouped_mlp(model: ModelSpec, workload: Workload, t: LayoutTable) -> np.ndarray:
+    """(n,) paged-stash rows whose experts run Transformer Engine's fused grouped MLP as one kernel per GEMM with the
+    activation and the casts in its epilogues: its CuTe-DSL kernels, on Blackwell under MXFP8, the only case measured
+    (Megatron-Bridge's full-iteration recipes are all MXFP8 on Blackwell: NVTE_CUTEDSL_FUSED_GROUPED_MLP). Elsewhere
+    the paged stash keeps the per-expert kernels and elementwise passes; only its graphs and stash copy count."""
+    return paged_stash(model, t) & (workload.precision == "mxfp8")
+
+
 def routing_load(model: ModelSpec, workload: Workload, t: LayoutTable, mcoef) -> np.ndarray:
     """(n,) the hottest EP rank's routed tokens over the mean (see the module docstring)."""
     n = len(t)

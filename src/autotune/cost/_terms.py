@@ -38,7 +38,8 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload, recipe_precision
 from ..catalog.model import FULL, SLIDING
 from ..layout import LayoutTable
-from ._comm import a2a_time, contiguous_spread, group_bw, link_bandwidths, paged_stash, ring_bw, routing_load
+from ._comm import (a2a_time, contiguous_spread, fused_grouped_mlp, group_bw, link_bandwidths, paged_stash, ring_bw,
+                    routing_load)
 from ._quant import linear_time_scale, lowp_copies
 from ._sac import op_sac_recompute
 from ._selective import selective_recompute
@@ -261,8 +262,8 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         exp_eff = grouped * gemm_efficiency(c, np.minimum(e.width(h), e.ffn_hidden_size / etp), copies / local)
         # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
         # layer per micro-batch; 4 without wgrad), each paying a fixed `expert_gemm_s` whatever the GPU's speed
-        # (the paged stash path's fused grouped MLP is one kernel per GEMM for every local expert: no per-expert cost)
-        per_expert = np.where(paged_stash(model, t)[:, None], 0.0, 2 * passes * c.expert_gemm_s * local)
+        # (the fused grouped MLP is one kernel per GEMM for every local expert: no per-expert cost)
+        per_expert = np.where(fused_grouped_mlp(model, workload, t)[:, None], 0.0, 2 * passes * c.expert_gemm_s * local)
         mb["compute_experts"] = (fl.experts * _linear_s(passes, lin_peak, peak, c, exp_eff, mix[1], fmt)
                                  + moe_stage * per_expert)
     else:
@@ -319,12 +320,12 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     mb["expert_memory"] = fold_activations(per_pair, pair_of, only_experts) * tokens * touch if model.is_moe else 0.0
     stash = paged_stash(model, t)[:, None]
     if stash.any():
-        # the paged stash path: TE's fused grouped MLP runs the activation, its probs and its backward in the GEMMs'
-        # epilogues (no per-expert elementwise kernels), and the saved expert activations are copied into the page
-        # pool in the forward and back in the backward: one write and one read of them, plain HBM traffic
+        # the paged stash: the saved expert activations are copied into the page pool in the forward and back in the
+        # backward, one write and one read of them, plain HBM traffic; where TE's fused grouped MLP runs the
+        # activation, its probs and its backward in the GEMMs' epilogues, no per-expert elementwise kernels remain
         copy = mb["expert_memory"] * (2.0 / (3 * c.mem_touch))
         mb["memory_bound"] = mb["memory_bound"] + np.where(stash, copy, 0.0)
-        mb["expert_memory"] = np.where(stash, 0.0, mb["expert_memory"])
+        mb["expert_memory"] = np.where(fused_grouped_mlp(model, workload, t)[:, None], 0.0, mb["expert_memory"])
     if model.is_moe and model.moe.expert_bias:
         # biased routed experts (gpt-oss): Megatron's TEGroupedMLP builds fc2 with skip_bias_add=True and adds the
         # returned bias, weighted by each copy's routing prob, outside the GEMM in eager PyTorch, one local expert
@@ -349,7 +350,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         if model.is_moe and workload.precision not in GROUPED_CASTS:  # per-expert cast kernels (quant_kernel_s)
             local = np.maximum(1.0, model.moe.num_experts / t.ep[:, None])
             kernels = 3.0 if workload.amax_pass else 1.0  # amax, scale, cast under per-tensor current scaling
-            fused = paged_stash(model, t)[:, None]  # the fused grouped MLP quantizes every expert's split at once
+            fused = fused_grouped_mlp(model, workload, t)[:, None]  # it quantizes every expert's split at once
             mb["quantize"] = mb["quantize"] + moe_stage * np.where(fused, 0.0, 4 * kernels * c.quant_kernel_s * local)
 
     # --- recompute: a re-run forward, so it is expressed in the (scaled) forward terms it repeats ------
