@@ -124,3 +124,21 @@ def test_the_installed_megatron_core_is_read_for_the_paged_stash_without_importi
     assert plan.megatron_has_paged_stash() is False
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert plan.megatron_has_paged_stash() is False
+
+
+def test_a_search_with_fp8_attention_writes_it_into_every_recipe_and_reads_it_back(tmp_path, capsys):
+    from autotune.cli.main import main
+    from autotune.recipes.convert import workload_of
+    from autotune.recipes.io import load_recipe
+
+    rc = main(["search", "--model", "Qwen3-30B-A3B", "--gpu", "GB300", "--count", "8", "--precision", "mxfp8",
+               "--fp8-attention", "--trials", "2", "--runs-dir", str(tmp_path / "runs")])
+    capsys.readouterr()
+    assert rc == 0
+    recipes = sorted((tmp_path / "runs").glob("*/recipes/*.yaml"))
+    assert recipes and all("--fp8-dot-product-attention" in p.read_text() for p in recipes)
+    assert workload_of(load_recipe(recipes[0])).fp8_attention
+    rc = main(["search", "--model", "Qwen3-30B-A3B", "--gpu", "GB300", "--count", "8", "--fp8-attention",
+               "--runs-dir", str(tmp_path / "runs2")])
+    assert rc == 2 and "--fp8-attention needs an FP8 precision" in capsys.readouterr().err
+    assert not (tmp_path / "runs2").exists()

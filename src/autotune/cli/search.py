@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -56,6 +57,10 @@ def search(
     global_batch: int | None = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
+    fp8_attention: bool = typer.Option(False, "--fp8-attention", help="Attention's core in FP8 in every trial "
+                                       "(--fp8-dot-product-attention; FP8 precisions only)."),
+    fp8_output_proj: bool = typer.Option(False, "--fp8-output-proj", help="The output layer under MXFP8 in every "
+                                         "trial (megatron-core's fp8_output_proj; --precision mxfp8 only)."),
     routing: str = RoutingOpt,
     space_file: str = SpaceOpt,
     backend: str = typer.Option("auto", "--backend", help="auto | simulate | local | ray | slime. auto: ray when "
@@ -144,6 +149,7 @@ def search(
                        "published numbers by `autotune estimate` or `autotune space --routing forced`")
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
                                    notes=notes, routing=routing, **software)
+    workload = dataclasses.replace(workload, fp8_attention=fp8_attention, fp8_output_proj=fp8_output_proj)
     sp = load_space(space_file, m)
     gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
     gates.check(m, cluster, workload)  # a --reference the gates cannot use is refused before any trial is spent

@@ -321,7 +321,9 @@ class Layout:
         if self.optimizer_offload:
             bits.append(f"optimizer offload {self.optimizer_offload:.0%}")
         extras = [("EP communication overlap", self.ep_overlap), ("TP communication overlap", self.tp_overlap),
-                  (f"CUDA graphs ({self.cuda_graphs})", self.cuda_graphs != "none"),
+                  (f"CUDA graphs ({self.cuda_graphs}" + (", paged stash" if moe and self.cuda_graphs == "full"
+                                                         and not self.moe_capacity_factor else "") + ")",
+                   self.cuda_graphs != "none"),
                   (f"token drop at capacity factor {self.moe_capacity_factor:g}", self.moe_capacity_factor > 0),
                   (f"activations of {self.activation_offload_layers} layer(s) per chunk offloaded",
                    self.activation_offload_layers > 0)]

@@ -143,6 +143,8 @@ def workload_of(recipe: Recipe) -> Workload:
     kw["grads_fp32"] = "--accumulate-allreduce-grads-in-fp32" in flags
     if "--fp8-format" in flags or "--fp4-format" in flags:  # what Megatron runs; the section agrees or is stale
         kw["precision"], kw["fp8_param_gather"] = precision_from_args(flags)
+        kw["fp8_attention"] = "--fp8-dot-product-attention" in flags
+        kw["fp8_output_proj"] = "--fp8-output-proj" in flags
     for flag, value in flags.items():
         name = _WORKLOAD_FLAGS.get(flag)
         if name and value is not None:
