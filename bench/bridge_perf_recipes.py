@@ -36,7 +36,10 @@ MODELS = {"deepseek_v3": ("DeepSeek-V3", "deepseek"), "gpt_oss_120b": ("gpt-oss-
           "llama3_8b": ("Llama-3.1-8B", "llama"), "llama3_70b": ("Llama-3.1-70B", "llama"),
           "llama31_405b": ("Llama-3.1-405B", "llama"), "kimi_k2": ("Kimi-K2-Instruct", "kimi"),
           "nemotron_3_nano": ("NVIDIA-Nemotron-3-Nano-30B-A3B", "nemotron_nano"),
-          "nemotron_3_super": ("NVIDIA-Nemotron-3-Super-120B-A12B", "nemotron_super")}
+          "nemotron_3_super": ("NVIDIA-Nemotron-3-Super-120B-A12B", "nemotron_super"),
+          # Qwen3.5-VL: the recipes load Qwen/Qwen3.5-*, the catalog's checkpoints (vision tower included)
+          "qwen35_vl_35b_a3b": ("Qwen3.5-35B-A3B", "qwen35_vl"), "qwen35_vl_122b_a10b": ("Qwen3.5-122B-A10B", "qwen35_vl"),
+          "qwen35_vl_397b_a17b": ("Qwen3.5-397B-A17B", "qwen35_vl")}
 PRECISIONS = {"bf16": "bf16", "fp8cs": "fp8-tensorwise", "fp8mx": "mxfp8", "fp8sc": "fp8-blockwise", "nvfp4": "nvfp4"}
 NAME = re.compile(r"^(?P<m>[a-z0-9_]+?)_(?P<task>pretrain|sft|lora)_(?P<n>\d+)gpu_(?P<gpu>gb300|gb200|b300|b200|h100)_"
                   r"(?P<p>bf16|fp8cs|fp8mx|fp8sc|nvfp4)(?:_(?P<v>\w+?))?_config$")

@@ -40,6 +40,9 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("Kimi_K2", "Kimi-K2-Instruct"), ("KIMI_K2", "Kimi-K2-Instruct"), ("Kimi K2 Thinking", "Kimi-K2-Instruct"),
     ("moonshotai/Kimi-K2-Base", "Kimi-K2-Instruct"), ("Kimi-K2-Instruct-0905", "Kimi-K2-Instruct"),
     ("GLM 4.5 Air", "GLM-4.5-Air"), ("zai-org/GLM-4.5-Air", "GLM-4.5-Air"), ("GLM-4.6", "GLM-4.5"), ("GLM 4.7", "GLM-4.5"),
+    # Qwen3.5-VL is the catalog's own Qwen3.5 checkpoint (its config.json carries the vision tower)
+    ("Qwen3.5-VL 122B-A10B", "Qwen3.5-122B-A10B"), ("Qwen3_5_VL_35B_A3B", "Qwen3.5-35B-A3B"),
+    ("QWEN3.5-VL-397B-A17B", "Qwen3.5-397B-A17B"),
 ])
 def test_new_source_names_map_onto_the_catalog(source, want):
     assert catalog_name(source) == (want, None)
@@ -49,7 +52,8 @@ def test_new_source_names_map_onto_the_catalog(source, want):
                                     "DeepSeek-R1-Distill-Llama-70B",  # a dense Llama, not V3's network
                                     "DeepSeek-V3.2-Exp",  # V3 with a sparse-attention indexer the catalog lacks
                                     "Kimi K2.5", "Kimi_K2_5",  # K2's language model with a vision tower
-                                    "GLM-4.7-Flash", "GLM-4.6V", "GLM-5"])  # MLA, vision, sparse attention
+                                    "GLM-4.7-Flash", "GLM-4.6V", "GLM-5",  # MLA, vision, sparse attention
+                                    "Qwen3-VL-30B-A3B"])  # a language model the catalog has not verified
 def test_models_left_out_say_why(source):
     name, why = catalog_name(source)
     assert name is None and "not in the catalog" in why

@@ -221,6 +221,9 @@ def _bare(text: str) -> str:
     n = _norm(text.rsplit("/", 1)[-1])  # a hub id's organisation ('deepseek-ai/DeepSeek-V3') goes
     n = re.sub(r"^(nvidia|meta) (?=\S)", "", n)
     n = re.sub(r"^qwen3 5 ", "qwen3.5 ", n)  # 'Qwen3_5_27B': the point spelt as a separator
+    # 'Qwen3.5-VL 122B-A10B' (Megatron-Bridge's qwen35_vl recipes load Qwen/Qwen3.5-122B-A10B): every Qwen3.5 checkpoint
+    # is the vision-language model (its config.json has the vision tower), so VL names the catalog's own model
+    n = re.sub(r"^qwen3\.5 vl ", "qwen3.5 ", n)
     return re.sub(r" (instruct|hf|base|chat)$", "", n)
 
 
@@ -463,6 +466,9 @@ def map_row(row: dict) -> dict | str:
         assumed.append(f"recompute {preset[3]} ({preset[4]})")
     fsdp_on = bool(layout["fsdp"])
     assumed += settings["read"] + ([row["_reading"]] if row.get("_reading") else [])
+    if re.search(r"qwen3[._ ]?5[ _-]*vl", row.get("model", ""), re.I):
+        assumed.append("the vision encoder's work (one mock image per row in Megatron-Bridge's MockVLMSFTDataset, "
+                       "the rest of the row text and padding) not counted: the language model's alone")
     training, training_how = training_of(name, row)
     assumed += training_how
     stack, stack_how = source_settings(row, source, name, precision)
