@@ -142,3 +142,16 @@ def test_a_search_with_fp8_attention_writes_it_into_every_recipe_and_reads_it_ba
                "--runs-dir", str(tmp_path / "runs2")])
     assert rc == 2 and "--fp8-attention needs an FP8 precision" in capsys.readouterr().err
     assert not (tmp_path / "runs2").exists()
+
+
+def test_space_and_estimate_take_fp8_attention_as_search_does(capsys):
+    from autotune.cli.main import main
+    args = ["--model", "Qwen3-30B-A3B", "--gpu", "GB300", "--count", "8", "--precision", "mxfp8", "--json"]
+    rc = main(["space", *args, "--top", "1"])
+    plain = capsys.readouterr().out
+    rc2 = main(["space", *args, "--top", "1", "--fp8-attention"])
+    fp8 = capsys.readouterr().out
+    assert rc == rc2 == 0 and plain != fp8  # the ranking's numbers move with FP8 attention
+    rc = main(["estimate", *args, "--layout", "TP1 PP1 EP8 DP8", "--fp8-attention", "--fp8-output-proj"])
+    out = capsys.readouterr().out
+    assert rc == 0 and '"fp8_attention": true' in out and "--fp8-dot-product-attention" in out

@@ -179,6 +179,12 @@ RoutingOpt = typer.Option("natural", "--routing", help="MoE routing during the r
 NoDeepEPOpt = typer.Option(False, "--no-deepep", help="The cluster lacks DeepEP: no flex or hybridep dispatcher.")
 NoHybridEPOpt = typer.Option(False, "--no-hybridep", help="The cluster's DeepEP lacks HybridEP (its hybrid-ep "
                              "branch): no hybridep dispatcher.")
+# modules a low-precision recipe moves into FP8 beyond the linears (Workload.fp8_attention, fp8_output_proj)
+Fp8AttentionOpt = typer.Option(False, "--fp8-attention", help="Attention's core in FP8 (Megatron "
+                               "--fp8-dot-product-attention, cuDNN's FP8 fused attention; FP8 precisions only): its "
+                               "matrix products at the FP8 rate.")
+Fp8OutputProjOpt = typer.Option(False, "--fp8-output-proj", help="The output layer under MXFP8 (megatron-core's "
+                                "fp8_output_proj; --precision mxfp8 only).")
 NoTEOpt = typer.Option(False, "--no-te", help="The cluster lacks Transformer Engine: no precision-aware optimizer, "
                        "no context parallelism.")
 
@@ -204,8 +210,8 @@ def rows_defaults(gpu: str | None, seq_len: int | None, global_batch: int | None
 
 def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len: int | None,
             global_batch: int | None, grads: str = "fp32", precision: str = "bf16", fp8_param_gather: bool = False,
-            notes: list[str] | None = None, routing: str = "natural",
-            **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
+            notes: list[str] | None = None, routing: str = "natural", fp8_attention: bool = False,
+            fp8_output_proj: bool = False, **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
     """Model, cluster and workload of a command's options, checked; `notes` (when given) gets a line for any
     default that depends on the GPU, or for a --routing a dense model has nothing to apply to."""
     seq_len, global_batch, note = rows_defaults(gpu, seq_len, global_batch)
@@ -230,7 +236,8 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
                      "balancing); if your run updates it, --routing aux-loss estimates the busiest expert rank more "
                      "closely than the default natural routing")
     workload = Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32", precision=precision,
-                        fp8_param_gather=fp8_param_gather, load_balancing_loss=m.is_moe and routing == "aux-loss",
+                        fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
+                        fp8_output_proj=fp8_output_proj, load_balancing_loss=m.is_moe and routing == "aux-loss",
                         force_balance=m.is_moe and routing == "forced")
     workload.check_gpu(cluster.gpu)
     return m, cluster, workload

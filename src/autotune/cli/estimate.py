@@ -13,8 +13,8 @@ from ..cost import MEMORY_TERMS, TERM_MEANINGS, evaluate
 from ..errors import BadInput
 from ..layout import LayoutTable, format_args, layout_args, validate
 from ..layout.args import fp8_module_args, precision_args
-from .common import (BatchOpt, GradsOpt, JsonOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, layout_options,
-                     recipe_inputs, resolve)
+from .common import (BatchOpt, Fp8AttentionOpt, Fp8OutputProjOpt, GradsOpt, JsonOpt, PerNodeOpt, PrecisionOpt,
+                     RoutingOpt, SeqOpt, layout_options, recipe_inputs, resolve)
 from .console import console, print_json
 
 GiB = 1024**3
@@ -67,11 +67,8 @@ def estimate(
     precision: str = PrecisionOpt,
     fp8_param_gather: bool = typer.Option(False, "--fp8-param-gather", help="FP8 parameters and all-gathers "
                                           "(Megatron --fp8-param-gather; FP8 precisions only)."),
-    fp8_attention: bool = typer.Option(False, "--fp8-attention", help="Attention's core in FP8 (Megatron "
-                                       "--fp8-dot-product-attention, cuDNN's FP8 fused attention; FP8 precisions "
-                                       "only): its matrix products at the FP8 rate."),
-    fp8_output_proj: bool = typer.Option(False, "--fp8-output-proj", help="The output layer under MXFP8 "
-                                         "(megatron-core's fp8_output_proj; --precision mxfp8 only)."),
+    fp8_attention: bool = Fp8AttentionOpt,
+    fp8_output_proj: bool = Fp8OutputProjOpt,
     lora: bool = typer.Option(False, "--lora", help="LoRA fine-tuning: the base weights frozen (no weight-gradient "
                               "GEMMs, gradients, optimizer state or DP gradient traffic for them), as Megatron-Bridge's "
                               "PEFT runs it; the adapters themselves are not counted. Estimate only: the search's trials "
@@ -104,7 +101,8 @@ def estimate(
             raise BadInput(f"--force-balance is --routing forced, not {routing}; give one of them")
         m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads,
                                        precision, fp8_param_gather, notes=notes,
-                                       routing="forced" if force_balance else routing)
+                                       routing="forced" if force_balance else routing, fp8_attention=fp8_attention,
+                                       fp8_output_proj=fp8_output_proj)
         lay = layout_options(layout, count, recompute, dispatcher, max_tokens_per_gpu, micro_batch_size, workload.seq_len,
                              precision_aware_optimizer=precision_aware, distributed_optimizer=not no_dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload,
@@ -113,8 +111,7 @@ def estimate(
         if tp_overlap and not lay.tp_overlap:  # the layout would drop it without a word (Layout.tp_overlap)
             raise BadInput(f"--tp-comm-overlap needs TP > 1 (it overlaps the sequence-parallel TP collectives with "
                            f"their GEMMs), but the layout has TP {lay.tp}; drop --tp-comm-overlap or use TP 2 or more")
-        workload = replace(workload, lora=lora, packed_doc_len=packed_doc_len, fp8_attention=fp8_attention,
-                           fp8_output_proj=fp8_output_proj)
+        workload = replace(workload, lora=lora, packed_doc_len=packed_doc_len)
     if layer_split:
         lay = _split(layer_split, m.num_layers, lay)
     if fsdp:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import time
@@ -19,8 +18,8 @@ from ..search.planners import PlannerOptions, resolve_planner
 from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
-from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
-                     PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt, finite_non_negative, finite_positive, fraction,
+from .common import (BatchOpt, CountOpt, Fp8AttentionOpt, Fp8OutputProjOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt,
+                     NoDeepEPOpt, NoHybridEPOpt, NoTEOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt, finite_non_negative, finite_positive, fraction,
                      input_file, missing_software, non_negative_int, output_dir, positive_int, resolve)
 from .console import console, err_console, print_json, screening
 from .report import render_outcome
@@ -57,10 +56,8 @@ def search(
     global_batch: int | None = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
-    fp8_attention: bool = typer.Option(False, "--fp8-attention", help="Attention's core in FP8 in every trial "
-                                       "(--fp8-dot-product-attention; FP8 precisions only)."),
-    fp8_output_proj: bool = typer.Option(False, "--fp8-output-proj", help="The output layer under MXFP8 in every "
-                                         "trial (megatron-core's fp8_output_proj; --precision mxfp8 only)."),
+    fp8_attention: bool = Fp8AttentionOpt,
+    fp8_output_proj: bool = Fp8OutputProjOpt,
     routing: str = RoutingOpt,
     space_file: str = SpaceOpt,
     backend: str = typer.Option("auto", "--backend", help="auto | simulate | local | ray | slime. auto: ray when "
@@ -148,8 +145,8 @@ def search(
                        "recipe would not train the model); search with natural or aux-loss, and compare with "
                        "published numbers by `autotune estimate` or `autotune space --routing forced`")
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
-                                   notes=notes, routing=routing, **software)
-    workload = dataclasses.replace(workload, fp8_attention=fp8_attention, fp8_output_proj=fp8_output_proj)
+                                   notes=notes, routing=routing, fp8_attention=fp8_attention,
+                                   fp8_output_proj=fp8_output_proj, **software)
     sp = load_space(space_file, m)
     gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
     gates.check(m, cluster, workload)  # a --reference the gates cannot use is refused before any trial is spent

@@ -11,8 +11,8 @@ from ..errors import BadInput
 from ..layout.splits import split_text
 from ..report.fit import fit
 from ..space import explore, load_space, nothing_survives
-from .common import (BatchOpt, CountOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt, NoDeepEPOpt, NoHybridEPOpt, NoTEOpt,
-                     PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt, missing_software, resolve)
+from .common import (BatchOpt, CountOpt, Fp8AttentionOpt, Fp8OutputProjOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt,
+                     NoDeepEPOpt, NoHybridEPOpt, NoTEOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt, missing_software, resolve)
 from .console import console, print_json, screening
 from .estimate import ROUTING_LINES, report
 
@@ -28,6 +28,8 @@ def space(
     global_batch: int | None = BatchOpt,
     grads: str = GradsOpt,
     precision: str = PrecisionOpt,
+    fp8_attention: bool = Fp8AttentionOpt,
+    fp8_output_proj: bool = Fp8OutputProjOpt,
     routing: str = RoutingOpt,
     space_file: str = SpaceOpt,
     top: int = typer.Option(20, "--top", help="How many of the best layouts to show."),
@@ -46,7 +48,8 @@ def space(
         raise BadInput(f"--top {top}: must be at least 1")
     notes: list[str] = []
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
-                                   notes=notes, routing=routing, **missing_software(no_deepep, no_hybridep, no_te))
+                                   notes=notes, routing=routing, fp8_attention=fp8_attention,
+                                   fp8_output_proj=fp8_output_proj, **missing_software(no_deepep, no_hybridep, no_te))
     sp = load_space(space_file, m)
     with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
         res = explore(sp, m, workload, cluster)
