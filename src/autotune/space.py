@@ -510,7 +510,43 @@ def explore(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: C
     funnel.append(("kept", int(len(kept))))
     if workload.global_batch < cluster.count:
         notes.append(small_batch_note(workload, cluster, float(ev.time.mfu[kept[0]])))
+    note = full_graphs_note(space, model, workload, cluster, cal, table.row(int(kept[0])),
+                            float(ev.time.tokens_per_s_per_gpu[kept[0]]))
+    notes += [note] if note else []
     return SpaceResult(space, n, funnel, {k: v for k, v in reasons.items() if v}, last, table, ev, kept, notes)
+
+
+FULL_GRAPHS_GAIN = 0.03  # a predicted gain worth a note (above the 2% trial noise the search assumes)
+
+
+def full_graphs_note(space: SearchSpace, model: ModelSpec, workload: Workload, cluster: ClusterSpec, cal: Calibration,
+                     best, best_tps: float) -> str | None:
+    """What a space without full-iteration CUDA graphs leaves out for a dropless MoE model: its best layout on HybridEP
+    with whole-step graphs (megatron-core's paged stash, Megatron-Bridge's fastest MoE recipes), when that is legal,
+    fits, the cluster has both, and it is predicted FULL_GRAPHS_GAIN faster. Opting in stays the user's call: the
+    paged stash needs a megatron-core after 0.16."""
+    if (not model.is_moe or "full" in space.dimensions.cuda_graphs or not (cluster.has_paged_stash and cluster.has_hybridep)
+            or best.moe_capacity_factor or best.ep * best.etp == 1):
+        return None
+    try:
+        lay = best.with_(cuda_graphs="full", dispatcher="hybridep", ep_overlap=False, moe_shared_expert_overlap=False,
+                         activation_offload_layers=0)
+    except Exception:  # noqa: BLE001 - a variant the Layout refuses is simply not offered
+        return None
+    if lay.recompute.granularity == "selective" and "moe" in lay.recompute.modules:
+        return None
+    t = LayoutTable.from_layouts([lay])
+    if not all(bool(m[0]) for m in check(model, workload, t).values()):
+        return None
+    ev = evaluate(model, workload, cluster, t, cal)
+    tps = float(ev.time.tokens_per_s_per_gpu[0])
+    room = ev.memory.capacity_bytes * (1 - space.prune.memory_margin)  # the margin the space prunes by
+    if not (ev.memory.host_fits[0] and ev.memory.peak[0] <= room) or tps < best_tps * (1 + FULL_GRAPHS_GAIN):
+        return None
+    return (f"not searched: full-iteration CUDA graphs on HybridEP (megatron-core's paged stash, as Megatron-Bridge's "
+            f"fastest MoE recipes run): the best layout so is predicted {tps:,.0f} tokens/s/GPU ({tps / best_tps - 1:+.0%}); "
+            "add full to the space's cuda_graphs (and hybridep to its dispatcher) to search it; it needs a megatron-core "
+            "with --moe-paged-stash")
 
 
 def small_batch_note(workload: Workload, cluster: ClusterSpec, best_mfu: float) -> str:

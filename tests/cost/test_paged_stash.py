@@ -155,3 +155,22 @@ def test_space_and_estimate_take_fp8_attention_as_search_does(capsys):
     rc = main(["estimate", *args, "--layout", "TP1 PP1 EP8 DP8", "--fp8-attention", "--fp8-output-proj"])
     out = capsys.readouterr().out
     assert rc == 0 and '"fp8_attention": true' in out and "--fp8-dot-product-attention" in out
+
+
+def test_a_space_without_full_graphs_says_what_the_paged_stash_would_give():
+    """The default space leaves full-iteration graphs out (the paged stash needs a newer megatron-core); where its best
+    layout would run measurably faster that way, the funnel says so with the number, and not when the space already
+    has them or the cluster cannot run them."""
+    from autotune.space import SearchSpace, explore
+    m = load_model("Qwen3-30B-A3B")
+    w = Workload(seq_len=4096, global_batch=512, precision="mxfp8", fp8_attention=True)
+    dims = {"ep": [4, 8], "dispatcher": ["alltoall", "hybridep"], "rows_per_microbatch": [4]}
+    space = SearchSpace.model_validate({"dimensions": dims})
+    note = [n for n in explore(space, m, w, ClusterSpec.of("GB300", 8)).notes if n.startswith("not searched")]
+    assert len(note) == 1 and "paged stash" in note[0] and "tokens/s/GPU (+" in note[0]
+    assert not [n for n in explore(space, m, w, ClusterSpec.of("GB300", 8, has_paged_stash=False)).notes
+                if n.startswith("not searched")]
+    full = SearchSpace.model_validate({"dimensions": {**dims, "cuda_graphs": ["none", "full"]}})
+    res = explore(full, m, w, ClusterSpec.of("GB300", 8))
+    assert not [n for n in res.notes if n.startswith("not searched")]
+    assert res.table.row(int(res.kept[0])).cuda_graphs == "full"  # searched, it wins
