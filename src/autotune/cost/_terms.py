@@ -203,7 +203,7 @@ def attention_efficiency(c, model: ModelSpec, mma_speedup: float = 1.0) -> float
 def fp8_attention_speedup(workload, gpu, c) -> float:
     """How much faster attention's matrix products run under --fp8-dot-product-attention: the GPU's FP8 peak over its
     BF16 peak at an FP8 GEMM's achieved share (`fp8_gemm`); 1 without it."""
-    if not workload.fp8_attention:
+    if not workload.fp8_attention or gpu.fp8_tflops <= 0:  # (a GPU without FP8 is refused by Workload.check_gpu)
         return 1.0
     return gpu.fp8_tflops / gpu.bf16_tflops * c.fp8_gemm
 
