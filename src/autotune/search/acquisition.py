@@ -35,7 +35,7 @@ import numpy as np
 
 from ..trials.spec import TRIAL_STARTUP_S  # a trial's start-up seconds, from the seed page
 
-__all__ = ["prob_improvement", "expected_improvement", "trial_gpu_hours", "ei_per_gpu_hour", "select_batch",
+__all__ = ["prob_improvement", "expected_improvement", "trial_gpu_hours", "ei_per_gpu_hour", "select_batch", "believed_std",
            "chance_any_beats", "stop_reason", "STOP_CHANCE", "MIN_TRIALS", "TRIAL_STARTUP_S"]
 
 STOP_CHANCE = 0.05  # stop when the chance that any untried candidate beats the best is below this
@@ -85,6 +85,15 @@ def ei_per_gpu_hour(pred, std, best: float | None, cost) -> np.ndarray:
     return expected_improvement(pred, std, ref) / np.asarray(cost, dtype=float)
 
 
+def believed_std(std, correlation, indices) -> np.ndarray:
+    """Each candidate's uncertainty once the candidates `indices` are believed (their predictions taken as measured):
+    std x sqrt(1 - corr^2) for each, corr a candidate's posterior correlation with the believed one."""
+    std = np.array(std, dtype=float)
+    for i in indices:
+        std = std * np.sqrt(1.0 - np.clip(np.asarray(correlation(i), dtype=float), 0.0, 1.0) ** 2)
+    return std
+
+
 def select_batch(pred, std, best: float | None, cost, open_mask, k: int, correlation=None,
                  pending=()) -> list[int]:
     """k candidate indices by EI per GPU-hour with the believer rule (module docstring).
@@ -99,7 +108,7 @@ def select_batch(pred, std, best: float | None, cost, open_mask, k: int, correla
         open_[i] = False
         best = float(pred[i]) if best is None else max(best, float(pred[i]))
         if correlation is not None:
-            std = std * np.sqrt(1.0 - np.clip(np.asarray(correlation(i), dtype=float), 0.0, 1.0) ** 2)
+            std = believed_std(std, correlation, [i])
 
     for i in pending:
         believe(i)

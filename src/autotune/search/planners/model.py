@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...words import hours
-from ..acquisition import expected_improvement, prob_improvement, select_batch
+from ...layout.dimensions import layout_key
+from ..acquisition import believed_std, expected_improvement, prob_improvement, select_batch
 from .base import PlanContext, Planner, PlannerOptions, Proposal
 
 __all__ = ["ModelPlanner"]
@@ -41,11 +42,17 @@ class ModelPlanner(Planner):
         sigma = np.asarray(ctx.uncertainty(), dtype=float)
         best = self.incumbent(ctx)
         cost = ctx.trial_cost()
+        measured = any(r.status == "ok" and r.source == "measured" for r in ctx.history)
+        if not measured:
+            # the simulator's trials are predictions, so nothing is learnt from them; they are believed instead, as
+            # the batch rule believes running trials: the candidates they resemble lose the uncertainty a trial of
+            # them would have resolved, so the next simulated trial tests another hypothesis, not a near-copy
+            simulated = {layout_key(r.layout) for r in ctx.history if r.status == "ok" and r.value}
+            sigma = believed_std(sigma, ctx.correlation, [i for i, key in enumerate(ctx.keys) if key in simulated])
         picks = select_batch(ctx.predicted, sigma, best, cost, open_, k, ctx.correlation, ctx.pending_indices())
         ref = best if best is not None else float(np.max(ctx.predicted[open_]))
         ei = expected_improvement(ctx.predicted[picks], sigma[picks], ref)
         pi = prob_improvement(ctx.predicted[picks], sigma[picks], ref, ctx.noise)
-        measured = any(r.status == "ok" and r.source == "measured" for r in ctx.history)
         what = ("the best measured" if measured else "the best simulated trial") if best is not None else "the best prediction"
         scale = getattr(ctx.residual, "width_scale", None)
         # the simulator's trials are predictions: nothing is learnt from them, so the scale is only news when measured
