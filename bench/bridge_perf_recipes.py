@@ -165,7 +165,11 @@ def _run(mod: str, fn, env: dict, state: dict, mods: _Modules, depth: int = 0) -
     if depth > 12:
         return True
     for st in (fn.body if isinstance(fn, ast.FunctionDef) else fn):
-        if isinstance(st, ast.Return):
+        if isinstance(st, ast.Return):  # `return _pretrain_64gpu_config()`: an alias builds its config in the callee
+            val = st.value
+            if isinstance(val, ast.Call) and isinstance(val.func, ast.Name) and mods.lookup(mod, val.func.id):
+                found = mods.lookup(mod, val.func.id)
+                _run(found[0], found[1], _bind(found[1], val, env, state, mods, mod), state, mods, depth + 1)
             return True
         if isinstance(st, ast.If):  # entered only when its test reads bound literals
             v = _test(st.test, env, state)
@@ -302,7 +306,9 @@ def row_of(rel: str, path: str, name: str, s: dict, family_layouts: dict, family
             "recompute": _recompute(family, s), "act_offload_layers": offload, "cuda_graphs": _graphs(s),
             "dispatcher": dispatcher, "ep_overlap": int(ep_overlap), "tp_comm_overlap": int(bool(tp_overlap)),
             "capacity_factor": cap or 0, "shared_overlap": int(bool(shared)), "pp_layout": layout,
-            "mtp": family_mtp.get(family, 0), "kernels": " ".join(kernels), "recipe": name, "file": path}
+            "mtp": family_mtp.get(family, 0), "kernels": " ".join(kernels), "recipe": name, "file": path,
+            # the recipe's row length (not a presets column: bench/bridge_recipes_fit.py reads it)
+            "seq": int(g("model.seq_length") or g("dataset.seq_length") or 0)}
 
 
 def read_release(repo: Path, rel: str, family_layouts: dict, family_mtp: dict) -> list[dict]:
@@ -322,7 +328,7 @@ def main() -> None:
     ap.add_argument("--release", default="v0.6.0")
     args = ap.parse_args()
     rows = read_release(args.repo, args.release, B._FAMILY_LAYOUTS, B._FAMILY_MTP)
-    w = csv.DictWriter(sys.stdout, fieldnames=B.COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(sys.stdout, fieldnames=B.COLUMNS, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
     w.writerows(rows)
     print(f"{len(rows)} recipes of {args.release}", file=sys.stderr)

@@ -264,7 +264,7 @@ def main() -> None:
             merged[key] = dict(r)
     rows = list(merged.values())
     with open(args.out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     print(f"{len(rows)} recipes -> {args.out}", file=sys.stderr)

@@ -66,7 +66,8 @@ def recipe_rows(repo: Path, releases: tuple[str, ...]):
             seen.add(key)
             yield rel, name, dict(
                 source=f"Megatron-Bridge perf archive:{container[rel]}", model=r["model"], gpu=r["gpu"],
-                num_gpus=str(num_gpus), seq_len="8192" if r["model"] in _SEQ_8K else "4096",
+                num_gpus=str(num_gpus),
+                seq_len=str(r.get("seq") or (8192 if r["model"] in _SEQ_8K else 4096)),
                 global_batch=str(r["gbs"]), micro_batch=str(r["mbs"]), tp=str(r["tp"]), pp=str(r["pp"]),
                 cp=str(r["cp"]), vp=str(r["vp"]) if r["vp"] > 1 else "", ep=str(r["ep"]), etp="",
                 precision=_PRECISION[r["precision"]], recompute="", tokens_per_s_per_gpu="1000",

@@ -114,3 +114,18 @@ def test_a_helper_without_its_optional_argument_and_the_graph_helper():
     assert bf["pp_layout"] == "from-the-map"  # the branch not taken: the helper's own assignment
     assert bf["recompute"] == "selective:mla_up_proj" and bf["cuda_graphs"] == "attn" and bf["kernels"] == ""
     assert bf["tp"] == 2  # the base recipe's, untouched by the perf recipe
+
+
+def test_a_base_recipe_that_returns_another_builds_its_config_there():
+    files = dict(FILES)
+    files["src/megatron/bridge/recipes/deepseek/deepseek_v3.py"] = '''
+from megatron.bridge.recipes.deepseek.h100.deepseek_v3 import deepseek_v3_pretrain_1024gpu_h100_bf16_config as _base
+from megatron.bridge.recipes.deepseek.h100.deepseek_v3 import set_deepseek_v3_pipeline_model_parallel_layout
+
+def deepseek_v3_pretrain_config():
+    """an alias that returns the hardware recipe's config"""
+    return _base()
+'''
+    rows = {name: R.row_of("v9", path, name, s, {}, {}) for path, name, s in R.read_recipes(files)}
+    bf = rows["deepseek_v3_pretrain_256gpu_gb300_bf16_config"]
+    assert bf["tp"] == 2 and bf["dispatcher"] == "hybridep"  # what the returned base recipe set
