@@ -46,7 +46,7 @@ NAME = re.compile(r"^(?P<m>[a-z0-9_]+?)_(?P<task>pretrain|sft|lora)_(?P<n>\d+)gp
 _UNKNOWN = object()
 
 
-def _git(repo: Path, *args: str) -> str:
+def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
@@ -137,9 +137,8 @@ def _bind(helper: ast.FunctionDef, call: ast.Call, env: dict, state: dict, mods:
             _run(inner[0], inner[1], _bind(inner[1], arg, env, state, mods, mod), state, mods)
             bound[name] = _Cfg("")
             continue
-        p = _path(arg, env)
-        bound[name] = _Cfg(p) if p is not None and not isinstance(arg, ast.Name) or (
-            isinstance(arg, ast.Name) and isinstance(env.get(arg.id), _Cfg)) else _value(arg, env, state)
+        p = _path(arg, env)  # cfg, cfg.model, ...: a part of the config; else a value
+        bound[name] = _Cfg(p) if p is not None else _value(arg, env, state)
     return bound
 
 
@@ -252,14 +251,18 @@ def _recompute(family: str, s: dict) -> str:
     return "none"
 
 
-def _graphs(s: dict) -> str:
-    impl = s.get("model.cuda_graph_impl")
-    scope = s.get("model.cuda_graph_scope") or []
+def graphs_name(impl, scope) -> str:
+    """autotune's CUDA-graph setting of a recipe's cuda_graph_impl and cuda_graph_scope (or modules): full-iteration
+    graphs (impl full_iteration, or local over the whole iteration, or no impl set beside a full_iteration scope,
+    which megatron-core promotes: perf_recipes/_common.py), else TE's attention or router scopes. An impl set to
+    "none" is none (v0.6.0's _benchmark_common clears such a scope; the older releases' recipes read so)."""
     scope = [scope] if isinstance(scope, str) else list(scope) if isinstance(scope, (list, tuple)) else []
-    if impl in ("full_iteration",) or (impl == "local" and (not scope or "full_iteration" in scope)):
+    if impl == "full_iteration" or (impl == "local" and (not scope or "full_iteration" in scope)):
         return "full"
-    if impl in (None, "none", _UNKNOWN):
+    if impl is None:
         return "full" if "full_iteration" in scope else "none"
+    if impl == "none" or not isinstance(impl, str):
+        return "none"
     return "attn" if "attn" in scope else ("router" if "moe_router" in scope else "none")
 
 
@@ -303,7 +306,7 @@ def row_of(rel: str, path: str, name: str, s: dict, family_layouts: dict, family
             "tp": tp, "pp": pp, "cp": int(g("model.context_parallel_size", 1) or 1), "vp": vp,
             "ep": int(g("model.expert_model_parallel_size", 1) or 1), "mbs": int(g("train.micro_batch_size", 1) or 1),
             "gbs": int(g("train.global_batch_size", 1) or 1), "fsdp": int(bool(g("ddp.use_megatron_fsdp"))),
-            "recompute": _recompute(family, s), "act_offload_layers": offload, "cuda_graphs": _graphs(s),
+            "recompute": _recompute(family, s), "act_offload_layers": offload, "cuda_graphs": graphs_name(s.get("model.cuda_graph_impl"), s.get("model.cuda_graph_scope")),
             "dispatcher": dispatcher, "ep_overlap": int(ep_overlap), "tp_comm_overlap": int(bool(tp_overlap)),
             "capacity_factor": cap or 0, "shared_overlap": int(bool(shared)), "pp_layout": layout,
             "mtp": family_mtp.get(family, 0), "kernels": " ".join(kernels), "recipe": name, "file": path,
@@ -312,9 +315,9 @@ def row_of(rel: str, path: str, name: str, s: dict, family_layouts: dict, family
 
 
 def read_release(repo: Path, rel: str, family_layouts: dict, family_mtp: dict) -> list[dict]:
-    names = [f for f in _git(repo, "ls-tree", "-r", "--name-only", rel, ROOT, "src/megatron/bridge/recipes").split()
+    names = [f for f in git(repo, "ls-tree", "-r", "--name-only", rel, ROOT, "src/megatron/bridge/recipes").split()
              if f.endswith(".py")]
-    files = {f: _git(repo, "show", f"{rel}:{f}") for f in names}
+    files = {f: git(repo, "show", f"{rel}:{f}") for f in names}
     rows = [row_of(rel, p, n, s, family_layouts, family_mtp) for p, n, s in read_recipes(files)]
     return [r for r in rows if r]
 

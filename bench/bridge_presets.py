@@ -36,6 +36,9 @@ import types
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bridge_perf_recipes import git as _git, graphs_name, read_release  # noqa: E402  (v0.6.0's flat perf recipes)
+
 RELEASES = ("v0.2.0", "v0.2.2", "v0.3.0", "v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2", "v0.5.0", "v0.5.1")
 MODELS = {"DEEPSEEK_V3": "DeepSeek-V3", "GPT_OSS_120B": "gpt-oss-120b", "QWEN3_30B_A3B": "Qwen3-30B-A3B",
           "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B", "LLAMA3_8B": "Llama-3.1-8B",
@@ -98,18 +101,8 @@ def _load(text: str) -> dict:
     return {k: v for k, v in mod.__dict__.items() if k.isupper() and isinstance(v, _Base)}
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
 def _graphs(b: _Base) -> str:
-    impl, scope = b.cuda_graph_impl, b.cuda_graph_scope
-    scope = [scope] if isinstance(scope, str) else list(scope or [])
-    if impl in ("full_iteration", "local") or "full_iteration" in scope:
-        return "full" if impl not in (None, "none") else "none"
-    if impl in (None, "none"):
-        return "none"
-    return "attn" if "attn" in scope else ("router" if "moe_router" in scope else "none")
+    return graphs_name(b.cuda_graph_impl, b.cuda_graph_scope)
 
 
 def _recompute(family: str, b: _Base) -> str:
@@ -243,8 +236,6 @@ def main() -> None:
                     default=Path(__file__).resolve().parents[1] / "src/autotune/cost/data/megatron_bridge_presets.csv")
     args = ap.parse_args()
     rows = [_manual(d) for d in MANUAL]
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bridge_perf_recipes import read_release  # noqa: E402
     for rel in PERF_RECIPE_RELEASES:
         rows += read_release(args.repo, rel, _FAMILY_LAYOUTS, _FAMILY_MTP)
     for rel in RELEASES:

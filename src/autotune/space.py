@@ -525,16 +525,11 @@ def full_graphs_note(space: SearchSpace, model: ModelSpec, workload: Workload, c
     with whole-step graphs (megatron-core's paged stash, Megatron-Bridge's fastest MoE recipes), when that is legal,
     fits, the cluster has both, and it is predicted FULL_GRAPHS_GAIN faster. Opting in stays the user's call: the
     paged stash needs a megatron-core after 0.16."""
-    if (not model.is_moe or "full" in space.dimensions.cuda_graphs or not (cluster.has_paged_stash and cluster.has_hybridep)
-            or best.moe_capacity_factor or best.ep * best.etp == 1):
+    if (not model.is_moe or "full" in space.dimensions.cuda_graphs
+            or not (cluster.has_paged_stash and cluster.has_hybridep) or best.moe_capacity_factor or best.ep * best.etp == 1):
         return None
-    try:
-        lay = best.with_(cuda_graphs="full", dispatcher="hybridep", ep_overlap=False, moe_shared_expert_overlap=False,
-                         activation_offload_layers=0)
-    except Exception:  # noqa: BLE001 - a variant the Layout refuses is simply not offered
-        return None
-    if lay.recompute.granularity == "selective" and "moe" in lay.recompute.modules:
-        return None
+    lay = best.with_(cuda_graphs="full", dispatcher="hybridep", ep_overlap=False, moe_shared_expert_overlap=False,
+                     activation_offload_layers=0)  # settings Megatron refuses beside full graphs or on HybridEP
     t = LayoutTable.from_layouts([lay])
     if not all(bool(m[0]) for m in check(model, workload, t).values()):
         return None

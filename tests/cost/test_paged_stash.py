@@ -116,10 +116,14 @@ def test_the_installed_megatron_core_is_read_for_the_paged_stash_without_importi
     from types import SimpleNamespace
 
     from autotune.trials import plan
-    src = tmp_path / "transformer_config.py"
+    src = tmp_path / "core" / "transformer" / "transformer_config.py"
+    src.parent.mkdir(parents=True)
     src.write_text("class TransformerConfig:\n    moe_paged_stash: bool = False\n")
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: SimpleNamespace(origin=str(src)))
+    asked = []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: asked.append(name) or SimpleNamespace(
+        submodule_search_locations=[str(tmp_path / "core")]))
     assert plan.megatron_has_paged_stash() is True
+    assert asked == ["megatron.core"]  # the package, whose spec imports only `megatron`, not megatron.core itself
     src.write_text("class TransformerConfig:\n    moe_token_dispatcher_type: str = 'alltoall'\n")
     assert plan.megatron_has_paged_stash() is False
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
@@ -145,13 +149,17 @@ def test_a_search_with_fp8_attention_writes_it_into_every_recipe_and_reads_it_ba
 
 
 def test_space_and_estimate_take_fp8_attention_as_search_does(capsys):
+    import json
+
     from autotune.cli.main import main
     args = ["--model", "Qwen3-30B-A3B", "--gpu", "GB300", "--count", "8", "--precision", "mxfp8", "--json"]
-    rc = main(["space", *args, "--top", "1"])
-    plain = capsys.readouterr().out
-    rc2 = main(["space", *args, "--top", "1", "--fp8-attention"])
-    fp8 = capsys.readouterr().out
-    assert rc == rc2 == 0 and plain != fp8  # the ranking's numbers move with FP8 attention
+    best = []
+    for extra in ([], ["--fp8-attention"]):
+        assert main(["space", *args, "--top", "1", *extra]) == 0
+        top = json.loads(capsys.readouterr().out)["top"][0]
+        assert top["fp8_attention"] is bool(extra)
+        best.append(top["throughput"]["tokens_per_s_per_gpu"])
+    assert best[1] > best[0]  # FP8 attention's faster matrix products lift the space's best
     rc = main(["estimate", *args, "--layout", "TP1 PP1 EP8 DP8", "--fp8-attention", "--fp8-output-proj"])
     out = capsys.readouterr().out
     assert rc == 0 and '"fp8_attention": true' in out and "--fp8-dot-product-attention" in out

@@ -129,3 +129,16 @@ def deepseek_v3_pretrain_config():
     rows = {name: R.row_of("v9", path, name, s, {}, {}) for path, name, s in R.read_recipes(files)}
     bf = rows["deepseek_v3_pretrain_256gpu_gb300_bf16_config"]
     assert bf["tp"] == 2 and bf["dispatcher"] == "hybridep"  # what the returned base recipe set
+
+
+def test_one_reading_of_the_cuda_graph_settings_for_every_release():
+    """bench/bridge_presets.py (v0.2.0 to v0.5.1) and the v0.6.0 reader share graphs_name: an impl set to "none"
+    beside a full_iteration scope runs no graphs (v0.6.0's _benchmark_common clears that scope; Llama's NVFP4 recipes
+    set exactly that), an unset impl beside it is promoted to full-iteration graphs."""
+    import bridge_presets as B
+    assert R.graphs_name("none", ["full_iteration"]) == "none"
+    assert R.graphs_name(None, "full_iteration") == "full"
+    assert R.graphs_name("local", []) == R.graphs_name("full_iteration", None) == "full"
+    assert R.graphs_name("transformer_engine", ["attn", "moe_router"]) == "attn"
+    assert R.graphs_name("transformer_engine", ["moe_router", "moe_preprocess"]) == "router"
+    assert B._graphs(B._base(cuda_graph_impl="none", cuda_graph_scope="full_iteration")) == "none"

@@ -270,3 +270,15 @@ def test_a_recipe_that_recomputes_the_moe_block_runs_attention_graphs_alone():
     got = map_row(row)
     assert isinstance(got, dict) and got["layout"].get("cuda_graphs", "none") == "none"
     assert "moe" in str(got["layout"]["recompute"]) and "attention only" in got["source"]
+
+
+def test_a_qwen35_vl_row_is_the_catalog_checkpoint_and_says_the_vision_encoder_is_not_counted():
+    from autotune.cost._published import map_row
+    row = dict(source="Megatron-Bridge perf summary:26.08", model="Qwen3.5-VL 122B-A10B", gpu="GB300", num_gpus="32",
+               seq_len="4096", global_batch="1024", micro_batch="2", tp="1", pp="1", cp="1", vp="", ep="32", etp="",
+               precision="BF16", recompute="", tokens_per_s_per_gpu="5000", tflops_per_gpu="", mfu="",
+               notes="force-balanced")
+    vl = map_row(row)
+    assert vl["model"] == "Qwen3.5-122B-A10B" and "vision encoder's work" in vl["source"]
+    assert vl["layout"]["dispatcher"] == "hybridep"  # its v0.6.0 recipe's (qwen35_vl GB300, EP32 on HybridEP)
+    assert "vision encoder" not in map_row({**row, "model": "Qwen3.5-122B-A10B"})["source"]

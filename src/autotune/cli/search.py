@@ -19,8 +19,9 @@ from ..search.study import StudyDir
 from ..space import load_space
 from ..trials.backends import BACKENDS, get_backend
 from .common import (BatchOpt, CountOpt, Fp8AttentionOpt, Fp8OutputProjOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt,
-                     NoDeepEPOpt, NoHybridEPOpt, NoTEOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt, finite_non_negative, finite_positive, fraction,
-                     input_file, missing_software, non_negative_int, output_dir, positive_int, resolve)
+                     NoDeepEPOpt, NoHybridEPOpt, NoTEOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt,
+                     finite_non_negative, finite_positive, fraction, input_file, missing_software, non_negative_int,
+                     output_dir, positive_int, resolve)
 from .console import console, err_console, print_json, screening
 from .report import render_outcome
 

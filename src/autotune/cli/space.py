@@ -12,7 +12,8 @@ from ..layout.splits import split_text
 from ..report.fit import fit
 from ..space import explore, load_space, nothing_survives
 from .common import (BatchOpt, CountOpt, Fp8AttentionOpt, Fp8OutputProjOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt,
-                     NoDeepEPOpt, NoHybridEPOpt, NoTEOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt, missing_software, resolve)
+                     NoDeepEPOpt, NoHybridEPOpt, NoTEOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt,
+                     missing_software, resolve)
 from .console import console, print_json, screening
 from .estimate import ROUTING_LINES, report
 

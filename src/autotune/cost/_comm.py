@@ -36,6 +36,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
+from ..layout.core import CUDA_GRAPHS
 
 __all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "expected_max", "REF_EP",
            "REF_EXPERTS", "contiguous_spread"]
@@ -130,7 +131,7 @@ def paged_stash(model: ModelSpec, t: LayoutTable) -> np.ndarray:
     --use-transformer-engine-op-fuser): sync-free experts whose saved activations live in a pool of pages."""
     if not model.is_moe:
         return np.zeros(len(t), dtype=bool)
-    return (t.cuda_graphs == 3) & (t.capacity == 0)
+    return (t.cuda_graphs == CUDA_GRAPHS.index("full")) & (t.capacity == 0)
 
 
 def fused_grouped_mlp(model: ModelSpec, workload: Workload, t: LayoutTable) -> np.ndarray:

@@ -215,15 +215,22 @@ def _norm(text: str) -> str:
     return re.sub(r"[\s_\-]+", " ", text.strip().lower())
 
 
+# 'Qwen3.5-VL 122B-A10B' (Megatron-Bridge's qwen35_vl recipes load Qwen/Qwen3.5-122B-A10B): every Qwen3.5 checkpoint is
+# the vision-language model (its config.json has the vision tower), so VL names the catalog's own model
+_QWEN35_VL = re.compile(r"^qwen3\.5 vl ")
+
+
+def _spelt(text: str) -> str:
+    """A model name without its hub organisation ('deepseek-ai/DeepSeek-V3') or vendor prefix, separators as spaces."""
+    n = _norm(text.rsplit("/", 1)[-1])
+    n = re.sub(r"^(nvidia|meta) (?=\S)", "", n)
+    return re.sub(r"^qwen3 5 ", "qwen3.5 ", n)  # 'Qwen3_5_27B': the point spelt as a separator
+
+
 def _bare(text: str) -> str:
     """A model name without its hub organisation, vendor prefix or release suffix: 'NVIDIA-Nemotron-3-Nano-30B-A3B'
     and 'meta-llama/Meta-Llama-3.1-8B-Instruct' read as 'nemotron 3 nano 30b a3b' and 'llama 3.1 8b'."""
-    n = _norm(text.rsplit("/", 1)[-1])  # a hub id's organisation ('deepseek-ai/DeepSeek-V3') goes
-    n = re.sub(r"^(nvidia|meta) (?=\S)", "", n)
-    n = re.sub(r"^qwen3 5 ", "qwen3.5 ", n)  # 'Qwen3_5_27B': the point spelt as a separator
-    # 'Qwen3.5-VL 122B-A10B' (Megatron-Bridge's qwen35_vl recipes load Qwen/Qwen3.5-122B-A10B): every Qwen3.5 checkpoint
-    # is the vision-language model (its config.json has the vision tower), so VL names the catalog's own model
-    n = re.sub(r"^qwen3\.5 vl ", "qwen3.5 ", n)
+    n = _QWEN35_VL.sub("qwen3.5 ", _spelt(text))
     return re.sub(r" (instruct|hf|base|chat)$", "", n)
 
 
@@ -466,7 +473,7 @@ def map_row(row: dict) -> dict | str:
         assumed.append(f"recompute {preset[3]} ({preset[4]})")
     fsdp_on = bool(layout["fsdp"])
     assumed += settings["read"] + ([row["_reading"]] if row.get("_reading") else [])
-    if re.search(r"qwen3[._ ]?5[ _-]*vl", row.get("model", ""), re.I):
+    if _QWEN35_VL.match(_spelt(row.get("model", ""))):
         assumed.append("the vision encoder's work (one mock image per row in Megatron-Bridge's MockVLMSFTDataset, "
                        "the rest of the row text and padding) not counted: the language model's alone")
     training, training_how = training_of(name, row)

@@ -127,7 +127,8 @@ def build_run_block(
         ["--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32"] if workload.grads_fp32
         else ["--attention-softmax-in-fp32"],
         ["--attention-backend", "flash"],
-        *_lines(precision_args(workload.precision, workload.fp8_param_gather) + fp8_module_args(workload), together=True),
+        *_lines(precision_args(workload.precision, workload.fp8_param_gather) + fp8_module_args(workload),
+                together=True),
         *_lines(pick(_AFTER_BACKEND)),
         *_lines(pick(_FUSION), together=True),
         ["--distributed-timeout-minutes", "30"],

@@ -12,7 +12,8 @@ layernorm not under delayed FP8 scaling). A dropless MoE layer has data-dependen
 shapes (tokens per expert), which a graph of the whole step cannot capture: full graphs of an MoE model need
 token drop with padding, or (megatron-core after 0.16, Megatron-LM PR #4247) the paged stash: HybridEP receives into
 a static per-rank budget (--moe-expert-rank-capacity-factor, which needs --use-transformer-engine-op-fuser's fused
-grouped MLP) and the experts' saved activations go to a pool of pages (--moe-paged-stash). The CUDA-graph scopes (transformer_config.py at Megatron-LM 1dcf0daf): the router scopes
+grouped MLP) and the experts' saved activations go to a pool of pages (--moe-paged-stash). The CUDA-graph scopes
+(transformer_config.py at Megatron-LM 1dcf0daf): the router scopes
 (moe_router, moe_preprocess: the router setting, and the attn setting of an MoE model) only in an MoE model; full
 recompute only beside full-iteration graphs; no selective recompute of `moe` beside Transformer Engine router
 graphs. Optimizer offload (arguments.py): --optimizer-cpu-offload runs on the precision-aware optimizer's code path,
@@ -24,14 +25,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog.workload import FP8_RECIPES
-from .core import SELECTIVE_MODULES
+from .core import CUDA_GRAPHS, DISPATCHERS, SELECTIVE_MODULES
 
 __all__ = ["SETTING_RULES"]
 
 _MOE_BIT = 1 << SELECTIVE_MODULES.index("moe")
 _BIT = {name: 1 << b for b, name in enumerate(SELECTIVE_MODULES)}
-_ROUTER_GRAPHS, _ATTN_GRAPHS, _FULL_GRAPHS = 1, 2, 3  # indices in core.CUDA_GRAPHS
-_HYBRIDEP = 3  # index in core.DISPATCHERS
+_ROUTER_GRAPHS, _ATTN_GRAPHS, _FULL_GRAPHS = (CUDA_GRAPHS.index(g) for g in ("router", "attn", "full"))
+_HYBRIDEP = DISPATCHERS.index("hybridep")
 
 
 def _no(flag, ok):

@@ -142,9 +142,9 @@ def fp8_module_args(workload) -> list[tuple[str, str | None]]:
     """The flags of the modules a workload moves into FP8 beyond the linears: attention's core
     (--fp8-dot-product-attention) and the output layer under MXFP8 (megatron-core's fp8_output_proj)."""
     a: list[tuple[str, str | None]] = []
-    if getattr(workload, "fp8_attention", False):
+    if workload.fp8_attention:
         a.append(("--fp8-dot-product-attention", None))
-    if getattr(workload, "fp8_output_proj", False):
+    if workload.fp8_output_proj:
         a.append(("--fp8-output-proj", None))
     return a
 

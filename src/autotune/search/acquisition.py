@@ -35,8 +35,8 @@ import numpy as np
 
 from ..trials.spec import TRIAL_STARTUP_S  # a trial's start-up seconds, from the seed page
 
-__all__ = ["prob_improvement", "expected_improvement", "trial_gpu_hours", "ei_per_gpu_hour", "select_batch", "believed_std",
-           "chance_any_beats", "stop_reason", "STOP_CHANCE", "MIN_TRIALS", "TRIAL_STARTUP_S"]
+__all__ = ["prob_improvement", "expected_improvement", "trial_gpu_hours", "ei_per_gpu_hour", "select_batch",
+           "believed_std", "chance_any_beats", "stop_reason", "STOP_CHANCE", "MIN_TRIALS", "TRIAL_STARTUP_S"]
 
 STOP_CHANCE = 0.05  # stop when the chance that any untried candidate beats the best is below this
 STOP_SAMPLES = 4000  # joint posterior draws for that chance: its Monte Carlo error is ~0.3% at 5%

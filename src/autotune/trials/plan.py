@@ -53,17 +53,19 @@ def local_software() -> dict[str, bool]:
 
 def megatron_has_paged_stash() -> bool:
     """Whether the installed megatron-core has the paged stash (TransformerConfig.moe_paged_stash, after 0.16): read
-    from its source without importing it (megatron.core imports torch)."""
+    from its transformer_config.py without importing megatron.core (which imports torch): find_spec of the package
+    imports only its parent, `megatron`, while find_spec of a submodule would import megatron.core itself."""
     try:
-        spec = importlib.util.find_spec("megatron.core.transformer.transformer_config")
+        spec = importlib.util.find_spec("megatron.core")
     except (ImportError, ValueError):
         return False
-    if spec is None or not spec.origin:
-        return False
-    try:
-        return "moe_paged_stash" in Path(spec.origin).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = (Path(root) / "transformer" / "transformer_config.py").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        return "moe_paged_stash" in text
+    return False
 
 
 def flex_backend_missing(dispatcher: str) -> str | None:
