@@ -21,7 +21,8 @@ Three measured numbers per layer (bytes per token):
           (TE/Apex: its bf16 input and fp32 rstd per row), unfused rope -> TE's fused rope (it saves only
           the frequencies, one table for all layers). This is the number compared with autotune
           (ratio gpu-eq / predicted; tests/parity/test_activations.py), which models the GPU kernels.
-What cannot run here is listed with the reason (MLA, Gated DeltaNet).
+Gated DeltaNet runs as megatron's own module with its GPU kernels' saves (see _gdn_kernels). What cannot run here
+is listed with the reason (MLA).
 
     python bench/activation_parity.py [--seq 256] [--json] [--case NAME ...] [--detail]
 """
@@ -43,7 +44,7 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 from autotune.catalog import Workload, load_model  # noqa: E402
-from autotune.catalog.model import FULL, ModelSpec  # noqa: E402
+from autotune.catalog.model import FULL, LINEAR, ModelSpec  # noqa: E402
 from autotune.cost.layers import PARTS, layer_tables  # noqa: E402
 from autotune.layout import Layout  # noqa: E402
 
@@ -79,15 +80,159 @@ CASES: dict[str, tuple] = {
                             "Qwen3.5-35B-A3B full-attention layer, 32 experts top-8 (FFN 512) + gated shared expert 512"),
     "moe-shared-allgather": (lambda: _one_layer("Qwen3.5-35B-A3B", experts=32, full_attention=True), "allgather",
                              "as moe-shared-alltoall, allgather dispatcher"),
+    "gdn-dense": (lambda: _one_layer("Qwen3.5-2B"), "alltoall",
+                  "Qwen3.5-2B Gated DeltaNet layer (16 key / 16 value heads of 128, no repeat); dense MLP 6144"),
+    "gdn-moe": (lambda: _one_layer("Qwen3.5-122B-A10B", experts=32), "alltoall",
+                "Qwen3.5-122B-A10B Gated DeltaNet layer (16 key / 64 value heads: q, k repeated 4x), 32 experts "
+                "top-8 (FFN 1024) + gated shared expert"),
 }
 
 NOT_ON_CPU = {
     "mla": "megatron-core 0.16.1's local DotProductAttention takes no k_channels/v_channels (MLASelfAttention "
            "passes them) and MLASelfAttention checks isinstance(linear_proj, TELinear) with TELinear a "
            "MagicMock when TE is absent: MLA needs Transformer Engine",
-    "gated-deltanet": "megatron's GDN block spec is TE-only (experimental_attention_variant_module_specs asserts "
-                      "transformer_impl == transformer_engine) and its kernels are FLA Triton GPU kernels",
 }
+
+
+# Gated DeltaNet on a CPU. megatron-core 0.16.1 builds GDN only from a TE block spec, and its three kernels are GPU
+# kernels: FLA's chunked gated delta rule and l2norm (Triton) and the causal_conv1d CUDA extension. Here the layer is
+# megatron's own GatedDeltaNet with its real forward (the in_proj split, the copies it makes, the repeat of q and k
+# over value heads, the gates, the @jit_fuser gated norm) built with local linears, and each GPU kernel replaced by
+# an autograd function that computes in PyTorch and saves for backward what the GPU kernel saves, read from their
+# source:
+#   causal_conv1d   CausalConv1dFn (causal_conv1d_interface.py): x, weight, bias; the activation is recomputed
+#   l2norm          fla/modules/l2norm.py L2NormFunction: its output y and an fp32 rstd per row
+#   delta rule      fla/ops/gated_delta_rule/chunk.py ChunkGatedDeltaRuleFunction (FLA 0.4): q, k, v, the
+#                   chunk-local cumulative g (fp32), beta and A, the WY matrix [B, T, H, 64] in k's dtype
+#   out_norm        TENorm: TE's RMSNorm saves its bf16 input and an fp32 rstd per row; torch.compile cannot trace
+#                   into it, so @jit_fuser's graph breaks there and the gate product is compiled on its own
+GDN_CHUNK = 64  # FLA's chunk size (chunk_gated_delta_rule_fwd: chunk_local_cumsum(g, chunk_size=64))
+
+
+def _gdn_kernels():
+    """Autograd functions with the GPU kernels' saves (above): (causal_conv1d_fn, l2norm, chunk_gated_delta_rule)."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.ssm.gated_delta_net import torch_chunk_gated_delta_rule
+
+    def conv(x, weight, bias):
+        return F.silu(F.conv1d(x, weight.unsqueeze(1), bias, padding=weight.shape[-1] - 1,
+                               groups=x.shape[1])[..., : x.shape[-1]])
+
+    class CausalConv1d(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, bias):
+            ctx.save_for_backward(x, weight, bias)
+            return conv(x, weight, bias)
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, weight, bias = (t.detach().requires_grad_(t is not None) if t is not None else None
+                               for t in ctx.saved_tensors)
+            with torch.enable_grad():
+                ins = [t for t in (x, weight, bias) if t is not None]
+                grads = iter(torch.autograd.grad(conv(x, weight, bias), ins, dy))
+            return tuple(next(grads) if t is not None else None for t in (x, weight, bias))
+
+    class L2Norm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            rstd = torch.rsqrt(x.float().pow(2).sum(-1) + 1e-6)
+            y = (x.float() * rstd[..., None]).to(x.dtype)
+            ctx.save_for_backward(y, rstd)
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            y, rstd = ctx.saved_tensors
+            yf, dyf = y.float(), dy.float()
+            return ((dyf - (dyf * yf).sum(-1, keepdim=True) * yf) * rstd[..., None]).to(dy.dtype)
+
+    def rule(q, k, v, g, beta):
+        return torch_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=GDN_CHUNK)[0].to(q.dtype)
+
+    class DeltaRule(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, g, beta):
+            b, t, h = g.shape
+            assert t % GDN_CHUNK == 0, f"{t} tokens: a multiple of the {GDN_CHUNK}-token chunk"
+            g_cum = g.float().view(b, t // GDN_CHUNK, GDN_CHUNK, h).cumsum(2).view(b, t, h)
+            wy = torch.zeros(b, t, h, GDN_CHUNK, dtype=k.dtype)  # the kernel's A (its values play no part here)
+            ctx.save_for_backward(q, k, v, g_cum, beta, wy)
+            with torch.no_grad():
+                return rule(q, k, v, g, beta)
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, g_cum, beta, _ = ctx.saved_tensors
+            b, t, h = g_cum.shape
+            c = g_cum.view(b, t // GDN_CHUNK, GDN_CHUNK, h)
+            g = torch.cat([c[:, :, :1], c[:, :, 1:] - c[:, :, :-1]], 2).view(b, t, h)
+            ins = [x.detach().requires_grad_() for x in (q, k, v, g, beta)]
+            with torch.enable_grad():
+                return torch.autograd.grad(rule(*ins), ins, do)
+
+    def causal_conv1d_fn(x, weight, bias=None, activation=None, **_):
+        assert activation in ("silu", "swish")
+        return CausalConv1d.apply(x, weight, bias)
+
+    def chunk_gated_delta_rule(q, k, v, g, beta, initial_state=None, output_final_state=False,
+                               use_qk_l2norm_in_kernel=False, **_):
+        assert initial_state is None and not output_final_state and not use_qk_l2norm_in_kernel
+        return DeltaRule.apply(q, k, v, g, beta), None
+
+    return causal_conv1d_fn, L2Norm.apply, chunk_gated_delta_rule
+
+
+def _gdn_out_norm():
+    """TENorm's stand-in for GDN's out_norm (above): an RMSNorm saving its input and fp32 rstd, opaque to dynamo."""
+    import torch
+
+    class RMSNormFn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, eps):
+            rstd = torch.rsqrt(x.float().pow(2).mean(-1) + eps)
+            ctx.save_for_backward(x, rstd, w)
+            return (x.float() * rstd[..., None] * w.float()).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, rstd, w = ctx.saved_tensors
+            xh = x.float() * rstd[..., None]
+            g = dy.float() * w.float()
+            dx = rstd[..., None] * (g - xh * (g * xh).mean(-1, keepdim=True))
+            return dx.to(x.dtype), (dy.float() * xh).reshape(-1, x.shape[-1]).sum(0).to(w.dtype), None
+
+    class OutNorm(torch.nn.Module):
+        def __init__(self, config, hidden_size: int, eps: float = 1e-6):
+            super().__init__()
+            self.eps = eps
+            self.weight = torch.nn.Parameter(torch.ones(hidden_size, dtype=config.params_dtype))
+
+        @torch.compiler.disable
+        def forward(self, x):
+            return RMSNormFn.apply(x, self.weight, self.eps)
+
+    return OutNorm
+
+
+def _gdn_spec(config, layer_spec, model: ModelSpec):
+    """`layer_spec` with megatron's GatedDeltaNet as its mixer (local linears, the stand-ins above); sets the
+    config's GDN fields as runner.build does on a GPU."""
+    import megatron.core.ssm.gated_delta_net as gdn
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    la = model.linear
+    for k, v in dict(linear_conv_kernel_dim=la.conv_kernel, linear_key_head_dim=la.key_head_dim,
+                     linear_value_head_dim=la.value_head_dim, linear_num_key_heads=la.num_key_heads,
+                     linear_num_value_heads=la.num_value_heads).items():
+        setattr(config, k, v)
+    gdn.causal_conv1d_fn, gdn.l2norm, gdn.chunk_gated_delta_rule = _gdn_kernels()
+    gdn.HAVE_FLA = True
+    mixer = ModuleSpec(module=gdn.GatedDeltaNet, submodules=gdn.GatedDeltaNetSubmodules(
+        in_proj=ColumnParallelLinear, out_norm=_gdn_out_norm(), out_proj=RowParallelLinear))
+    return replace(layer_spec, submodules=replace(layer_spec.submodules, self_attention=mixer))
 
 
 def predicted(model: ModelSpec) -> dict[str, float]:
@@ -124,7 +269,10 @@ def measure(name: str, seq: int = SEQ) -> dict:
     # input, and the weighted one the routing probabilities), pure PyTorch, so they run here as well.
     # The runner turns the fusion off without TE (bias_activation_fusion=use_te).
     config.bias_activation_fusion = True
-    layer = build_module(_layer_spec(config, use_te, None).layer_specs[0], config=config, layer_number=1)
+    spec = _layer_spec(config, use_te, None).layer_specs[0]
+    if model.layer_types[0] == LINEAR:
+        spec = _gdn_spec(config, spec, model)
+    layer = build_module(spec, config=config, layer_number=1)
     layer.train()
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
 

@@ -74,6 +74,36 @@ KIND = {FULL: 0, SLIDING: 1, LINEAR: 2, MAMBA: 4, NONE: 5}  # MLA (3) is full at
 KIND_ATTENTION = (0, 1, 3)
 
 
+GDN_CHUNK = 64  # FLA's chunk length: the WY matrix A the delta-rule kernel saves has one row of 64 per token and head
+
+
+def _gdn_parts(m: ModelSpec) -> dict[str, float]:
+    """Bytes saved for backward by megatron-core's GatedDeltaNet (ssm/gated_delta_net.py) on its GPU kernels. The
+    in_proj output is split and every piece copied (.contiguous() of a transposed slice), so the output itself is
+    freed. Then:
+    - causal_conv1d saves its input, the q, k, v channels (it recomputes the activation);
+    - FLA's l2norm saves its output and an fp32 rstd per head, for q and for k;
+    - the gates save two fp32 values per value head (softplus' input and output);
+    - FLA's chunked delta rule (ChunkGatedDeltaRuleFunction, FLA 0.4) saves q and k as it gets them (repeated
+      over the value heads when there are more: new tensors; otherwise the l2norm outputs again), v, the chunk-
+      local cumulative g (fp32), beta and A (64 per token and head, in q's dtype);
+    - the gated norm: TE's RMSNorm saves its input (the kernel's output) and an fp32 rstd; torch.compile cannot
+      trace into it, so @jit_fuser's gate product is compiled apart and saves the norm's output and the gate;
+      out_proj saves its input.
+    Measured on megatron's own module with the kernels' saves (bench/activation_parity.py, gdn-* cases)."""
+    la = m.linear
+    kd, vd, nk, nv = la.key_dim, la.value_dim, la.num_key_heads, la.num_value_heads
+    repeated = 2 * nv * la.key_head_dim if nv > nk else 0
+    return {
+        "attn_in": BF16 * m.hidden_size,
+        "attn_other": BF16 * (2 * kd + vd)  # the conv's input
+        + BF16 * 2 * kd + FP32 * 2 * nk  # l2-normed q, k and their rstd
+        + FP32 * 2 * nv  # the decay gate's softplus input and output
+        + BF16 * 4 * vd + FP32 * nv,  # norm input, rstd, norm output, gate, out_proj input
+        "attn_core": BF16 * (repeated + vd + nv + GDN_CHUNK * nv) + FP32 * nv,  # the delta-rule kernel's saves
+    }
+
+
 def _mamba_parts(m: ModelSpec) -> dict[str, float]:
     """Bytes saved for backward by Megatron's MambaMixer training path (use_mem_eff_path): in_proj saves its
     input; mamba_ssm's MambaSplitConv1dScanCombinedFn (mamba_split_conv1d_scan_combined, no fused norm or
@@ -94,16 +124,7 @@ def attention_parts(m: ModelSpec, kind: str) -> dict[str, float]:
     if kind == MAMBA:
         return _mamba_parts(m)
     if kind == LINEAR:
-        la = m.linear
-        kd, vd, nv = la.key_dim, la.value_dim, la.num_value_heads
-        conv = 2 * kd + vd
-        return {
-            "attn_in": BF16 * h,
-            # in_proj outputs (qkvz, ba), conv input/output, l2-normed q/k, gates in fp32
-            "attn_other": BF16 * (2 * kd + 2 * vd + 2 * nv) + BF16 * 2 * conv + BF16 * 2 * kd + FP32 * 2 * nv
-            + BF16 * 3 * vd,  # gated norm input, z, out_proj input
-            "attn_core": BF16 * (conv + vd),  # the chunked delta-rule kernel's q, k, v and output
-        }
+        return _gdn_parts(m)
     if m.mla is not None:
         a, nh = m.mla, m.num_heads
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
