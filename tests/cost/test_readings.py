@@ -55,7 +55,7 @@ def test_a_printed_layout_that_cannot_hold_its_state_is_read_as_the_releases_rec
 def test_a_rows_pp_layout_sets_its_vp_and_split():
     """The moe_recipes README's DeepSeek-V3 rows give no VP but Megatron's layout string ('PP layout
     Et*4|(tttt|)*14tmL'): 16 virtual stages on PP 8 are VP 2, with EP overlap legal there (it needs VPP with PP);
-    the zoo script's selective recompute is taken, and a row the string does not fit is skipped saying why."""
+    its recipe YAML's selective recompute is taken, and a row the string does not fit is skipped saying why."""
     row = dict(source="Megatron-LM examples/moe_recipes README (dev)", model="DeepSeek-V3", gpu="B200",
                num_gpus="256", seq_len="4096", global_batch="2048", micro_batch="1", tp="1", pp="8", cp="1", vp="",
                ep="32", etp="1", precision="MXFP8", recompute="", tokens_per_s_per_gpu="", tflops_per_gpu="776.7",
@@ -64,7 +64,8 @@ def test_a_rows_pp_layout_sets_its_vp_and_split():
     m = _represent(row, 1)
     assert not isinstance(m, str), m
     assert m.layout.vpp == 2 and m.layout.layer_split == (4,) * 15 + (1,) and m.layout.ep_overlap
-    assert m.layout.recompute.modules == ("mlp", "mla_up_proj") and "PP layout" in m.source
+    assert m.layout.recompute.modules == ("mla_up_proj", "mlp") and "PP layout" in m.source
+    assert "deepseek_v3/b200/mxfp8_256GPU_TP1PP8EP32.yaml (commit 8a2ac1fdc7)" in m.source
     assert "16 stages on PP 4 x VPP 2" in _represent({**row, "pp": "4", "vp": "2", "ep": "64"}, 1)
     assert "fine-grained activation offloading" in _represent({**row, "notes": row["notes"] + "; fine-grained "
                                                                "activation offloading"}, 1)

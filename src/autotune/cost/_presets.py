@@ -26,6 +26,10 @@ implies and the readings it made (for the row's provenance), or the reason the r
     (DP x MBS) makes the recipe's micro-batch the one that ran. A row whose layout no recipe has takes its GPU and precision's recipe but FSDP
     and offload (the perf scripts load it and overlay the command line's layout), else what all of its model's
     recipes of that release set, the rest Megatron's defaults, and says so.
+  - Megatron-LM examples/moe_recipes rows: the recipe YAML the README links to for the row's model, GPU, precision,
+    TP, PP, EP and micro-batch (CUDA graphs break a tie), from data/megatron_lm_moe_recipes.csv (bench/
+    moe_recipes_presets.py rebuilds it from a Megatron-LM checkout at the rows' commit): the same settings as a
+    Megatron-Bridge recipe's, plus its FP8 parameter gather and optimizer state bytes.
 No torch, no ray.
 """
 
@@ -42,9 +46,11 @@ from ..errors import BadInput
 from ..layout import Recompute
 from ..layout.splits import layout_vpp, parse_pipeline_layout
 
-__all__ = ["row_settings", "release_of", "RELEASES", "PRESETS_CSV"]
+__all__ = ["row_settings", "release_of", "RELEASES", "PRESETS_CSV", "MOE_RECIPES_CSV"]
 
 PRESETS_CSV = Path(str(resources.files("autotune.cost") / "data" / "megatron_bridge_presets.csv"))
+# Megatron-LM's examples/moe_recipes YAMLs at the commit the moe_recipes rows cite (bench/moe_recipes_presets.py)
+MOE_RECIPES_CSV = Path(str(resources.files("autotune.cost") / "data" / "megatron_lm_moe_recipes.csv"))
 # NeMo container -> the Megatron-Bridge releases it ships (release dates; each release's performance summary page
 # lists the containers measured before it)
 RELEASES = {"25.09": ("v0.1.0rc4",), "25.11": ("v0.2.0", "v0.2.2"), "26.02": ("v0.3.0",), "26.02.01": ("v0.3.1",),
@@ -76,6 +82,23 @@ _NEMO_TOKEN_DROP = {"Llama-4-Scout-17B-16E": "llama4_e16.py", "Llama-4-Maverick-
 def _recipes() -> tuple[dict, ...]:
     with open(PRESETS_CSV, newline="", encoding="utf-8") as fh:
         return tuple(csv.DictReader(fh))
+
+
+@lru_cache(maxsize=1)
+def _moe_recipes() -> tuple[dict, ...]:
+    with open(MOE_RECIPES_CSV, newline="", encoding="utf-8") as fh:
+        return tuple(csv.DictReader(fh))
+
+
+def _moe_recipe(model: str, gpu: str, precision: str, lay: dict, graphs: str) -> dict | None:
+    """The Megatron-LM moe_recipes YAML of a row of that README: its model, GPU, precision, TP, PP, EP and micro-batch,
+    and where two recipes share those (partial and full-iteration graphs), the CUDA graphs its features name."""
+    found = [r for r in _moe_recipes() if r["model"] == model and r["gpu"] == gpu and r["precision"] == precision
+             and (int(r["tp"]), int(r["pp"]), int(r["ep"]), int(r["mbs"])) == (lay["tp"], lay["pp"], lay["ep"],
+                                                                               lay["micro_batch_size"])]
+    if len(found) > 1:
+        found = [r for r in found if r["cuda_graphs"] == graphs]
+    return found[0] if len(found) == 1 else None
 
 
 def _container(text: str) -> tuple[int, ...] | None:
@@ -227,6 +250,15 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
             (vp, mbs), rec = next(iter(cand.items()))
             out["layout"].update(vpp=int(vp), micro_batch_size=int(mbs))
             out["read"].append(f"VP {vp} and micro-batch {mbs} of its release's recipe (the page leaves VP blank)")
+    if source.startswith("Megatron-LM examples/moe_recipes"):
+        rec = _moe_recipe(model, gpu, precision, lay, out["layout"].get("cuda_graphs", "none"))
+        if rec is not None:
+            if rec["fp8_param_gather"] == "1":
+                out["workload"]["fp8_param_gather"] = True
+            if float(rec["optimizer_state_bytes"] or 0):
+                out["workload"]["optimizer_state_bytes"] = float(rec["optimizer_state_bytes"])
+            out["read"].append(f"FP8 parameter gather {'on' if rec['fp8_param_gather'] == '1' else 'off'}, optimizer "
+                               f"state {float(rec['optimizer_state_bytes']) or 12:g} B per parameter (its recipe)")
     if source.startswith("Megatron-Bridge perf") and rec is None:
         own = _own_layout(source, task, model, gpu, precision)
         if own:  # measurements._represent takes it when the printed layout cannot hold its own state
@@ -301,6 +333,8 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
                                "describe: not counted")
     if rec["recipe"].startswith(("the ", "its ")):  # _shared: no one recipe at the row's layout
         out["read"].append(f"{rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
+    elif rec["release"].startswith("Megatron-LM@"):
+        out["read"].append(f"Megatron-LM recipe {rec['file']} (commit {rec['release'].split('@')[1]})")
     else:
         out["read"].append(f"Megatron-Bridge recipe {rec['recipe']} ({rec['release'].split()[0]}: {rec['file']})")
     return out

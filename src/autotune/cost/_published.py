@@ -201,13 +201,6 @@ _MODULE_NAMES = {"up_proj": "mla_up_proj", "mla_up": "mla_up_proj", "norm": "lay
 _PRESETS = [
     ("Megatron-Bridge perf", "gpt-oss-120b", ("B200", "H100"), "selective:layernorm,moe_act",
      "Megatron-Bridge gpt-oss perf preset"),
-    # the moe_recipes README's DeepSeek-V3 rows come from the Megatron MoE model zoo's scripts
-    # (yanring/Megatron-MoE-ModelZoo best_practice/DeepSeekV3/run_b200.sh, deepseek-v3/run_deepseek_v3_gb200.sh and
-    # _gb300.sh: the same PP layout 'Et*4|(tttt|)*14tmL', MTP 1 and forced balance as the rows)
-    ("Megatron-LM examples/moe_recipes", "DeepSeek-V3", ("B200",), "selective:mlp,mla_up_proj",
-     "the MoE model zoo's DeepSeek-V3 B200 script: --recompute-modules mlp mla_up_proj"),
-    ("Megatron-LM examples/moe_recipes", "DeepSeek-V3", ("GB200", "GB300"), "selective:mlp",
-     "the MoE model zoo's DeepSeek-V3 GB200 / GB300 scripts: --recompute-modules mlp"),
 ]
 
 
