@@ -21,8 +21,8 @@ Three measured numbers per layer (bytes per token):
           (TE/Apex: its bf16 input and fp32 rstd per row), unfused rope -> TE's fused rope (it saves only
           the frequencies, one table for all layers). This is the number compared with autotune
           (ratio gpu-eq / predicted; tests/parity/test_activations.py), which models the GPU kernels.
-Gated DeltaNet runs as megatron's own module with its GPU kernels' saves (see _gdn_kernels). What cannot run here
-is listed with the reason (MLA).
+Gated DeltaNet and Mamba2 run as megatron's own modules with their GPU kernels' saves (see _gdn_kernels,
+_mamba_kernels). What cannot run here is listed with the reason (MLA).
 
     python bench/activation_parity.py [--seq 256] [--json] [--case NAME ...] [--detail]
 """
@@ -44,7 +44,7 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 from autotune.catalog import Workload, load_model  # noqa: E402
-from autotune.catalog.model import FULL, LINEAR, ModelSpec  # noqa: E402
+from autotune.catalog.model import FULL, LINEAR, MAMBA, ModelSpec  # noqa: E402
 from autotune.cost.layers import PARTS, layer_tables  # noqa: E402
 from autotune.layout import Layout  # noqa: E402
 
@@ -82,6 +82,8 @@ CASES: dict[str, tuple] = {
                              "as moe-shared-alltoall, allgather dispatcher"),
     "gdn-dense": (lambda: _one_layer("Qwen3.5-2B"), "alltoall",
                   "Qwen3.5-2B Gated DeltaNet layer (16 key / 16 value heads of 128, no repeat); dense MLP 6144"),
+    "mamba": (lambda: _one_layer("NVIDIA-Nemotron-3-Nano-30B-A3B"), "alltoall",
+              "Nemotron 3 Nano's Mamba2 layer (64 heads of 64, state 128, 8 groups, hidden 2688; no FFN)"),
     "gdn-moe": (lambda: _one_layer("Qwen3.5-122B-A10B", experts=32), "alltoall",
                 "Qwen3.5-122B-A10B Gated DeltaNet layer (16 key / 64 value heads: q, k repeated 4x), 32 experts "
                 "top-8 (FFN 1024) + gated shared expert"),
@@ -235,6 +237,136 @@ def _gdn_spec(config, layer_spec, model: ModelSpec):
     return replace(layer_spec, submodules=replace(layer_spec.submodules, self_attention=mixer))
 
 
+# Mamba2 on a CPU, the same way: megatron's own MambaMixer (its memory-efficient training path, the one Megatron
+# trains with) inside a MambaLayer, local linears, and mamba_ssm's two GPU kernels replaced by functions that save
+# what they save, read from mamba_ssm's source (ops/triton/ssd_combined.py, ops/triton/layernorm_gated.py):
+#   mamba_split_conv1d_scan_combined  MambaSplitConv1dScanCombinedFn: zxbcdt (the whole in_proj output), the conv's
+#                   weight and bias, out_x (the scan's output before the z gate), A, D, dt_bias; the gated output
+#                   is computed here with an SSD reference in its quadratic form (the values play no part in the count)
+#   RMSNormGated    LayerNormFn (z None): its input and an fp32 rstd per row and group
+def _mamba_kernels():
+    """(mamba_split_conv1d_scan_combined, RMSNormGated stand-in class) with the GPU kernels' saves (above)."""
+    import torch
+    import torch.nn.functional as F
+
+    def ssd(zxbcdt, conv_w, conv_b, dt_bias, A, D, ngroups, headdim):
+        """(out, out_x): the gated output and the scan output of Mamba2's SSD, from its definition."""
+        b, l, _ = zxbcdt.shape
+        H = A.shape[0]
+        d_inner = H * headdim
+        N = (zxbcdt.shape[-1] - 2 * d_inner - H) // (2 * ngroups)
+        z, xbc, dt = torch.split(zxbcdt, [d_inner, d_inner + 2 * ngroups * N, H], dim=-1)
+        xbc = F.silu(F.conv1d(xbc.transpose(1, 2), conv_w.unsqueeze(1), conv_b, padding=conv_w.shape[-1] - 1,
+                              groups=xbc.shape[-1])[..., :l]).transpose(1, 2)
+        x, B, C = torch.split(xbc, [d_inner, ngroups * N, ngroups * N], dim=-1)
+        x = x.reshape(b, l, H, headdim).float()
+        B = B.reshape(b, l, ngroups, N).float().repeat_interleave(H // ngroups, dim=2)
+        C = C.reshape(b, l, ngroups, N).float().repeat_interleave(H // ngroups, dim=2)
+        dt = F.softplus(dt.float() + dt_bias)  # (b, l, H)
+        cum = torch.cumsum(dt * A, dim=1)  # (b, l, H)
+        seg = cum.transpose(1, 2).unsqueeze(-1) - cum.transpose(1, 2).unsqueeze(-2)  # (b, H, t, s)
+        mask = torch.ones(l, l, dtype=torch.bool).tril()
+        L = torch.where(mask, torch.exp(seg.masked_fill(~mask, 0.0)), 0.0)
+        scores = torch.einsum("bthn,bshn->bhts", C, B) * L
+        y = torch.einsum("bhts,bsh,bshp->bthp", scores, dt, x) + x * D.view(1, 1, H, 1)
+        out_x = y.to(zxbcdt.dtype)
+        return (y * F.silu(z.float()).reshape(b, l, H, headdim)).reshape(b, l, d_inner).to(zxbcdt.dtype), out_x
+
+    class SplitConvScan(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, zxbcdt, conv_w, conv_b, dt_bias, A, D, ngroups, headdim):
+            with torch.no_grad():
+                out, out_x = ssd(zxbcdt, conv_w, conv_b, dt_bias, A, D, ngroups, headdim)
+            ctx.save_for_backward(zxbcdt, conv_w, conv_b, out_x, A, D, dt_bias)
+            ctx.shape = (ngroups, headdim)
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            zxbcdt, conv_w, conv_b, _, A, D, dt_bias = ctx.saved_tensors
+            ins = [t.detach().requires_grad_() for t in (zxbcdt, conv_w, conv_b, dt_bias, A, D)]
+            with torch.enable_grad():
+                out, _ = ssd(*ins, *ctx.shape)
+                grads = torch.autograd.grad(out, ins, dout)
+            return (*grads, None, None)
+
+    def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size=None,
+                                         activation="silu", headdim=None, ngroups=1, norm_before_gate=False,
+                                         seq_idx=None, **_):
+        assert activation in ("silu", "swish") and seq_idx is None and headdim is not None
+        return SplitConvScan.apply(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, ngroups, headdim)
+
+    class GroupNormFn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, group, eps):
+            xg = x.float().reshape(*x.shape[:-1], -1, group)
+            rstd = torch.rsqrt(xg.pow(2).mean(-1) + eps)  # (rows, groups)
+            ctx.save_for_backward(x, w, rstd)
+            ctx.group = group
+            return (xg * rstd.unsqueeze(-1)).reshape(x.shape).mul(w.float()).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, w, rstd = ctx.saved_tensors
+            xh = (x.float().reshape(*x.shape[:-1], -1, ctx.group) * rstd.unsqueeze(-1))
+            g = (dy.float() * w.float()).reshape(xh.shape)
+            dx = rstd.unsqueeze(-1) * (g - xh * (g * xh).mean(-1, keepdim=True))
+            dw = (dy.float() * xh.reshape(x.shape)).reshape(-1, x.shape[-1]).sum(0)
+            return dx.reshape(x.shape).to(x.dtype), dw.to(w.dtype), None, None
+
+    class RMSNormGated(torch.nn.Module):
+        def __init__(self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=False, device=None, dtype=None):
+            super().__init__()
+            self.eps, self.group_size = eps, group_size or hidden_size
+            self.weight = torch.nn.Parameter(torch.ones(hidden_size, dtype=dtype))
+
+        def forward(self, x, z=None):
+            assert z is None
+            return GroupNormFn.apply(x, self.weight, self.group_size, self.eps)
+
+    return mamba_split_conv1d_scan_combined, RMSNormGated
+
+
+def _import_without_triton(name: str):
+    """Import `name` where Triton is not installed (a CPU torch): megatron's mamba_mixer imports its inference
+    contexts' Triton kernels at module level, which training never calls. Stand-in modules answer the import alone
+    and are taken out of sys.modules again, so nothing else (torch.compile's backend choice) sees a Triton."""
+    import importlib
+    from unittest.mock import MagicMock
+
+    if importlib.util.find_spec("triton") is not None:
+        return importlib.import_module(name)
+    stubs = {k: MagicMock() for k in ("triton", "triton.language")}
+    sys.modules.update(stubs)
+    try:
+        return importlib.import_module(name)
+    finally:
+        for k, v in stubs.items():
+            if sys.modules.get(k) is v:
+                del sys.modules[k]
+
+
+def _mamba_spec(config, model: ModelSpec):
+    """A MambaLayer spec (local norm and linears, the stand-ins above); sets the config's Mamba fields."""
+    mm = _import_without_triton("megatron.core.ssm.mamba_mixer")
+    from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.ssm.mamba_layer import MambaLayer, MambaLayerSubmodules
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    mb = model.mamba
+    for k, v in dict(mamba_state_dim=mb.state_dim, mamba_head_dim=mb.head_dim, mamba_num_groups=mb.num_groups,
+                     mamba_num_heads=mb.num_heads, use_mamba_mem_eff_path=True).items():
+        setattr(config, k, v)
+    mm.mamba_split_conv1d_scan_combined, mm.ExtendedRMSNorm = _mamba_kernels()
+    mm.HAVE_MAMBA_SSM = True
+    norm = get_gpt_layer_local_spec().submodules.input_layernorm  # the local RMSNorm the other cases use
+    return ModuleSpec(module=MambaLayer, submodules=MambaLayerSubmodules(
+        norm=norm, mixer=ModuleSpec(module=mm.MambaMixer, submodules=mm.MambaMixerSubmodules(
+            in_proj=ColumnParallelLinear, out_proj=RowParallelLinear)), mamba_bda=get_bias_dropout_add))
+
+
 def predicted(model: ModelSpec) -> dict[str, float]:
     """autotune's activation bytes per token of layer 0 at TP1 (every divisor is 1), by part."""
     act = layer_tables(model).act[0]
@@ -272,7 +404,13 @@ def measure(name: str, seq: int = SEQ) -> dict:
     spec = _layer_spec(config, use_te, None).layer_specs[0]
     if model.layer_types[0] == LINEAR:
         spec = _gdn_spec(config, spec, model)
-    layer = build_module(spec, config=config, layer_number=1)
+    elif model.layer_types[0] == MAMBA:
+        spec = _mamba_spec(config, model)
+    extra = {}
+    if model.layer_types[0] == MAMBA:  # MambaLayer takes its process groups from the caller (MambaStack)
+        from megatron.core.process_groups_config import ProcessGroupCollection
+        extra["pg_collection"] = ProcessGroupCollection.use_mpu_process_groups()
+    layer = build_module(spec, config=config, layer_number=1, **extra)
     layer.train()
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
 
@@ -285,7 +423,7 @@ def measure(name: str, seq: int = SEQ) -> dict:
         if mname.endswith("core_attention"):
             hooks.append(mod.register_forward_pre_hook(lambda m, a, n=mname: swapped[n].extend(a[:3])))
             hooks.append(mod.register_forward_hook(lambda m, a, o, n=mname: swapped[n].append(o)))
-        elif mname.endswith("layernorm") and any(True for _ in mod.parameters()):  # not an IdentityOp
+        elif (mname.endswith("layernorm") or mname == "norm") and any(True for _ in mod.parameters()):  # not an IdentityOp
             hooks.append(mod.register_forward_pre_hook(lambda m, a, n=mname: swapped[n].append(a[0])))
 
     saved: dict[int, dict] = {}  # untyped storage -> what first saved it
@@ -304,7 +442,8 @@ def measure(name: str, seq: int = SEQ) -> dict:
                            rotary_base=10000)(seq)
     t0 = time.perf_counter()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out, _ = layer(hidden_states=x, attention_mask=None, rotary_pos_emb=rope)
+        out = layer(hidden_states=x, attention_mask=None, rotary_pos_emb=rope)
+        out = out[0] if isinstance(out, tuple) else out  # a TransformerLayer returns (output, context)
     fwd_s = time.perf_counter() - t0
     for h in hooks:
         h.remove()
@@ -333,7 +472,7 @@ def _kind(module: str) -> str | None:
             return "attention"
         if part.endswith("layernorm"):
             return "norm"
-    return None
+    return "norm" if module == "norm" else None  # a MambaLayer's own input norm
 
 
 def _is_rope_table(r: dict, module: str) -> bool:

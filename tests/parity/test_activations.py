@@ -6,10 +6,10 @@ The measurement is bench/activation_parity.py (its docstring says what is counte
 is `gpu`: what the layer saves here with the three CPU-only kernels' saves replaced by what their GPU
 kernels save (local attention -> flash: q, k, v, out, softmax statistics; torch RMSNorm -> fused norm:
 bf16 input and fp32 rstd; unfused rope -> fused rope: nothing per layer). The raw CPU number, which
-keeps the s x s attention scores and fp32 norm copies, is in the bench table. Gated DeltaNet runs as
-megatron's own module with its three GPU kernels (FLA's delta rule and l2norm, causal_conv1d) replaced by
-functions that save what those kernels save (the bench says where each save list is read). Not covered: MLA
-(megatron-core 0.16.1 builds it only with Transformer Engine; see the bench).
+keeps the s x s attention scores and fp32 norm copies, is in the bench table. Gated DeltaNet and Mamba2 run as
+megatron's own modules with their GPU kernels (FLA's delta rule and l2norm, causal_conv1d; mamba_ssm's fused
+conv-scan and gated RMSNorm) replaced by functions that save what those kernels save (the bench says where each
+save list is read). Not covered: MLA (megatron-core 0.16.1 builds it only with Transformer Engine; see the bench).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ pytest.importorskip("megatron.core")
 from parity_harness import run_world  # noqa: E402  (puts bench/ on sys.path)
 
 import activation_parity as ap  # noqa: E402  (bench/activation_parity.py)
-from autotune.catalog.model import LINEAR  # noqa: E402
+from autotune.catalog.model import LINEAR, MAMBA  # noqa: E402
 from autotune.layout import Layout  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -36,13 +36,13 @@ def test_saved_bytes_per_token_match_the_layer_term(case):
         f"{case}: measured {r['gpu']:,.0f} B/token (raw {r['raw']:,.0f}, flash {r['flash']:,.0f}) against "
         f"predicted {r['predicted']:,.0f} {r['predicted_parts']}; saved per module: {r['by_module']}")
     model = ap.CASES[case][0]()
-    # the CPU kernels do save more than their GPU counterparts: the swap is doing something (a Gated DeltaNet
-    # layer has no softmax attention to swap, only norms)
-    if model.layer_types[0] == LINEAR:
+    # the CPU kernels do save more than their GPU counterparts: the swap is doing something (a Gated DeltaNet or
+    # Mamba2 layer has no softmax attention to swap, only norms)
+    if model.layer_types[0] in (LINEAR, MAMBA):
         assert r["raw"] == r["flash"] > r["gpu"]
     else:
         assert r["raw"] > r["flash"] > r["gpu"]
-    if model.moe is not None:
+    if model.is_moe_layer(0):
         # the permuted tokens (top-k copies of the hidden state) are the whole of moe_perm, exactly:
         # the first expert's fc1 saves its input, a view of the one permuted buffer
         fc1 = sum(t["bytes"] for t in r["saved"] if t["module"].endswith("local_experts.0.linear_fc1"))
