@@ -145,3 +145,23 @@ def test_the_shipped_rows_take_their_recipe_yaml():
     # DeepSeek-V3 GB300's recipe recomputes nothing (the MoE model zoo's script it was once read from: mlp)
     [gb300] = _published("deepseek_v3/gb300/mxfp8_256GPU_TP1PP4EP64.yaml")
     assert gb300.layout.recompute.granularity == "none"
+
+
+def test_a_row_without_vp_takes_its_recipes_virtual_stages(monkeypatch):
+    """The README's table has no VP column: a PP row takes its recipe's VP (where the recipe gives no layout string)."""
+    from autotune.cost import _presets
+
+    rec = {c: "" for c in R.COLUMNS + R.EXTRA}
+    rec.update(release="Megatron-LM@abc", model="Qwen3-30B-A3B", gpu="H100", precision="bf16", task="pretrain", tp="1",
+               pp="2", cp="1", vp="6", ep="8", mbs="1", gbs="256", fsdp="0", recompute="none", act_offload_layers="0",
+               cuda_graphs="none", dispatcher="hybridep", ep_overlap="0", tp_comm_overlap="0", capacity_factor="0",
+               shared_overlap="0", mtp="0", recipe="r.yaml", file="examples/moe_recipes/r.yaml", fp8_param_gather="0",
+               optimizer_state_bytes="0")
+    monkeypatch.setattr(_presets, "_moe_recipes", lambda: (rec,))
+    lay = {"world": 32, "tp": 1, "pp": 2, "cp": 1, "vpp": 1, "ep": 8, "micro_batch_size": 1}
+    row = {"source": "Megatron-LM examples/moe_recipes README (dev)", "model": "Qwen3-30B-A3B", "notes": "", "vp": ""}
+    out = _presets.row_settings(row, "Qwen3-30B-A3B", "H100", "bf16", lay, 256, True)
+    assert out["layout"]["vpp"] == 6 and out["layout"]["dispatcher"] == "hybridep"
+    assert "VP 6 of its recipe" in " ".join(out["read"])
+    given = _presets.row_settings({**row, "vp": "3"}, "Qwen3-30B-A3B", "H100", "bf16", lay, 256, True)
+    assert "vpp" not in given["layout"]  # a row that gives its VP keeps it
