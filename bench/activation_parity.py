@@ -22,7 +22,7 @@ Three measured numbers per layer (bytes per token):
           the frequencies, one table for all layers). This is the number compared with autotune
           (ratio gpu-eq / predicted; tests/parity/test_activations.py), which models the GPU kernels.
 Gated DeltaNet and Mamba2 run as megatron's own modules with their GPU kernels' saves (see _gdn_kernels,
-_mamba_kernels). What cannot run here is listed with the reason (MLA).
+_mamba_kernels); MLA as megatron's MLASelfAttention with a core attention that takes its head widths (_mla_spec).
 
     python bench/activation_parity.py [--seq 256] [--json] [--case NAME ...] [--detail]
 """
@@ -84,16 +84,14 @@ CASES: dict[str, tuple] = {
                   "Qwen3.5-2B Gated DeltaNet layer (16 key / 16 value heads of 128, no repeat); dense MLP 6144"),
     "mamba": (lambda: _one_layer("NVIDIA-Nemotron-3-Nano-30B-A3B"), "alltoall",
               "Nemotron 3 Nano's Mamba2 layer (64 heads of 64, state 128, 8 groups, hidden 2688; no FFN)"),
+    "mla-moe": (lambda: _one_layer("DeepSeek-V3", experts=8), "alltoall",
+                "DeepSeek-V3 MLA layer (128 heads, q / kv latents 1536 / 512, rope 64), 8 experts top-8 (FFN 2048) + shared"),
     "gdn-moe": (lambda: _one_layer("Qwen3.5-122B-A10B", experts=32), "alltoall",
                 "Qwen3.5-122B-A10B Gated DeltaNet layer (16 key / 64 value heads: q, k repeated 4x), 32 experts "
                 "top-8 (FFN 1024) + gated shared expert"),
 }
 
-NOT_ON_CPU = {
-    "mla": "megatron-core 0.16.1's local DotProductAttention takes no k_channels/v_channels (MLASelfAttention "
-           "passes them) and MLASelfAttention checks isinstance(linear_proj, TELinear) with TELinear a "
-           "MagicMock when TE is absent: MLA needs Transformer Engine",
-}
+NOT_ON_CPU: dict[str, str] = {}  # every layer type megatron-core builds runs here (MLA, GDN, Mamba2 with stand-ins)
 
 
 # Gated DeltaNet on a CPU. megatron-core 0.16.1 builds GDN only from a TE block spec, and its three kernels are GPU
@@ -367,6 +365,44 @@ def _mamba_spec(config, model: ModelSpec):
             in_proj=ColumnParallelLinear, out_proj=RowParallelLinear)), mamba_bda=get_bias_dropout_add))
 
 
+# MLA on a CPU: megatron's MLASelfAttention with its latent norms and local linears, and a core attention that takes
+# the k_channels / v_channels MLA passes (megatron-core 0.16.1's local DotProductAttention takes neither; TE's does).
+# Its own saves do not matter: the swap below replaces whatever core_attention saves by the flash kernel's.
+def _mla_core_attention():
+    import torch
+    import torch.nn.functional as F
+
+    class CoreAttention(torch.nn.Module):
+        def __init__(self, config, layer_number, attn_mask_type, attention_type, softmax_scale=None, k_channels=None,
+                     v_channels=None, **_):
+            super().__init__()
+            self.softmax_scale = softmax_scale
+
+        def forward(self, query, key, value, attention_mask=None, attn_mask_type=None, attention_bias=None,
+                    packed_seq_params=None):
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [s, b, n, d] -> [b, n, s, d]
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
+            return out.permute(2, 0, 1, 3).reshape(out.shape[2], out.shape[0], -1)  # [s, b, n * v_dim]
+
+    return CoreAttention
+
+
+def _mla_spec(config, use_te: bool):
+    """The local MLA layer spec, with the latent norms megatron's DeepSeek recipes run (--qk-layernorm) and the core
+    attention above."""
+    import megatron.core.transformer.multi_latent_attention as mla
+
+    from autotune.runner.build import _layer_spec
+
+    if not isinstance(mla.TELinear, type):  # no TE: its `isinstance(linear_proj, TELinear)` check needs a type to be False
+        mla.TELinear = type("NoTELinear", (), {})
+    config.qk_layernorm = True
+    spec = _layer_spec(config, use_te, None).layer_specs[0]
+    attn = spec.submodules.self_attention
+    sub = replace(attn.submodules, core_attention=_mla_core_attention())
+    return replace(spec, submodules=replace(spec.submodules, self_attention=replace(attn, submodules=sub)))
+
+
 def predicted(model: ModelSpec) -> dict[str, float]:
     """autotune's activation bytes per token of layer 0 at TP1 (every divisor is 1), by part."""
     act = layer_tables(model).act[0]
@@ -401,7 +437,7 @@ def measure(name: str, seq: int = SEQ) -> dict:
     # input, and the weighted one the routing probabilities), pure PyTorch, so they run here as well.
     # The runner turns the fusion off without TE (bias_activation_fusion=use_te).
     config.bias_activation_fusion = True
-    spec = _layer_spec(config, use_te, None).layer_specs[0]
+    spec = _mla_spec(config, use_te) if model.mla else _layer_spec(config, use_te, None).layer_specs[0]
     if model.layer_types[0] == LINEAR:
         spec = _gdn_spec(config, spec, model)
     elif model.layer_types[0] == MAMBA:
@@ -442,7 +478,7 @@ def measure(name: str, seq: int = SEQ) -> dict:
                            rotary_base=10000)(seq)
     t0 = time.perf_counter()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = layer(hidden_states=x, attention_mask=None, rotary_pos_emb=rope)
+        out = layer(hidden_states=x, attention_mask=None, rotary_pos_emb=None if model.mla else rope)  # MLA: its own
         out = out[0] if isinstance(out, tuple) else out  # a TransformerLayer returns (output, context)
     fwd_s = time.perf_counter() - t0
     for h in hooks:

@@ -9,7 +9,8 @@ bf16 input and fp32 rstd; unfused rope -> fused rope: nothing per layer). The ra
 keeps the s x s attention scores and fp32 norm copies, is in the bench table. Gated DeltaNet and Mamba2 run as
 megatron's own modules with their GPU kernels (FLA's delta rule and l2norm, causal_conv1d; mamba_ssm's fused
 conv-scan and gated RMSNorm) replaced by functions that save what those kernels save (the bench says where each
-save list is read). Not covered: MLA (megatron-core 0.16.1 builds it only with Transformer Engine; see the bench).
+save list is read). MLA runs as megatron's MLASelfAttention with a core attention that takes MLA's head widths
+(megatron-core 0.16.1's local one takes none); its saves are swapped for flash attention's like the others'.
 """
 
 from __future__ import annotations

@@ -133,7 +133,9 @@ def attention_parts(m: ModelSpec, kind: str) -> dict[str, float]:
             "attn_in": BF16 * h,
             "attn_other": BF16 * (q_lat + a.kv_lora_rank + a.qk_rope_head_dim)  # latent norms' inputs
             + BF16 * nh * a.v_head_dim,  # o_proj input
-            "attn_core": BF16 * nh * (2 * qk + a.v_head_dim),  # q, k, v (the kernel's output: o_proj input)
+            # q, k, v (the kernel's output: o_proj input), and the normalized latents the up projections save
+            # (TE's fused norm-linear keeps both its input and its output; recompute_up_proj re-runs both)
+            "attn_core": BF16 * nh * (2 * qk + a.v_head_dim) + BF16 * (q_lat + a.kv_lora_rank),
         }
     q = m.num_heads * m.head_dim
     kv = m.num_kv_heads * m.head_dim

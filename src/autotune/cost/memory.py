@@ -68,8 +68,9 @@ SELECTIVE_DROPS = {
     "shared_experts": ("shared",),
     # MLA's up projections and RoPE run under a CheckpointWithoutOutput whose outputs, the core attention's q, k, v,
     # are discarded once attention has run and recomputed before its backward (megatron/core/transformer/
-    # multi_latent_attention.py, recompute_up_proj: discard_output_and_register_recompute(core_attn_out)); the
-    # latents it starts from and the attention output (linear_proj's input) stay
+    # multi_latent_attention.py, recompute_up_proj: discard_output_and_register_recompute(core_attn_out)), and so
+    # does what the up projections' fused norms save (the normalized latents, counted with q, k, v); the latents it
+    # starts from and the attention output (linear_proj's input) stay
     "mla_up_proj": ("attn_core",),
 }
 
