@@ -259,7 +259,7 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
                 out["workload"]["optimizer_state_bytes"] = float(rec["optimizer_state_bytes"])
             out["read"].append(f"FP8 parameter gather {'on' if rec['fp8_param_gather'] == '1' else 'off'}, optimizer "
                                f"state {float(rec['optimizer_state_bytes']) or 12:g} B per parameter (its recipe)")
-            if (lay["pp"] > 1 and int(rec["vp"]) > 1 and not rec["pp_layout"] and not (row.get("vp") or "").strip()
+            if (lay["pp"] > 1 and int(rec["vp"] or 1) > 1 and not rec["pp_layout"] and not (row.get("vp") or "").strip()
                     and "vpp" not in out["layout"]):  # the README's table gives no VP column
                 out["layout"]["vpp"] = int(rec["vp"])
                 out["read"].append(f"VP {rec['vp']} of its recipe (the table gives none)")
