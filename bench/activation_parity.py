@@ -91,9 +91,6 @@ CASES: dict[str, tuple] = {
                 "top-8 (FFN 1024) + gated shared expert"),
 }
 
-NOT_ON_CPU: dict[str, str] = {}  # every layer type megatron-core builds runs here (MLA, GDN, Mamba2 with stand-ins)
-
-
 # Gated DeltaNet on a CPU. megatron-core 0.16.1 builds GDN only from a TE block spec, and its three kernels are GPU
 # kernels: FLA's chunked gated delta rule and l2norm (Triton) and the causal_conv1d CUDA extension. Here the layer is
 # megatron's own GatedDeltaNet with its real forward (the in_proj split, the copies it makes, the repeat of q and k
@@ -109,30 +106,75 @@ NOT_ON_CPU: dict[str, str] = {}  # every layer type megatron-core builds runs he
 GDN_CHUNK = 64  # FLA's chunk size (chunk_gated_delta_rule_fwd: chunk_local_cumsum(g, chunk_size=64))
 
 
+def _causal_conv_silu(x, weight, bias):
+    """SiLU of the depthwise causal convolution of x [b, channels, l] (what causal_conv1d and mamba_ssm's fused
+    conv-scan compute), weight [channels, width]."""
+    import torch.nn.functional as F
+
+    return F.silu(F.conv1d(x, weight.unsqueeze(1), bias, padding=weight.shape[-1] - 1,
+                           groups=x.shape[1])[..., : x.shape[-1]])
+
+
+def _rms_norm_standin():
+    """One stand-in for the GPU RMSNorms the mixers build (GDN's out_norm, TE's TENorm; Mamba2's gated norm,
+    mamba_ssm's RMSNormGated with z None): it saves its input and an fp32 rstd per row and group, as both kernels do,
+    and torch.compile cannot trace into it (TE's cannot be traced, so @jit_fuser breaks its graph there)."""
+    import torch
+
+    class GroupRMSNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, group, eps):
+            xg = x.float().reshape(*x.shape[:-1], -1, group)
+            rstd = torch.rsqrt(xg.pow(2).mean(-1) + eps)  # (rows, groups)
+            ctx.save_for_backward(x, w, rstd)
+            ctx.group = group
+            return (xg * rstd.unsqueeze(-1)).reshape(x.shape).mul(w.float()).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, w, rstd = ctx.saved_tensors
+            xh = x.float().reshape(*x.shape[:-1], -1, ctx.group) * rstd.unsqueeze(-1)
+            g = (dy.float() * w.float()).reshape(xh.shape)
+            dx = rstd.unsqueeze(-1) * (g - xh * (g * xh).mean(-1, keepdim=True))
+            dw = (dy.float() * xh.reshape(x.shape)).reshape(-1, x.shape[-1]).sum(0)
+            return dx.reshape(x.shape).to(x.dtype), dw.to(w.dtype), None, None
+
+    class RMSNorm(torch.nn.Module):
+        """Built as GDN builds its out_norm (config=, hidden_size=, eps=) and as MambaMixer builds its norm
+        (hidden_size, eps=, group_size=, norm_before_gate=, device=, dtype=)."""
+
+        def __init__(self, hidden_size: int, eps: float = 1e-6, group_size: int | None = None, config=None,
+                     dtype=None, **_):
+            super().__init__()
+            self.eps, self.group_size = eps, group_size or hidden_size
+            self.weight = torch.nn.Parameter(torch.ones(hidden_size, dtype=dtype or config.params_dtype))
+
+        @torch.compiler.disable
+        def forward(self, x, z=None):
+            assert z is None
+            return GroupRMSNorm.apply(x, self.weight, self.group_size, self.eps)
+
+    return RMSNorm
+
+
 def _gdn_kernels():
     """Autograd functions with the GPU kernels' saves (above): (causal_conv1d_fn, l2norm, chunk_gated_delta_rule)."""
     import torch
-    import torch.nn.functional as F
     from megatron.core.ssm.gated_delta_net import torch_chunk_gated_delta_rule
-
-    def conv(x, weight, bias):
-        return F.silu(F.conv1d(x, weight.unsqueeze(1), bias, padding=weight.shape[-1] - 1,
-                               groups=x.shape[1])[..., : x.shape[-1]])
 
     class CausalConv1d(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, weight, bias):
             ctx.save_for_backward(x, weight, bias)
-            return conv(x, weight, bias)
+            return _causal_conv_silu(x, weight, bias)
 
         @staticmethod
         def backward(ctx, dy):
-            x, weight, bias = (t.detach().requires_grad_(t is not None) if t is not None else None
-                               for t in ctx.saved_tensors)
+            saved = [t if t is None else t.detach().requires_grad_() for t in ctx.saved_tensors]  # bias may be None
+            ins = [t for t in saved if t is not None]
             with torch.enable_grad():
-                ins = [t for t in (x, weight, bias) if t is not None]
-                grads = iter(torch.autograd.grad(conv(x, weight, bias), ins, dy))
-            return tuple(next(grads) if t is not None else None for t in (x, weight, bias))
+                grads = iter(torch.autograd.grad(_causal_conv_silu(*saved), ins, dy))
+            return tuple(None if t is None else next(grads) for t in saved)
 
     class L2Norm(torch.autograd.Function):
         @staticmethod
@@ -184,38 +226,6 @@ def _gdn_kernels():
     return causal_conv1d_fn, L2Norm.apply, chunk_gated_delta_rule
 
 
-def _gdn_out_norm():
-    """TENorm's stand-in for GDN's out_norm (above): an RMSNorm saving its input and fp32 rstd, opaque to dynamo."""
-    import torch
-
-    class RMSNormFn(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, w, eps):
-            rstd = torch.rsqrt(x.float().pow(2).mean(-1) + eps)
-            ctx.save_for_backward(x, rstd, w)
-            return (x.float() * rstd[..., None] * w.float()).to(x.dtype)
-
-        @staticmethod
-        def backward(ctx, dy):
-            x, rstd, w = ctx.saved_tensors
-            xh = x.float() * rstd[..., None]
-            g = dy.float() * w.float()
-            dx = rstd[..., None] * (g - xh * (g * xh).mean(-1, keepdim=True))
-            return dx.to(x.dtype), (dy.float() * xh).reshape(-1, x.shape[-1]).sum(0).to(w.dtype), None
-
-    class OutNorm(torch.nn.Module):
-        def __init__(self, config, hidden_size: int, eps: float = 1e-6):
-            super().__init__()
-            self.eps = eps
-            self.weight = torch.nn.Parameter(torch.ones(hidden_size, dtype=config.params_dtype))
-
-        @torch.compiler.disable
-        def forward(self, x):
-            return RMSNormFn.apply(x, self.weight, self.eps)
-
-    return OutNorm
-
-
 def _gdn_spec(config, layer_spec, model: ModelSpec):
     """`layer_spec` with megatron's GatedDeltaNet as its mixer (local linears, the stand-ins above); sets the
     config's GDN fields as runner.build does on a GPU."""
@@ -231,7 +241,7 @@ def _gdn_spec(config, layer_spec, model: ModelSpec):
     gdn.causal_conv1d_fn, gdn.l2norm, gdn.chunk_gated_delta_rule = _gdn_kernels()
     gdn.HAVE_FLA = True
     mixer = ModuleSpec(module=gdn.GatedDeltaNet, submodules=gdn.GatedDeltaNetSubmodules(
-        in_proj=ColumnParallelLinear, out_norm=_gdn_out_norm(), out_proj=RowParallelLinear))
+        in_proj=ColumnParallelLinear, out_norm=_rms_norm_standin(), out_proj=RowParallelLinear))
     return replace(layer_spec, submodules=replace(layer_spec.submodules, self_attention=mixer))
 
 
@@ -243,7 +253,7 @@ def _gdn_spec(config, layer_spec, model: ModelSpec):
 #                   is computed here with an SSD reference in its quadratic form (the values play no part in the count)
 #   RMSNormGated    LayerNormFn (z None): its input and an fp32 rstd per row and group
 def _mamba_kernels():
-    """(mamba_split_conv1d_scan_combined, RMSNormGated stand-in class) with the GPU kernels' saves (above)."""
+    """mamba_split_conv1d_scan_combined with the GPU kernel's saves (above; the gated norm: _rms_norm_standin)."""
     import torch
     import torch.nn.functional as F
 
@@ -254,8 +264,7 @@ def _mamba_kernels():
         d_inner = H * headdim
         N = (zxbcdt.shape[-1] - 2 * d_inner - H) // (2 * ngroups)
         z, xbc, dt = torch.split(zxbcdt, [d_inner, d_inner + 2 * ngroups * N, H], dim=-1)
-        xbc = F.silu(F.conv1d(xbc.transpose(1, 2), conv_w.unsqueeze(1), conv_b, padding=conv_w.shape[-1] - 1,
-                              groups=xbc.shape[-1])[..., :l]).transpose(1, 2)
+        xbc = _causal_conv_silu(xbc.transpose(1, 2), conv_w, conv_b).transpose(1, 2)
         x, B, C = torch.split(xbc, [d_inner, ngroups * N, ngroups * N], dim=-1)
         x = x.reshape(b, l, H, headdim).float()
         B = B.reshape(b, l, ngroups, N).float().repeat_interleave(H // ngroups, dim=2)
@@ -294,35 +303,7 @@ def _mamba_kernels():
         assert activation in ("silu", "swish") and seq_idx is None and headdim is not None
         return SplitConvScan.apply(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, ngroups, headdim)
 
-    class GroupNormFn(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, w, group, eps):
-            xg = x.float().reshape(*x.shape[:-1], -1, group)
-            rstd = torch.rsqrt(xg.pow(2).mean(-1) + eps)  # (rows, groups)
-            ctx.save_for_backward(x, w, rstd)
-            ctx.group = group
-            return (xg * rstd.unsqueeze(-1)).reshape(x.shape).mul(w.float()).to(x.dtype)
-
-        @staticmethod
-        def backward(ctx, dy):
-            x, w, rstd = ctx.saved_tensors
-            xh = (x.float().reshape(*x.shape[:-1], -1, ctx.group) * rstd.unsqueeze(-1))
-            g = (dy.float() * w.float()).reshape(xh.shape)
-            dx = rstd.unsqueeze(-1) * (g - xh * (g * xh).mean(-1, keepdim=True))
-            dw = (dy.float() * xh.reshape(x.shape)).reshape(-1, x.shape[-1]).sum(0)
-            return dx.reshape(x.shape).to(x.dtype), dw.to(w.dtype), None, None
-
-    class RMSNormGated(torch.nn.Module):
-        def __init__(self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=False, device=None, dtype=None):
-            super().__init__()
-            self.eps, self.group_size = eps, group_size or hidden_size
-            self.weight = torch.nn.Parameter(torch.ones(hidden_size, dtype=dtype))
-
-        def forward(self, x, z=None):
-            assert z is None
-            return GroupNormFn.apply(x, self.weight, self.group_size, self.eps)
-
-    return mamba_split_conv1d_scan_combined, RMSNormGated
+    return mamba_split_conv1d_scan_combined
 
 
 def _import_without_triton(name: str):
@@ -357,7 +338,7 @@ def _mamba_spec(config, model: ModelSpec):
     for k, v in dict(mamba_state_dim=mb.state_dim, mamba_head_dim=mb.head_dim, mamba_num_groups=mb.num_groups,
                      mamba_num_heads=mb.num_heads, use_mamba_mem_eff_path=True).items():
         setattr(config, k, v)
-    mm.mamba_split_conv1d_scan_combined, mm.ExtendedRMSNorm = _mamba_kernels()
+    mm.mamba_split_conv1d_scan_combined, mm.ExtendedRMSNorm = _mamba_kernels(), _rms_norm_standin()
     mm.HAVE_MAMBA_SSM = True
     norm = get_gpt_layer_local_spec().submodules.input_layernorm  # the local RMSNorm the other cases use
     return ModuleSpec(module=MambaLayer, submodules=MambaLayerSubmodules(
@@ -438,14 +419,14 @@ def measure(name: str, seq: int = SEQ) -> dict:
     # The runner turns the fusion off without TE (bias_activation_fusion=use_te).
     config.bias_activation_fusion = True
     spec = _mla_spec(config, use_te) if model.mla else _layer_spec(config, use_te, None).layer_specs[0]
+    extra = {}
     if model.layer_types[0] == LINEAR:
         spec = _gdn_spec(config, spec, model)
     elif model.layer_types[0] == MAMBA:
-        spec = _mamba_spec(config, model)
-    extra = {}
-    if model.layer_types[0] == MAMBA:  # MambaLayer takes its process groups from the caller (MambaStack)
         from megatron.core.process_groups_config import ProcessGroupCollection
-        extra["pg_collection"] = ProcessGroupCollection.use_mpu_process_groups()
+
+        spec = _mamba_spec(config, model)
+        extra["pg_collection"] = ProcessGroupCollection.use_mpu_process_groups()  # MambaStack passes them on a GPU
     layer = build_module(spec, config=config, layer_number=1, **extra)
     layer.train()
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
@@ -595,8 +576,6 @@ def main(argv: list[str] | None = None) -> int:
     print("\nflash: core_attention's saves swapped for TE flash attention's (q, k, v, out, softmax stats); "
           "gpu-eq: also torch RMSNorm -> fused norm (input, rstd) and unfused rope -> fused rope (nothing); "
           "gpu-eq/pred is the compared ratio")
-    for what, why in NOT_ON_CPU.items():
-        print(f"not run: {what}: {why}")
     if args.detail:
         for r in rows:
             print(f"\n{r['case']}: predicted parts {json.dumps({k: round(v) for k, v in r['predicted_parts'].items()})}")

@@ -266,6 +266,14 @@ def graphs_name(impl, scope) -> str:
     return "attn" if "attn" in scope else ("router" if "moe_router" in scope else "none")
 
 
+def dispatcher_name(kind, backend) -> str:
+    """autotune's dispatcher of megatron's --moe-token-dispatcher-type and --moe-flex-dispatcher-backend: the flex
+    dispatcher on DeepEP (its default backend) is 'flex', on HybridEP 'hybridep'."""
+    if kind == "flex":
+        return "hybridep" if backend == "hybridep" else "flex"
+    return kind if kind in ("alltoall", "allgather") else "alltoall"
+
+
 def row_of(rel: str, path: str, name: str, s: dict, family_layouts: dict, family_mtp: dict) -> dict | None:
     m = NAME.match(name)
     if not m or m.group("m") not in MODELS:
@@ -278,10 +286,7 @@ def row_of(rel: str, path: str, name: str, s: dict, family_layouts: dict, family
     g = lambda k, d=None: s.get(k, d) if s.get(k, d) is not _UNKNOWN else d  # noqa: E731
     tp, pp = int(g("model.tensor_model_parallel_size", 1) or 1), int(g("model.pipeline_model_parallel_size", 1) or 1)
     vp = int(g("model.virtual_pipeline_model_parallel_size") or 1)
-    disp_type = g("model.moe_token_dispatcher_type", "alltoall")
-    backend = g("model.moe_flex_dispatcher_backend")
-    dispatcher = {"deepep": "flex", "hybridep": "hybridep"}.get(backend or "", "flex") if disp_type == "flex" \
-        else (disp_type if disp_type in ("alltoall", "allgather") else "alltoall")
+    dispatcher = dispatcher_name(g("model.moe_token_dispatcher_type", "alltoall"), g("model.moe_flex_dispatcher_backend"))
     ep_overlap = bool(g("comm_overlap.overlap_moe_expert_parallel_comm", False))
     tp_default = tp > 1 and (family in ("qwen3", "qwen3_next") or prec != "nvfp4") and family not in (
         "deepseek", "nemotron_super", "kimi")

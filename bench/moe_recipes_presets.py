@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from autotune.cost._published import catalog_name  # noqa: E402
 from autotune.cost._presets import MOE_RECIPES_CSV  # noqa: E402
-from bridge_perf_recipes import git, graphs_name  # noqa: E402
+from bridge_perf_recipes import dispatcher_name, git, graphs_name  # noqa: E402
 from bridge_presets import COLUMNS  # noqa: E402
 
 COMMIT = "8a2ac1fdc7"  # the README the published rows cite: "commit 8a2ac1fdc7, Aug 2026"
@@ -77,13 +77,6 @@ def recompute(a: dict) -> str:
     return "none"
 
 
-def dispatcher(a: dict) -> str:
-    kind = a.get("moe_token_dispatcher_type", "allgather")  # megatron-core's default dispatcher
-    if kind == "flex":
-        return {"deepep": "flex", "hybridep": "hybridep"}.get(str(a.get("moe_flex_dispatcher_backend") or "deepep"), "flex")
-    return kind if kind in ("alltoall", "allgather") else "alltoall"
-
-
 def virtual_stages(a: dict) -> int:
     """VP: the number given, or Megatron's layers per virtual stage over the decoder layers, the embedding and the
     loss counted as layers where the recipe says so (--account-for-embedding/loss-in-pipeline-split)."""
@@ -124,7 +117,9 @@ def row_of(model: str, path: str, text: str, commit: str) -> dict | None:
         "ep": int(a.get("expert_model_parallel_size") or 1), "mbs": int(a.get("micro_batch_size") or 1),
         "gbs": int(a.get("global_batch_size") or 1), "fsdp": int(bool(a.get("use_megatron_fsdp"))),
         "recompute": recompute(a), "act_offload_layers": 0, "cuda_graphs": graphs_name(impl, words(a.get("cuda_graph_scope"))),
-        "dispatcher": dispatcher(a), "ep_overlap": int(bool(a.get("overlap_moe_expert_parallel_comm"))),
+        # megatron-core's default dispatcher is allgather (Megatron-Bridge's model providers set alltoall)
+        "dispatcher": dispatcher_name(a.get("moe_token_dispatcher_type", "allgather"), a.get("moe_flex_dispatcher_backend")),
+        "ep_overlap": int(bool(a.get("overlap_moe_expert_parallel_comm"))),
         "tp_comm_overlap": int(bool(a.get("tp_comm_overlap"))),
         "capacity_factor": (a.get("moe_expert_capacity_factor") or 0) if pad else 0,
         "shared_overlap": int(bool(a.get("moe_shared_expert_overlap"))),
