@@ -137,6 +137,10 @@ def test_the_settings_rules_name_megatrons_constraints():
     assert "capacity_dispatcher" in codes(moe_capacity_factor=1.0, dispatcher="flex")
     assert "offload_no_pp" in codes(activation_offload_layers=4, pp=2)
     assert not codes(ep_overlap=True, pp=2, vpp=2, cuda_graphs="attn")
+    # full-iteration graphs: 0.16.1 refuses the A2A overlap beside them (token drop on alltoall), the paged stash's
+    # megatron-core (HybridEP) takes the pair, as the Bridge full-iteration recipes run it
+    assert "ep_overlap_graphs" in codes(ep_overlap=True, cuda_graphs="full", moe_capacity_factor=1.0)
+    assert not codes(ep_overlap=True, cuda_graphs="full", dispatcher="hybridep")
 
 
 def _mcoef():

@@ -295,12 +295,13 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     if moe and rec["dispatcher"]:
         L["dispatcher"] = rec["dispatcher"]
         L["ep_overlap"] = L.get("ep_overlap", False) or rec["ep_overlap"] == "1"
-        if L["ep_overlap"] and rec["cuda_graphs"] == "full":
-            # megatron-core 0.16.1 refuses the A2A overlap beside full-iteration graphs (transformer_config.py);
-            # the v0.5.x full-iteration recipes set both, and the next release's run without it as fast
+        if L["ep_overlap"] and rec["cuda_graphs"] == "full" and rec["dispatcher"] != "hybridep":
+            # megatron-core 0.16.1 refuses the A2A overlap beside full-iteration graphs (transformer_config.py); the
+            # paged stash's releases (0.18, 0.19: HybridEP's static budget) allow the pair, and the v0.5.x and v0.6.0
+            # full-iteration recipes set both (layout/_setting_rules.py)
             L["ep_overlap"] = False
-            out["read"].append("its A2A overlap beside full-iteration CUDA graphs read as off (megatron-core 0.16.1 "
-                               "refuses the pair)")
+            out["read"].append("its A2A overlap beside full-iteration CUDA graphs without HybridEP read as off "
+                               "(megatron-core refuses the pair)")
         L["moe_capacity_factor"] = float(rec["capacity_factor"] or 0) or L.get("moe_capacity_factor", 0.0)
         if rec["dispatcher"] == "alltoall" and not L["ep_overlap"] and rec["shared_overlap"] == "1":
             L["moe_shared_expert_overlap"] = True  # DeepSeek's and Kimi's recipes overlap the shared expert on alltoall

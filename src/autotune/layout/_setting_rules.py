@@ -3,7 +3,9 @@
 Each entry is (code, mask function over a LayoutTable, message over a Layout), as `rules.Rule` takes them.
 Sources (megatron-core 0.16.1): transformer_config.py `__post_init__` (overlap_moe_expert_parallel_comm: EP > 1,
 alltoall or flex dispatcher, no full recompute, no shared-expert overlap, VPP when PP > 1, only
-Transformer-Engine partial graphs beside it; cpu_offloading: no pipeline parallelism, no recompute, fewer layers
+Transformer-Engine partial graphs beside it there; the megatron-core that has the paged stash (0.18 at Megatron-Bridge
+v0.5.0's pin d0b3b775, 0.19 at v0.6.0's cd4afffa) refuses only TE graphs of the moe or mlp scope, so full-iteration
+graphs with HybridEP's paged stash take the overlap: both Bridge releases' full-iteration recipes set it); cpu_offloading: no pipeline parallelism, no recompute, fewer layers
 than the model, no CUDA graphs; moe_pad_expert_input_to_capacity not on the flex dispatcher's deepep backend), and
 arguments.py (full-iteration graphs are --cuda-graph-impl local); selective recompute's modules
 (recompute_modules: moe_act needs grouped GEMM, which autotune sets for every MoE model and no dense one;
@@ -88,8 +90,10 @@ SETTING_RULES = [
      lambda m, w, l: "EP communication overlap replaces --moe-shared-expert-overlap; drop the shared-expert overlap"),
     ("ep_overlap_vpp", lambda m, w, t: _no(t.ep_overlap, (t.pp == 1) | (t.vpp > 1)),
      lambda m, w, l: f"EP communication overlap with PP {l.pp} needs the interleaved schedule (VPP > 1)"),
-    ("ep_overlap_graphs", lambda m, w, t: _no(t.ep_overlap, t.cuda_graphs != _FULL_GRAPHS),
-     lambda m, w, l: "EP communication overlap runs beside partial (Transformer Engine) CUDA graphs only, not full"),
+    ("ep_overlap_graphs",
+     lambda m, w, t: _no(t.ep_overlap, (t.cuda_graphs != _FULL_GRAPHS) | (t.dispatcher == _HYBRIDEP)),
+     lambda m, w, l: "EP communication overlap beside full-iteration CUDA graphs needs the paged stash's megatron-core "
+                     "(--dispatcher hybridep); use partial graphs (attn, router) or none"),
     ("full_graphs_static_shapes",
      lambda m, w, t: (t.cuda_graphs != _FULL_GRAPHS) | (not m.is_moe) | (t.capacity > 0) | (t.dispatcher == _HYBRIDEP),
      lambda m, w, l: "full-iteration CUDA graphs of a dropless MoE model need static expert shapes: HybridEP's "
