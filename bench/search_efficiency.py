@@ -15,7 +15,7 @@ A "reality" is the shipped cost model with errors of a stated family, plus 2% no
                sit from the physics, so what a cluster of a kind, or a software stack, the calibration lacks faces)
   lomo+own     lomo, with part of that error each layout's own (shared with no other layout): the
                calibration rows' residual that no feature group explains (priors.PRIOR_WIDTHS["noise"],
-               0.066 on the shipped rows, less the trial noise: 0.063), the features' spreads scaled to the
+               0.059 on the shipped rows, less the trial noise: 0.055), the features' spreads scaled to the
                rest of the RMS
 
 The loop is the product's: planners are driven through PlanContext/Planner; measured trials refit the

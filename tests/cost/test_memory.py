@@ -47,12 +47,13 @@ def test_small_moe_by_hand():
     w0, w1 = r.terms["weights"][0]
     assert (w0, w1) == (2 * (s0_dense + s_exp), 2 * (s1_dense + s_exp))
     assert r.terms["optimizer"][0, 0] == pytest.approx(12 * (s0_dense / 2 + s_exp / 1))  # DP 2, expert-DP 1
-    # the hottest of EP 2 ranks, 4 of the 8 experts each: imbalance_off is the EP 8 x 32-experts-per-rank maximum,
-    # scaled by the expected maximum of EP normals (Blom) over sqrt(experts per rank)
+    # the hottest of EP 2 ranks, 4 of the 8 experts each: imbalance_off is the EP 8 x 32-experts-per-rank maximum
+    # (256 experts top-8), scaled by the expected maximum of EP normals (Blom) over sqrt(experts per rank), and the
+    # experts' cv by sqrt(E / k - 1): top-2 of 8 here against top-8 of 256
     from statistics import NormalDist
 
     spread = lambda ep, per: NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25)) / np.sqrt(per)  # noqa: E731
-    imb = 1 + (C.imbalance_off - 1) * spread(2, 4) / spread(8, 32)
+    imb = 1 + (C.imbalance_off - 1) * spread(2, 4) / spread(8, 32) * np.sqrt((8 / m.moe.top_k - 1) / (256 / 8 - 1))
     tok = 2 * (2 * 64) + 2 * 64 + (2 * 64 + 2 * 96) + 2 * (64 + 2 * 32) + 2 * 64 + 4 * 2 * 8 \
         + imb * (2 * 2 * 64 + 2 * 2 * 2 * 32 + 2 * 2 * 32) + 2 * 3 * 32
     a0, a1 = r.terms["activations"][0]

@@ -102,6 +102,26 @@ def test_natural_imbalance_grows_with_ep_and_shrinks_with_experts_per_rank():
     assert np.all(np.diff(load) > 0)
 
 
+def test_natural_imbalance_follows_the_share_of_experts_a_token_picks():
+    """An expert's share of a micro-batch fluctuates like a count of documents landing in it with probability k / E:
+    cv ~ sqrt(E / k - 1). At one expert per rank, Mixtral (8 top-2) on 8 ranks runs evener than Qwen3-30B-A3B (128
+    top-8) on 128 would if only the ranks' count differed; the seed's shape (256 top-8, EP 8) gives exactly the
+    reference maximum."""
+    from autotune.cost._comm import expected_max
+
+    mixtral, qwen35 = load_model("Mixtral-8x7B-v0.1"), load_model("Qwen3.5-122B-A10B")
+    ep8 = LayoutTable.from_layouts([Layout(world=8, ep=8, micro_batch_size=1)])
+    assert routing_load(qwen35, WL, ep8, _mcoef())[0] == pytest.approx(_mcoef().imbalance_off)
+    m = routing_load(mixtral, WL, ep8, _mcoef())[0] - 1.0
+    q = routing_load(QWEN, WL, LayoutTable.from_layouts([Layout(world=128, ep=128, micro_batch_size=1)]),
+                     _mcoef())[0] - 1.0  # one Qwen3-30B expert per rank
+    z = expected_max(np.array([8.0, 128.0]))
+    assert m / q == pytest.approx(np.sqrt((8 / 2 - 1) / (128 / 8 - 1)) * z[0] / z[1])
+    # the constant-cv reading gave Mixtral's hottest rank sqrt(31 / 3) x this excess (2.7 x the mean load)
+    assert 1.0 + m * np.sqrt((256 / 8 - 1) / (8 / 2 - 1)) == pytest.approx(
+        1.0 + (_mcoef().imbalance_off - 1.0) * np.sqrt(256 / 8), rel=1e-9)
+
+
 def test_host_bound_micro_batches_and_cuda_graphs():
     """One 4,096-token row per micro-batch of a 48-layer MoE on B200: the host's launches take longer than the GPU's
     work; a whole-step graph (with token drop: static shapes) removes the host from the loop."""

@@ -21,9 +21,13 @@ Shapes and why:
   - routing load: a rank's tokens are the sum over its E / EP experts; with natural routing the hottest of EP ranks
     carries 1 + cv z(EP) / sqrt(E / EP) times the mean, z(N) the expected maximum of N standard normals (Blom's
     approximation: the normal quantile at (N - 0.375) / (N + 0.25)), cv the expert loads' coefficient of variation;
-    `MemoryCoefficients.imbalance_on / _off` give that maximum at the reference shape EP 8 of 256 experts (the
-    seed's), forced balancing gives 1, token drop with padding gives exactly the capacity factor (every expert
-    computes and sends its padded capacity).
+    `MemoryCoefficients.imbalance_on / _off` give that maximum at the reference shape (the seed's: EP 8, 256 experts,
+    top-8), forced balancing gives 1, token drop with padding gives exactly the capacity factor (every expert
+    computes and sends its padded capacity). cv is not one number across models: a micro-batch's tokens come in a
+    few documents whose tokens route alike, so an expert's share of it fluctuates like a count of D documents each
+    landing in it with probability k / E, cv = sqrt((1 - k / E) / (D k / E)) = sqrt((E / k - 1) / D). With D fixed
+    (one anchor cannot say more) cv scales with sqrt(E / k - 1) from the reference's: a coarse-expert model (Mixtral,
+    8 experts top-2: E / k = 4) routes more evenly than a fine-grained one (256 top-8: 32).
 No torch, no ray.
 """
 
@@ -39,9 +43,9 @@ from ..layout import LayoutTable
 from ..layout.core import CUDA_GRAPHS
 
 __all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "expected_max", "REF_EP",
-           "REF_EXPERTS", "contiguous_spread"]
+           "REF_EXPERTS", "REF_TOP_K", "contiguous_spread"]
 
-REF_EP, REF_EXPERTS = 8, 256  # the shape at which imbalance_on / imbalance_off are given (seed: EP8, 256 experts)
+REF_EP, REF_EXPERTS, REF_TOP_K = 8, 256, 8  # the shape at which imbalance_on / _off are given (the seed's MoE)
 
 
 def link_bandwidths(cluster: ClusterSpec, c) -> tuple[float, float]:
@@ -150,7 +154,8 @@ def routing_load(model: ModelSpec, workload: Workload, t: LayoutTable, mcoef) ->
     ep = t.ep.astype(float)
     ref = mcoef.imbalance_on if workload.load_balancing_loss else mcoef.imbalance_off
     spread = lambda e, per: expected_max(e) / np.sqrt(np.maximum(per, 1.0))  # noqa: E731
-    cv = (ref - 1.0) / spread(REF_EP, REF_EXPERTS / REF_EP)
-    natural = 1.0 + cv * spread(ep, model.moe.num_experts / ep)
+    e, k = model.moe.num_experts, model.moe.top_k
+    cv = (ref - 1.0) / spread(REF_EP, REF_EXPERTS / REF_EP) * np.sqrt(max(e / k - 1.0, 0.0) / (REF_EXPERTS / REF_TOP_K - 1.0))
+    natural = 1.0 + cv * spread(ep, e / ep)
     load = np.ones(n) if workload.force_balance else natural
     return np.where(t.capacity > 0, t.capacity, load)

@@ -54,11 +54,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.1577, "feature": 0.0587, "interaction": 0.0903, "noise": 0.0654, "tp": 0.0554, "pp": 0.0778,
-    "vpp": 0.0457, "cp": 0.0726, "ep": 0.0572, "recompute": 0.0649, "recompute_1": 0.0607, "dispatcher": 0.0477,
-    "max_tokens_per_gpu": 0.0566, "precision_aware_optimizer": 0.0566, "moe_shared_expert_overlap": 0.0528,
-    "ep_overlap": 0.0641, "tp_comm_overlap": 0.0553, "cuda_graphs": 0.059, "moe_capacity_factor": 0.0547,
-    "layer_split": 0.0518, "ep_x_nodes": 0.0853, "pp_x_recompute": 0.1081, "tp_x_hidden": 0.0729, "scale_sd": 1.0841,
+    "intercept": 0.1451, "feature": 0.0564, "interaction": 0.0834, "noise": 0.0587, "tp": 0.0553, "pp": 0.0737,
+    "vpp": 0.0455, "cp": 0.0761, "ep": 0.0522, "recompute": 0.0587, "recompute_1": 0.0584, "dispatcher": 0.0454,
+    "max_tokens_per_gpu": 0.0535, "precision_aware_optimizer": 0.0535, "moe_shared_expert_overlap": 0.0504,
+    "ep_overlap": 0.0618, "tp_comm_overlap": 0.054, "cuda_graphs": 0.0584, "moe_capacity_factor": 0.0516,
+    "layer_split": 0.0496, "ep_x_nodes": 0.072, "pp_x_recompute": 0.0903, "tp_x_hidden": 0.0777, "scale_sd": 1.0352,
 }
 
 
