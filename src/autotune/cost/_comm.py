@@ -155,7 +155,8 @@ def routing_load(model: ModelSpec, workload: Workload, t: LayoutTable, mcoef) ->
     ref = mcoef.imbalance_on if workload.load_balancing_loss else mcoef.imbalance_off
     spread = lambda e, per: expected_max(e) / np.sqrt(np.maximum(per, 1.0))  # noqa: E731
     e, k = model.moe.num_experts, model.moe.top_k
-    cv = (ref - 1.0) / spread(REF_EP, REF_EXPERTS / REF_EP) * np.sqrt(max(e / k - 1.0, 0.0) / (REF_EXPERTS / REF_TOP_K - 1.0))
+    granularity = np.sqrt(max(e / k - 1.0, 0.0) / (REF_EXPERTS / REF_TOP_K - 1.0))  # cv's ratio to the reference's
+    cv = (ref - 1.0) / spread(REF_EP, REF_EXPERTS / REF_EP) * granularity
     natural = 1.0 + cv * spread(ep, e / ep)
     load = np.ones(n) if workload.force_balance else natural
     return np.where(t.capacity > 0, t.capacity, load)
