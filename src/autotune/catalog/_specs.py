@@ -78,6 +78,15 @@ class MoeSpec:
     sigmoid_router: bool = False
     dense_layers: tuple[int, ...] = ()
     latent_size: int = 0  # LatentMoE: experts (and the dispatch) run at this width between two projections
+    # group-limited routing (DeepSeek-V3's n_group / topk_group, Megatron's --moe-router-num-groups / -group-topk):
+    # the experts split into `router_groups` consecutive groups and a token's top-k come from its best
+    # `router_group_topk` of them (1 / 0: unlimited)
+    router_groups: int = 1
+    router_group_topk: int = 0
+
+    @property
+    def group_limited(self) -> bool:
+        return self.router_groups > 1 and 0 < self.router_group_topk < self.router_groups
 
     def width(self, hidden: int) -> int:
         """The width tokens have inside the routed experts and on the EP all-to-all."""

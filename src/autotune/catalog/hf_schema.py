@@ -68,6 +68,8 @@ class HFConfig(BaseModel):
     decoder_sparse_step: _Count | None = None
     moe_layer_freq: _Count | None = None
     topk_method: Annotated[str, Field(strict=True, max_length=100)] | None = None
+    n_group: _Count | None = None  # group-limited routing (DeepSeek-V3): expert groups
+    topk_group: _Count | None = None  # ... and how many of them a token's experts come from
     rope_parameters: RopeParameters | None = None
     partial_rotary_factor: _Fraction | None = None
     tie_word_embeddings: _Flag | None = None

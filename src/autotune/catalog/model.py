@@ -253,9 +253,14 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
                             or bool(moe_fam.get("sigmoid_router"))),
             dense_layers=tuple(sorted(dense)),
             latent_size=int(moe_fam.get("latent_size") or 0),
+            router_groups=int(cfg.get("n_group") or 1),
+            router_group_topk=int(cfg.get("topk_group") or 0),
         )
         if moe.top_k > moe.num_experts:
             raise ConfigError(f"{where}: num_experts_per_tok {moe.top_k} exceeds num_experts {moe.num_experts}")
+        if moe.router_groups < 1 or moe.num_experts % moe.router_groups or moe.router_group_topk > moe.router_groups:
+            raise ConfigError(f"{where}: n_group {moe.router_groups} / topk_group {moe.router_group_topk} do not split "
+                              f"{moe.num_experts} experts into groups (n_group must divide them, topk_group <= n_group)")
     if ffn is None:
         if moe is None or moe.dense_layers:
             raise ConfigError(f"{where}: missing required field 'intermediate_size'; add it")

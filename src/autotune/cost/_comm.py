@@ -12,6 +12,14 @@ Shapes and why:
     forwards it over NVLink there, so its network bytes are the expected number of distinct remote domains among
     the k experts (k picks over D domains reach D (1 - (1 - 1/D)^k) distinct ones) instead of k x the off share,
     near the network's line rate (`flex_net`, DeepEP's RDMA kernels) where NCCL gets `net_eff`;
+  - group-limited routing (DeepSeek-V3: n_group 8, topk_group 4; Megatron's --moe-router-num-groups / -group-topk,
+    kept under forced balance: random logits, then the same group-limited top-k) puts a token's k experts in T of G
+    groups of consecutive experts; where the groups nest in the NVLink domains a token reaches
+    D (1 - C(G - G / D, T) / C(G, T)) of them (`routing_spread`): on 8 H100 nodes (EP64) 4, not the 5.25 of 8 free
+    picks, so the flex dispatcher's network copies fall by a quarter. Its NVLink copies stay k, as for every model:
+    DeepEP and HybridEP send a token once per rank, but the seed's EP8 pair (the flex dispatcher measured 3% slower
+    than NCCL's alltoall over the whole step) holds the k copies at `flex_nvl` x NVLink's bandwidth as one calibrated
+    pair, which a per-rank count would break;
   - NeMo AutoModel's forced balance (FakeBalancedGate, nemo_automodel/components/moe/layers.py, noise 0) routes
     token i to the k consecutive experts (k i + j) mod E, and its EP ranks hold E / EP consecutive experts
     (apply_ep's Shard(0)): a token's k experts sit on one or two ranks of one NVLink domain, not k scattered ones.
@@ -34,7 +42,7 @@ No torch, no ray.
 from __future__ import annotations
 
 from functools import lru_cache
-from math import gcd
+from math import comb, gcd
 
 import numpy as np
 
@@ -43,7 +51,8 @@ from ..layout import LayoutTable
 from ..layout.core import CUDA_GRAPHS
 
 __all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "expected_max", "REF_EP",
-           "REF_EXPERTS", "REF_TOP_K", "contiguous_spread"]
+           "REF_EXPERTS", "REF_TOP_K", "contiguous_spread",
+           "routing_spread"]
 
 REF_EP, REF_EXPERTS, REF_TOP_K = 8, 256, 8  # the shape at which imbalance_on / _off are given (the seed's MoE)
 
@@ -88,6 +97,29 @@ def contiguous_spread(num_experts: int, k: int, ep: int, nvlink_size: int) -> tu
         ranks += len({e // per_rank for e in experts})
         doms += len({e // per_dom for e in experts})
     return ranks / len(starts), doms / len(starts)
+
+
+def _reach(units: int, groups: int, chosen: int, k: int) -> float:
+    """Expected distinct units (ranks, or NVLink domains: equal blocks of consecutive experts) a token's k experts
+    reach when they lie in `chosen` of `groups` equal blocks of consecutive experts, the blocks picked without
+    preference (forced-balanced or well-balanced routing); groups == chosen == 1 is k unrestricted picks."""
+    if units <= 1:
+        return 1.0
+    if groups > 1 and groups % units == 0:  # whole groups per unit: reached when one of its groups is chosen
+        return units * (1.0 - comb(groups - groups // units, chosen) / comb(groups, chosen))
+    if groups > 1 and units % groups == 0:  # a group spans units / groups units; its k / chosen experts fall among them
+        u = units // groups
+        return chosen * u * (1.0 - (1.0 - 1.0 / u) ** (k / chosen))
+    return units * (1.0 - (1.0 - 1.0 / units) ** k)  # k independent picks (or groups that do not align)
+
+
+def routing_spread(num_experts: int, k: int, groups: int, chosen: int, ep: int, nvlink_size: int) -> tuple[float, float]:
+    """(distinct EP ranks, distinct NVLink domains) a token reaches under group-limited routing (DeepSeek-V3: its 8
+    experts from 4 of 8 groups of 32) on an EP group of `ep` consecutive ranks, each holding E / EP consecutive
+    experts, min(nvlink_size, EP) ranks a domain (see the module docstring)."""
+    ep = max(int(ep), 1)
+    doms = max(ep // max(min(int(nvlink_size), ep), 1), 1)
+    return _reach(ep, groups, chosen, k), _reach(doms, groups, chosen, k)
 
 
 def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex, spread=None, nvl_gain=1.0):

@@ -54,11 +54,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.1451, "feature": 0.0564, "interaction": 0.0834, "noise": 0.0587, "tp": 0.0553, "pp": 0.0737,
-    "vpp": 0.0455, "cp": 0.0761, "ep": 0.0522, "recompute": 0.0587, "recompute_1": 0.0584, "dispatcher": 0.0454,
-    "max_tokens_per_gpu": 0.0535, "precision_aware_optimizer": 0.0535, "moe_shared_expert_overlap": 0.0504,
-    "ep_overlap": 0.0618, "tp_comm_overlap": 0.054, "cuda_graphs": 0.0584, "moe_capacity_factor": 0.0516,
-    "layer_split": 0.0496, "ep_x_nodes": 0.072, "pp_x_recompute": 0.0903, "tp_x_hidden": 0.0777, "scale_sd": 1.0352,
+    "intercept": 0.1453, "feature": 0.0549, "interaction": 0.0827, "noise": 0.0584, "tp": 0.0536, "pp": 0.0721,
+    "vpp": 0.0441, "cp": 0.0742, "ep": 0.0512, "recompute": 0.0589, "recompute_1": 0.0587, "dispatcher": 0.0434,
+    "max_tokens_per_gpu": 0.0519, "precision_aware_optimizer": 0.0519, "moe_shared_expert_overlap": 0.0491,
+    "ep_overlap": 0.0575, "tp_comm_overlap": 0.0526, "cuda_graphs": 0.0574, "moe_capacity_factor": 0.05,
+    "layer_split": 0.0486, "ep_x_nodes": 0.0721, "pp_x_recompute": 0.0896, "tp_x_hidden": 0.0761, "scale_sd": 1.0369,
 }
 
 
