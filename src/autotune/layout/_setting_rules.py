@@ -5,8 +5,9 @@ Sources (megatron-core 0.16.1): transformer_config.py `__post_init__` (overlap_m
 alltoall or flex dispatcher, no full recompute, no shared-expert overlap, VPP when PP > 1, only
 Transformer-Engine partial graphs beside it there; the megatron-core that has the paged stash (0.18 at Megatron-Bridge
 v0.5.0's pin d0b3b775, 0.19 at v0.6.0's cd4afffa) refuses only TE graphs of the moe or mlp scope, so full-iteration
-graphs with HybridEP's paged stash take the overlap: both Bridge releases' full-iteration recipes set it); cpu_offloading: no pipeline parallelism, no recompute, fewer layers
-than the model, no CUDA graphs; moe_pad_expert_input_to_capacity not on the flex dispatcher's deepep backend), and
+graphs with HybridEP's paged stash take the overlap: both Bridge releases' full-iteration recipes set it);
+cpu_offloading: no pipeline parallelism, no recompute, fewer layers than the model, no CUDA graphs;
+moe_pad_expert_input_to_capacity not on the flex dispatcher's deepep backend), and
 arguments.py (full-iteration graphs are --cuda-graph-impl local); selective recompute's modules
 (recompute_modules: moe_act needs grouped GEMM, which autotune sets for every MoE model and no dense one;
 mla_up_proj needs multi-latent attention; shared_experts not beside --moe-shared-expert-overlap; moe_act and
