@@ -58,3 +58,24 @@ def test_a_group_limit_that_does_not_split_the_experts_is_refused():
            "num_experts_per_tok": 2, "moe_intermediate_size": 64, "n_group": 5, "topk_group": 2}
     with pytest.raises(ConfigError, match="n_group 5"):
         from_hf_config(cfg, "test.json")
+
+
+def test_estimate_says_how_it_priced_the_routing(capsys):
+    """`estimate` shows (and --json gives) what the all-to-all was priced with: the hottest rank's load and the
+    NVLink domains a token reaches; a dense model has no such block."""
+    import json
+
+    from autotune.cli.main import main
+
+    argv = ["estimate", "--model", "DeepSeek-V3", "--gpu", "H100", "--count", "256", "--layout", "TP1 PP4 VPP8 EP64",
+            "--layer-split", "auto", "--dispatcher", "flex", "--routing", "forced", "--global-batch", "1024",
+            "--seq-len", "4096"]
+    assert main(argv + ["--json"]) == 0
+    r = json.loads(capsys.readouterr().out)["moe_routing"]
+    assert r["hottest_rank_load"] == 1.0 and r["nvlink_domains"] == 8 and r["domains_per_token"] == pytest.approx(4.0)
+    assert main(argv) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "spans 8 NVLink domains and a token goes once to each of the 4.00 it reaches" in text
+    assert main(["estimate", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "8", "--layout", "TP1 PP1",
+                 "--json"]) == 0
+    assert "moe_routing" not in json.loads(capsys.readouterr().out)

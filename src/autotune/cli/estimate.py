@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import param_counts
-from ..cost import MEMORY_TERMS, TERM_MEANINGS, evaluate
+from ..cost import MEMORY_TERMS, TERM_MEANINGS, MemoryCoefficients, evaluate
+from ..cost._comm import routing_summary
 from ..errors import BadInput
 from ..layout import LayoutTable, format_args, layout_args, validate
 from ..layout.args import fp8_module_args, precision_args
@@ -176,6 +177,8 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
     mem, tim = ev.memory, ev.time
     counts = param_counts(m)
     stages = [{"stage": s, **{k: int(v) for k, v in row.items()}} for s, row in enumerate(mem.stage_breakdown(i))]
+    mcoef = ev.calibration.memory if ev.calibration is not None else MemoryCoefficients()
+    moe = {"moe_routing": routing_summary(m, workload, cluster, ev.table, mcoef, i)} if m.is_moe else {}
     return {
         "model": m.name,
         "gpu": cluster.gpu.name,
@@ -217,7 +220,22 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
             "microbatches_per_step": int(lay.num_microbatches(workload.global_batch, workload.seq_len)),
             "breakdown": tim.breakdown(i),
         },
+        **moe,
     }
+
+
+def routing_line(r: dict, dispatcher: str) -> str:
+    """One line of what the time model assumes of an MoE layout's routing (`moe_routing`)."""
+    line = (f"MoE routing as priced: the hottest of {r['ep_group_ranks']} EP ranks carries {r['hottest_rank_load']:.2f}x "
+            f"the mean load")
+    if r["nvlink_domains"] > 1:
+        line += f"; the EP group spans {r['nvlink_domains']} NVLink domains"
+        if dispatcher in ("flex", "hybridep"):
+            line += (f" and a token goes once to each of the {r['domains_per_token']:.2f} it reaches "
+                     f"({r['spread']}), then over NVLink")
+        elif dispatcher == "alltoall":
+            line += f" and NCCL's alltoall sends each of a token's {r['top_k']} routed copies"
+    return line
 
 
 # what a --routing other than the seed's natural one changes, said above the tables (estimate, space)
@@ -237,6 +255,8 @@ def render(out: dict) -> None:
     routing = (out.get("workload") or {}).get("routing", "natural")
     if routing != "natural":
         console.print(ROUTING_LINES[routing])
+    if out.get("moe_routing") and out["layout_detail"].get("ep", 1) > 1:
+        console.print(routing_line(out["moe_routing"], out["layout_detail"].get("dispatcher", "")), markup=False)
     for note in out.get("notes", ()):
         console.print(f"note: {note}", markup=False)
     t = Table(title="memory per GPU by pipeline stage (GiB)")

@@ -52,7 +52,7 @@ from ..layout.core import CUDA_GRAPHS
 
 __all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "expected_max", "REF_EP",
            "REF_EXPERTS", "REF_TOP_K", "contiguous_spread",
-           "routing_spread"]
+           "routing_spread", "routing_summary"]
 
 REF_EP, REF_EXPERTS, REF_TOP_K = 8, 256, 8  # the shape at which imbalance_on / _off are given (the seed's MoE)
 
@@ -120,6 +120,29 @@ def routing_spread(num_experts: int, k: int, groups: int, chosen: int, ep: int, 
     ep = max(int(ep), 1)
     doms = max(ep // max(min(int(nvlink_size), ep), 1), 1)
     return _reach(ep, groups, chosen, k), _reach(doms, groups, chosen, k)
+
+
+def routing_summary(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, mcoef,
+                    row: int = 0) -> dict:
+    """What the time model assumes of one layout's expert routing, in numbers a user can check: the hottest EP rank's
+    load over the mean (`routing_load`), the NVLink domains the EP group spans, and how many of them one token reaches
+    (the flex dispatcher sends it once to each; NCCL's alltoall sends every routed copy): the same quantities
+    `_terms` prices the all-to-all with. {} for a dense model."""
+    if not model.is_moe:
+        return {}
+    e = model.moe
+    span = int(t.ep[row] * t.etp[row])
+    nvl = cluster.nvlink_size
+    domains = max(span // max(min(nvl, span), 1), 1)
+    if workload.force_balance and workload.framework == "automodel":
+        reach, how = contiguous_spread(e.num_experts, e.top_k, span, nvl)[1], "consecutive experts (AutoModel's gate)"
+    elif e.group_limited:
+        reach = routing_spread(e.num_experts, e.top_k, e.router_groups, e.router_group_topk, span, nvl)[1]
+        how = f"its experts from {e.router_group_topk} of {e.router_groups} groups"
+    else:
+        reach, how = (domains * (1.0 - (1.0 - 1.0 / domains) ** e.top_k) if domains > 1 else 1.0), "free picks"
+    return {"experts": e.num_experts, "top_k": e.top_k, "hottest_rank_load": float(routing_load(model, workload, t, mcoef)[row]),
+            "ep_group_ranks": span, "nvlink_domains": domains, "domains_per_token": float(reach), "spread": how}
 
 
 def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex, spread=None, nvl_gain=1.0):
