@@ -9,8 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import param_counts
-from ..cost import MEMORY_TERMS, TERM_MEANINGS, MemoryCoefficients, evaluate
-from ..cost._comm import routing_summary
+from ..cost import MEMORY_TERMS, TERM_MEANINGS, MemoryCoefficients, evaluate, routing_summary
 from ..errors import BadInput
 from ..layout import LayoutTable, format_args, layout_args, validate
 from ..layout.args import fp8_module_args, precision_args

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
+from ._comm import routing_summary
 from .calibrate import Calibration, load_calibration
 from .flops import mfu, mfu_of, usd_per_million_tokens
 from .memory import TERMS as MEMORY_TERMS
@@ -41,6 +42,7 @@ __all__ = [
     "mfu_of",
     "usd_per_million_tokens",
     "uncertainty",
+    "routing_summary",
 ]
 
 
