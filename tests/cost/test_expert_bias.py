@@ -42,3 +42,36 @@ def test_unbiased_experts_pay_nothing_extra():
     lay = Layout(world=16, ep=16, micro_batch_size=1)
     biased = replace(qwen, moe=replace(qwen.moe, expert_bias=True))
     assert (_mem(biased, cluster, lay, wl) > _mem(qwen, cluster, lay, wl)).all()
+
+
+@pytest.mark.parametrize("ep, etp, recompute", [(8, 1, None), (4, 2, None), (8, 1, "selective:moe_act")])
+def test_the_clamped_glu_moves_its_fc1_output_outside_the_fused_activation(ep, etp, recompute):
+    """gpt-oss clamps both GLU halves (swiglu_limit 7) in eager PyTorch before Megatron's fused quick-GeGLU, and joins
+    them with a cat (fused_bias_geglu.weighted_bias_quick_geglu_impl): CLAMP_BYTES per element of every routed copy's
+    fc1 output (2 x FFN / ETP wide), and the forward's 8 again where moe_act is recomputed."""
+    from autotune.cost._terms import CLAMP_BYTES
+    from autotune.layout import Recompute
+
+    gptoss = load_model("gpt-oss-120b")
+    assert gptoss.moe.activation_clamp == 7.0
+    plain = replace(gptoss, moe=replace(gptoss.moe, activation_clamp=0.0))
+    cluster = ClusterSpec.of("H100", 64)
+    wl = Workload(seq_len=4096, global_batch=256)
+    rc = Recompute.parse(recompute) if recompute else Recompute()
+    lay = Layout(world=64, pp=4, ep=ep, etp=etp, micro_batch_size=2, recompute=rc)
+    extra = _mem(gptoss, cluster, lay, wl) - _mem(plain, cluster, lay, wl)
+    e = gptoss.moe
+    copies = 2 * 4096 * e.top_k * etp
+    per_elem = CLAMP_BYTES + (8.0 if recompute else 0.0)
+    want = (gptoss.num_layers // 4) * copies * per_elem * 2 * e.ffn_hidden_size / etp / (cluster.gpu.hbm_gbps * 1e9)
+    assert extra == pytest.approx(want, rel=1e-9)
+
+
+def test_the_fused_grouped_mlp_clamps_inside_its_op():
+    """TE's fused grouped MLP (the paged stash's, megatron-core _make_fused_ops: limit=clamp) pays no clamp traffic."""
+    gptoss = load_model("gpt-oss-120b")
+    plain = replace(gptoss, moe=replace(gptoss.moe, activation_clamp=0.0))
+    cluster = ClusterSpec.of("GB200", 64)
+    wl = Workload(seq_len=4096, global_batch=512, precision="mxfp8", force_balance=True)
+    lay = Layout(world=64, ep=64, micro_batch_size=1, dispatcher="hybridep", cuda_graphs="full")
+    assert _mem(gptoss, cluster, lay, wl) == pytest.approx(_mem(plain, cluster, lay, wl), rel=1e-12)

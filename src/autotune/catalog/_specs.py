@@ -83,6 +83,9 @@ class MoeSpec:
     # `router_group_topk` of them (1 / 0: unlimited)
     router_groups: int = 1
     router_group_topk: int = 0
+    # the routed experts' GLU inputs clamped before the activation (gpt-oss: swiglu_limit 7; Megatron's
+    # activation_func_clamp_value); 0: none
+    activation_clamp: float = 0.0
 
     @property
     def group_limited(self) -> bool:

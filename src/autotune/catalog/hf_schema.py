@@ -70,6 +70,7 @@ class HFConfig(BaseModel):
     topk_method: Annotated[str, Field(strict=True, max_length=100)] | None = None
     n_group: _Count | None = None  # group-limited routing (DeepSeek-V3): expert groups
     topk_group: _Count | None = None  # ... and how many of them a token's experts come from
+    swiglu_limit: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] | None = None  # gpt-oss's GLU clamp
     rope_parameters: RopeParameters | None = None
     partial_rotary_factor: _Fraction | None = None
     tie_word_embeddings: _Flag | None = None

@@ -255,6 +255,7 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
             latent_size=int(moe_fam.get("latent_size") or 0),
             router_groups=int(cfg.get("n_group") or 1),
             router_group_topk=int(cfg.get("topk_group") or 0),
+            activation_clamp=float(cfg.get("swiglu_limit") or 0.0),
         )
         if moe.top_k > moe.num_experts:
             raise ConfigError(f"{where}: num_experts_per_tok {moe.top_k} exceeds num_experts {moe.num_experts}")

@@ -38,6 +38,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload, recipe_precision
 from ..catalog.model import FULL, SLIDING
 from ..layout import LayoutTable
+from ..layout.core import SELECTIVE_MODULES
 from ._comm import (a2a_time, contiguous_spread, fused_grouped_mlp, group_bw, link_bandwidths, paged_stash, ring_bw,
                     routing_load, routing_spread)
 from ._quant import linear_time_scale, lowp_copies
@@ -105,6 +106,14 @@ QUANT_PARTS = np.array([_QUANT_SHARE.get(p, 0.0) for p in PARTS])
 # torch.cat (read 2, write 2); backward split's cat of t's gradient (read 2, write 2) and the mul's two
 # broadcast gradients, grad * p and grad * b, each a product (read 2, write 2) and its reduction (read 2)
 EXPERT_BIAS_BYTES = 12.0 + 16.0
+# HBM bytes per element of a routed copy's fc1 output (the GLU's two halves, BF16) that Megatron's clamped quick-GeGLU
+# (gpt-oss: activation_func_clamp_value 7) moves outside its fused kernel on the unfused expert path
+# (fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl, core 0.16 to 0.19): forward, each half's clamp (read 2,
+# write 2) and the torch.cat that joins them for the fused activation (read 2, write 2); backward, each clamp's
+# gradient where(mask, grad, 0) (read the gradient and the input, write: 6) and the chunk's gradient joined by a cat
+# (read 2, write 2). A recomputed moe_act runs the forward's 8 again
+CLAMP_BYTES = 8.0 + 10.0
+_MOE_ACT_BIT = 1 << SELECTIVE_MODULES.index("moe_act")
 
 # torchtitan without torch.compile (Workload.eager): HBM bytes per element, forward + backward, that its Llama's
 # elementwise code moves op by op beyond a fused kernel's (torchtitan 9dec370; compile=false in llama3_8b.toml).
@@ -335,6 +344,15 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         copies = tokens * tok_share * model.moe.top_k * etp
         mb["memory_bound"] = mb["memory_bound"] + moe_stage * copies * (
             EXPERT_BIAS_BYTES * model.moe.width(h) / (g.hbm_gbps * 1e9))
+    if model.is_moe and model.moe.activation_clamp:
+        # the clamp runs outside the activation's fused kernel on the unfused expert path; TE's fused grouped MLP
+        # (the paged stash's) clamps inside its own op (experts.py _make_fused_ops: limit=clamp)
+        copies = tokens * tok_share * model.moe.top_k * etp
+        act_rc = ((t.rc_gran == 1) & ((t.rc_modules & _MOE_ACT_BIT) > 0))[:, None]  # the forward's clamps again
+        per_elem = CLAMP_BYTES + np.where(act_rc, 8.0, 0.0)
+        unfused = ~fused_grouped_mlp(model, workload, t)[:, None]
+        mb["memory_bound"] = mb["memory_bound"] + np.where(unfused, moe_stage * copies * per_elem * (
+            2.0 * model.moe.ffn_hidden_size / etp) / (g.hbm_gbps * 1e9), 0.0)
     if workload.eager:  # torchtitan without torch.compile: its norms, rotary embedding and SwiGLU op by op
         e_pair, e_of = stage_sums_by_pair(eager_tables(model), t.pp, t.vpp, S, t.split)
         e_bytes = e_pair[e_of, :, 0] * div["seq"] + e_pair[e_of, :, 1] * div["tp"]

@@ -54,11 +54,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.1453, "feature": 0.0549, "interaction": 0.0827, "noise": 0.0584, "tp": 0.0536, "pp": 0.0721,
-    "vpp": 0.0441, "cp": 0.0742, "ep": 0.0512, "recompute": 0.0589, "recompute_1": 0.0587, "dispatcher": 0.0434,
-    "max_tokens_per_gpu": 0.0519, "precision_aware_optimizer": 0.0519, "moe_shared_expert_overlap": 0.0491,
-    "ep_overlap": 0.0575, "tp_comm_overlap": 0.0526, "cuda_graphs": 0.0574, "moe_capacity_factor": 0.05,
-    "layer_split": 0.0486, "ep_x_nodes": 0.0721, "pp_x_recompute": 0.0896, "tp_x_hidden": 0.0761, "scale_sd": 1.0369,
+    "intercept": 0.1376, "feature": 0.0518, "interaction": 0.0794, "noise": 0.0578, "tp": 0.0518, "pp": 0.0676,
+    "vpp": 0.0445, "cp": 0.0736, "ep": 0.0472, "recompute": 0.053, "recompute_1": 0.0512, "dispatcher": 0.0417,
+    "max_tokens_per_gpu": 0.0493, "precision_aware_optimizer": 0.0493, "moe_shared_expert_overlap": 0.0465,
+    "ep_overlap": 0.0528, "tp_comm_overlap": 0.051, "cuda_graphs": 0.0538, "moe_capacity_factor": 0.0472,
+    "layer_split": 0.046, "ep_x_nodes": 0.0661, "pp_x_recompute": 0.0813, "tp_x_hidden": 0.0784, "scale_sd": 1.1095,
 }
 
 
