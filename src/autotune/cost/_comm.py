@@ -141,8 +141,9 @@ def routing_summary(model: ModelSpec, workload: Workload, cluster: ClusterSpec, 
         how = f"its experts from {e.router_group_topk} of {e.router_groups} groups"
     else:
         reach, how = (domains * (1.0 - (1.0 - 1.0 / domains) ** e.top_k) if domains > 1 else 1.0), "free picks"
-    return {"experts": e.num_experts, "top_k": e.top_k, "hottest_rank_load": float(routing_load(model, workload, t, mcoef)[row]),
-            "ep_group_ranks": span, "nvlink_domains": domains, "domains_per_token": float(reach), "spread": how}
+    load = float(routing_load(model, workload, t, mcoef)[row])
+    return {"experts": e.num_experts, "top_k": e.top_k, "hottest_rank_load": load, "ep_group_ranks": span,
+            "nvlink_domains": domains, "domains_per_token": float(reach), "spread": how}
 
 
 def a2a_time(tokens, k: int, h_bytes: float, span, cluster: ClusterSpec, c, flex, spread=None, nvl_gain=1.0):

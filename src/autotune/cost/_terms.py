@@ -111,9 +111,9 @@ EXPERT_BIAS_BYTES = 12.0 + 16.0
 # (fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl, core 0.16 to 0.19): forward, each half's clamp (read 2,
 # write 2) and the torch.cat that joins them for the fused activation (read 2, write 2); backward, each clamp's
 # gradient where(mask, grad, 0) (read the gradient and the input, write: 6) and the chunk's gradient joined by a cat
-# (read 2, write 2). A recomputed moe_act runs the forward's 8 again
+# (read 2, write 2). A recomputed moe_act (or moe) runs the forward's 8 again
 CLAMP_BYTES = 8.0 + 10.0
-_MOE_ACT_BIT = 1 << SELECTIVE_MODULES.index("moe_act")
+_ACT_RECOMPUTED = (1 << SELECTIVE_MODULES.index("moe_act")) | (1 << SELECTIVE_MODULES.index("moe"))
 
 # torchtitan without torch.compile (Workload.eager): HBM bytes per element, forward + backward, that its Llama's
 # elementwise code moves op by op beyond a fused kernel's (torchtitan 9dec370; compile=false in llama3_8b.toml).
@@ -348,7 +348,7 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         # the clamp runs outside the activation's fused kernel on the unfused expert path; TE's fused grouped MLP
         # (the paged stash's) clamps inside its own op (experts.py _make_fused_ops: limit=clamp)
         copies = tokens * tok_share * model.moe.top_k * etp
-        act_rc = ((t.rc_gran == 1) & ((t.rc_modules & _MOE_ACT_BIT) > 0))[:, None]  # the forward's clamps again
+        act_rc = ((t.rc_gran == 1) & ((t.rc_modules & _ACT_RECOMPUTED) > 0))[:, None]  # the forward's clamps again
         per_elem = CLAMP_BYTES + np.where(act_rc, 8.0, 0.0)
         unfused = ~fused_grouped_mlp(model, workload, t)[:, None]
         mb["memory_bound"] = mb["memory_bound"] + np.where(unfused, moe_stage * copies * per_elem * (
