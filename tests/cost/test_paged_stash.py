@@ -53,7 +53,14 @@ def test_the_paged_stash_drops_per_expert_kernels_and_launches_and_copies_the_st
     assert mb["expert_memory"][0].max() == 0 and mb["expert_memory"][1].max() > 0
     assert mb["layer_overhead"][0].max() == 0 < mb["layer_overhead"][1].max()
     stash_copy = mb["expert_memory"][1, 0] * 2 / (3 * c.mem_touch)
-    assert mb["memory_bound"][0, 0] - mb["memory_bound"][1, 0] == pytest.approx(stash_copy, rel=1e-6)
+    # gpt-oss's clamped GLU moves traffic outside the activation kernel on the unfused (attn) path only
+    # (tests/cost/test_expert_bias.py): taken out here, the rest of the difference is the stash's copy
+    plain = replace(M, moe=replace(M.moe, activation_clamp=0.0))
+    lays = LayoutTable.from_layouts([_lay(cuda_graphs="full"), _lay(cuda_graphs="attn")])
+    unclamped = evaluate(plain, W, C, lays, Calibration("GB300", c)).time.mb_terms["memory_bound"]
+    clamp = mb["memory_bound"][1, 0] - unclamped[1, 0]
+    assert clamp > 0 and mb["memory_bound"][0, 0] == pytest.approx(unclamped[0, 0], rel=1e-12)
+    assert mb["memory_bound"][0, 0] - (mb["memory_bound"][1, 0] - clamp) == pytest.approx(stash_copy, rel=1e-6)
     local = M.moe.num_experts / 16
     assert mb["compute_experts"][1, 0] - mb["compute_experts"][0, 0] > 0.9 * 6 * c.expert_gemm_s * local
     assert ev.time.tokens_per_s_per_gpu[0] > ev.time.tokens_per_s_per_gpu[1]
