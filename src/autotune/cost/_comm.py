@@ -140,7 +140,7 @@ def routing_summary(model: ModelSpec, workload: Workload, cluster: ClusterSpec, 
         reach = routing_spread(e.num_experts, e.top_k, e.router_groups, e.router_group_topk, span, nvl)[1]
         how = f"its experts from {e.router_group_topk} of {e.router_groups} groups"
     else:
-        reach, how = (domains * (1.0 - (1.0 - 1.0 / domains) ** e.top_k) if domains > 1 else 1.0), "free picks"
+        reach, how = _reach(domains, 1, 1, e.top_k), "free picks"
     load = float(routing_load(model, workload, t, mcoef)[row])
     return {"experts": e.num_experts, "top_k": e.top_k, "hottest_rank_load": load, "ep_group_ranks": span,
             "nvlink_domains": domains, "domains_per_token": float(reach), "spread": how}
