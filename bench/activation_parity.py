@@ -45,7 +45,7 @@ if str(ROOT / "src") not in sys.path:
 
 from autotune.catalog import Workload, load_model  # noqa: E402
 from autotune.catalog.model import FULL, LINEAR, MAMBA, ModelSpec  # noqa: E402
-from autotune.cost.layers import PARTS, layer_tables  # noqa: E402
+from autotune.cost.layers import GDN_CHUNK, PARTS, layer_tables  # noqa: E402
 from autotune.layout import Layout  # noqa: E402
 
 SEQ = 256  # tokens of the micro-batch (one row)
@@ -103,7 +103,7 @@ CASES: dict[str, tuple] = {
 #                   chunk-local cumulative g (fp32), beta and A, the WY matrix [B, T, H, 64] in k's dtype
 #   out_norm        TENorm: TE's RMSNorm saves its bf16 input and an fp32 rstd per row; torch.compile cannot trace
 #                   into it, so @jit_fuser's graph breaks there and the gate product is compiled on its own
-GDN_CHUNK = 64  # FLA's chunk size (chunk_gated_delta_rule_fwd: chunk_local_cumsum(g, chunk_size=64))
+# GDN_CHUNK (cost/layers.py): FLA's chunk size (chunk_gated_delta_rule_fwd: chunk_local_cumsum(g, chunk_size=64))
 
 
 def _causal_conv_silu(x, weight, bias):

@@ -52,7 +52,7 @@ from ..layout.core import CUDA_GRAPHS
 
 __all__ = ["link_bandwidths", "ring_bw", "group_bw", "a2a_time", "routing_load", "expected_max", "REF_EP",
            "REF_EXPERTS", "REF_TOP_K", "contiguous_spread",
-           "routing_spread", "routing_summary"]
+           "routing_spread", "routing_summary", "flex_spread"]
 
 REF_EP, REF_EXPERTS, REF_TOP_K = 8, 256, 8  # the shape at which imbalance_on / _off are given (the seed's MoE)
 
@@ -122,6 +122,20 @@ def routing_spread(num_experts: int, k: int, groups: int, chosen: int, ep: int, 
     return _reach(ep, groups, chosen, k), _reach(doms, groups, chosen, k)
 
 
+def flex_spread(model: ModelSpec, workload: Workload, span: int, nvlink_size: int):
+    """((distinct EP ranks, distinct NVLink domains) a token's flex dispatch reaches, what fixes them) where the
+    routing fixes them, else None (k free picks, a2a_time's own count): NeMo AutoModel's forced-balance gate
+    (`contiguous_spread`), or group-limited routing (`routing_spread`'s domains; the NVLink copies stay k, see the
+    module docstring)."""
+    e = model.moe
+    if workload.force_balance and workload.framework == "automodel":
+        return contiguous_spread(e.num_experts, e.top_k, span, nvlink_size), "consecutive experts (AutoModel's gate)"
+    if e.group_limited:
+        domains = routing_spread(e.num_experts, e.top_k, e.router_groups, e.router_group_topk, span, nvlink_size)[1]
+        return (float(e.top_k), domains), f"its experts from {e.router_group_topk} of {e.router_groups} groups"
+    return None
+
+
 def routing_summary(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, mcoef,
                     row: int = 0) -> dict:
     """What the time model assumes of one layout's expert routing, in numbers a user can check: the hottest EP rank's
@@ -132,15 +146,9 @@ def routing_summary(model: ModelSpec, workload: Workload, cluster: ClusterSpec, 
         return {}
     e = model.moe
     span = int(t.ep[row] * t.etp[row])
-    nvl = cluster.nvlink_size
-    domains = max(span // max(min(nvl, span), 1), 1)
-    if workload.force_balance and workload.framework == "automodel":
-        reach, how = contiguous_spread(e.num_experts, e.top_k, span, nvl)[1], "consecutive experts (AutoModel's gate)"
-    elif e.group_limited:
-        reach = routing_spread(e.num_experts, e.top_k, e.router_groups, e.router_group_topk, span, nvl)[1]
-        how = f"its experts from {e.router_group_topk} of {e.router_groups} groups"
-    else:
-        reach, how = _reach(domains, 1, 1, e.top_k), "free picks"
+    domains = max(span // max(min(cluster.nvlink_size, span), 1), 1)
+    fixed = flex_spread(model, workload, span, cluster.nvlink_size)
+    reach, how = (fixed[0][1], fixed[1]) if fixed else (_reach(domains, 1, 1, e.top_k), "free picks")
     load = float(routing_load(model, workload, t, mcoef)[row])
     return {"experts": e.num_experts, "top_k": e.top_k, "hottest_rank_load": load, "ep_group_ranks": span,
             "nvlink_domains": domains, "domains_per_token": float(reach), "spread": how}

@@ -39,8 +39,8 @@ from ..catalog import ClusterSpec, ModelSpec, Workload, recipe_precision
 from ..catalog.model import FULL, SLIDING
 from ..layout import LayoutTable
 from ..layout.core import SELECTIVE_MODULES
-from ._comm import (a2a_time, contiguous_spread, fused_grouped_mlp, group_bw, link_bandwidths, paged_stash, ring_bw,
-                    routing_load, routing_spread)
+from ._comm import (a2a_time, flex_spread, fused_grouped_mlp, group_bw, link_bandwidths, paged_stash, ring_bw,
+                    routing_load)
 from ._quant import linear_time_scale, lowp_copies
 from ._sac import op_sac_recompute
 from ._selective import selective_recompute
@@ -426,18 +426,11 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         gain = np.where((t.dispatcher == 3)[:, None], c.hybridep_nvl_gain, 1.0)
         w = model.moe.width(h) * 2.0  # bytes a token carries to the experts (LatentMoE: its latent width)
         spread = None
-        E, nvl = model.moe.num_experts, cluster.nvlink_size
-        if workload.force_balance and workload.framework == "automodel":  # FakeBalancedGate: consecutive experts
-            reach = lambda s: contiguous_spread(E, k, s, nvl)  # noqa: E731
-        elif model.moe.group_limited:  # DeepSeek-V3: a token's experts in 4 of 8 groups, so in fewer NVLink domains
-            G, T = model.moe.router_groups, model.moe.router_group_topk  # (its NVLink copies stay k: _comm docstring)
-            reach = lambda s: (k, routing_spread(E, k, G, T, s, nvl)[1])  # noqa: E731
-        else:
-            reach = None
-        if reach is not None:
-            sizes, at = np.unique(span, return_inverse=True)  # a handful of EP group sizes, not one call a layout
-            per = np.array([reach(int(s)) for s in sizes])
-            spread = (per[:, 0][at].reshape(span.shape), per[:, 1][at].reshape(span.shape))
+        sizes, at = np.unique(span, return_inverse=True)  # a handful of EP group sizes, not one call a layout
+        per = [flex_spread(model, workload, int(s), cluster.nvlink_size) for s in sizes]
+        if per[0] is not None:  # the routing fixes the ranks and domains a token reaches (AutoModel's gate, groups)
+            arr = np.array([p[0] for p in per])
+            spread = (arr[:, 0][at].reshape(span.shape), arr[:, 1][at].reshape(span.shape))
         a2a = a2a_time(tokens * tok_share, k, w, span, cluster, c, flex, spread, gain)
         ag = tokens / cp * w * (ep * tp - 1) / group_bw(cluster, ep * tp, 1, c)  # allgather over TP x EP
         one = np.where(span > 1, np.where((t.dispatcher == 1)[:, None], ag, a2a), 0.0)
