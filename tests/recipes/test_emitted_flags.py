@@ -60,6 +60,7 @@ CHOICES = {
     "--fp4-recipe": {"nvfp4", "custom"},  # transformer_config.py:521
     "--cross-entropy-fusion-impl": {"native", "te", "linear"},  # model_parallel_config.py:249
     "--data-parallel-sharding-strategy": {"no_shard", "optim", "optim_grads", "optim_grads_params"},  # arguments.py:2340
+    "--softmax-type": {"vanilla", "off-by-one", "learnable"},  # arguments.py choices (TransformerConfig.softmax_type)
 }
 MULTI = {"--cuda-graph-scope", "--recompute-modules"}  # nargs='+'
 INTS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
@@ -67,7 +68,11 @@ INTS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num
         "--recompute-num-layers", "--micro-batch-size", "--max-tokens-per-gpu", "--cpu-offloading-num-layers",
         "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--global-batch-size",
         "--seq-length", "--train-iters", "--distributed-timeout-minutes"}
-FLOATS = {"--optimizer-offload-fraction", "--moe-expert-capacity-factor", "--lr", "--min-lr", "--weight-decay"}
+FLOATS = {"--optimizer-offload-fraction", "--moe-expert-capacity-factor", "--lr", "--min-lr", "--weight-decay",
+          "--glu-linear-offset", "--activation-func-clamp-value"}
+# Megatron's tuple_type ("127,0") and its layer-frequency type (an int, or a Python list expression of 0/1 per layer)
+TUPLES = {"--window-size"}
+FREQS = {"--window-attn-skip-freq", "--linear-attention-freq", "--moe-layer-freq"}
 
 _STACK = {"framework": "x", "megatron_lm": "x", "pytorch": "x", "python": "x", "network": "x"}
 
@@ -204,6 +209,20 @@ def test_the_allow_list_is_needed():
         assert flag not in known_flags(), f"{flag} is in megatron_flags.txt: drop it from ALLOWED"
 
 
+def _parses(flag: str, value: str) -> bool:
+    """As Megatron-LM 1dcf0daf reads it: tuple_type's comma-separated ints, or a layer frequency (an int, or a list
+    expression of 0 / 1 it evaluates)."""
+    try:
+        if flag in TUPLES:
+            return len(tuple(int(x) for x in value.split(","))) == 2
+        if value.isdigit():
+            return int(value) > 0
+        got = eval(value, {"__builtins__": {}})  # noqa: S307 (what Megatron's parser does with the string)
+        return isinstance(got, list) and set(got) <= {0, 1}
+    except (ValueError, SyntaxError, TypeError, NameError):
+        return False
+
+
 def test_emitted_values_are_ones_the_parser_accepts():
     bad: dict[str, str] = {}
     for case, output, words in emitted():
@@ -217,6 +236,9 @@ def test_emitted_values_are_ones_the_parser_accepts():
                 except ValueError:
                     ok = False
                 if not ok:
+                    bad.setdefault(f"{flag} {' '.join(values)}", f"{output} of {case}")
+            elif flag in TUPLES | FREQS:
+                if len(values) != 1 or not _parses(flag, values[0]):
                     bad.setdefault(f"{flag} {' '.join(values)}", f"{output} of {case}")
     assert not bad, "values Megatron-LM 1dcf0daf's parser refuses: " + \
         "; ".join(f"{v} ({where})" for v, where in sorted(bad.items()))

@@ -12,6 +12,9 @@ Mamba stacks (Nemotron-H) add --is-hybrid-model, --hybrid-override-pattern and t
 --moe-latent-size for LatentMoE); squared-ReLU MLPs (Nemotron) --squared-relu, GeLU MLPs (GPT-3) neither it
 nor --swiglu; LayerNorm stacks --normalization LayerNorm; GPT-3's learned positions --position-embedding-type
 learned_absolute with --max-position-embeddings, and its biases on every linear Megatron's default (no flag).
+gpt-oss (Megatron-Bridge's gpt_oss provider): --quick-geglu with --glu-linear-offset 1 and the experts' clamp,
+learnable softmax (attention sinks), and its sliding layers as --window-size / --window-attn-skip-freq. Its YaRN
+rope scaling has no flag at Megatron-LM 1dcf0daf (slime's pin): `model_notes` says so for the recipe.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 from ..catalog import ModelSpec
+from ..catalog.model import FULL, LINEAR, SLIDING
 
-__all__ = ["slime_model_args"]
+__all__ = ["Activation", "mlp_activation", "model_notes", "slime_model_args"]
 
 # slime_plugins specs: Qwen3-Next/Qwen3.5 need slime's own layer spec (GDN + gated attention).
 _PLUGIN_SPECS = {
@@ -69,15 +74,51 @@ def _layer_pattern(flags: list[int]) -> str:
     return "+".join(f"[{v}]*{n}" for v, n in runs)
 
 
-def _linear_freq(layer_types: tuple[str, ...]) -> str:
-    """--linear-attention-freq: N when every N-th layer is full attention (the rest linear), else the
-    per-layer list with 1 for a linear-attention layer, as Megatron reads it."""
-    full = [i for i, t in enumerate(layer_types) if t != "linear_attention"]
+def _layer_freq(layer_types: tuple[str, ...], kind: str) -> str:
+    """--linear-attention-freq (kind LINEAR) or --window-attn-skip-freq (kind SLIDING): N when every N-th layer is
+    full attention and the rest `kind`, else the per-layer list with 1 for a `kind` layer, as Megatron reads both."""
+    full = [i for i, t in enumerate(layer_types) if t != kind]
     if full:
         n = full[0] + 1
-        if all(t == ("full_attention" if (i + 1) % n == 0 else "linear_attention") for i, t in enumerate(layer_types)):
+        if all(t == (FULL if (i + 1) % n == 0 else kind) for i, t in enumerate(layer_types)):
             return str(n)
-    return _layer_pattern([1 if t == "linear_attention" else 0 for t in layer_types])
+    return _layer_pattern([int(t == kind) for t in layer_types])
+
+
+class Activation(NamedTuple):
+    """The MLP's activation as Megatron-core configures it: `name` (swiglu, quick_geglu, squared_relu, gelu), the
+    offset added to a GLU's linear half (glu_linear_offset) and the clamp on its inputs (activation_func_clamp_value,
+    0 for none)."""
+
+    name: str
+    glu_offset: float = 0.0
+    clamp: float = 0.0
+
+
+def mlp_activation(model: ModelSpec) -> Activation:
+    """`model`'s MLP activation, for MODEL_ARGS and the CPU runner's TransformerConfig alike. gpt-oss's experts
+    compute (clamp(up) + 1) * quick_gelu(clamp(gate)) (HF GptOssExperts; Megatron-Bridge's gpt_oss provider: quick_gelu,
+    glu_linear_offset 1, activation_func_clamp_value = swiglu_limit), though its config.json says silu."""
+    clamp = model.moe.activation_clamp if model.moe else 0.0
+    if model.model_type == "gpt_oss":
+        return Activation("quick_geglu", 1.0, clamp)
+    if model.gated_mlp:
+        return Activation("swiglu", clamp=clamp)
+    return Activation("squared_relu" if model.model_type in ("nemotron", "nemotron_h") else "gelu", clamp=clamp)
+
+
+def model_notes(model: ModelSpec) -> list[str]:
+    """What a recipe for `model` must say because its MODEL_ARGS cannot: YaRN rope scaling outside MLA (gpt-oss), which
+    Megatron-LM 1dcf0daf's command line (slime's pin) does not set: --position-embedding-type has no yarn there and
+    --rope-type yarn asserts --multi-latent-attention."""
+    cfg = _hf_config(model)
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if (scaling.get("rope_type") or scaling.get("type")) != "yarn" or model.mla:
+        return []
+    return [f"{model.name}'s YaRN rope scaling (factor {_num(scaling.get('factor') or 1)} from "
+            f"{scaling.get('original_max_position_embeddings')} positions) is not settable on Megatron-LM 1dcf0daf's "
+            "command line: set yarn_* on the TransformerConfig (Megatron-Bridge's gpt-oss provider does) or the run "
+            "trains with plain RoPE"]
 
 
 def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[str]:
@@ -115,13 +156,20 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
     else:
         a += ["--position-embedding-type", "rope", "--norm-epsilon", _num(eps), "--rotary-percent",
               _num(model.rotary_fraction)]
-    if model.gated_mlp:
-        a.append("--swiglu")
-    elif model.model_type in ("nemotron", "nemotron_h"):  # relu2: squared ReLU without a gate
-        a.append("--squared-relu")
+    act = mlp_activation(model)
+    a += {"swiglu": ["--swiglu"], "squared_relu": ["--squared-relu"], "gelu": [],  # GeLU: Megatron's default
+          "quick_geglu": ["--quick-geglu", "--glu-linear-offset", _num(act.glu_offset)]}[act.name]
+    if act.clamp:
+        a += ["--activation-func-clamp-value", _num(act.clamp)]
     if not model.tie_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     a += ["--vocab-size", str(model.vocab_size), "--rotary-base", _num(theta)]
+    if model.attention_sinks:
+        a += ["--softmax-type", "learnable"]
+    if model.sliding_window and SLIDING in model.layer_types:
+        # HF's sliding_window counts the query itself; Megatron's (TE's) left window does not
+        a += ["--window-size", f"{model.sliding_window - 1},0", "--window-attn-skip-freq",
+              _layer_freq(model.layer_types, SLIDING)]
     if model.mla:
         m = model.mla
         a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_nope_head_dim),
@@ -161,7 +209,8 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
     if model.linear:
         g = model.linear
         # gated_delta_net: megatron-core 0.16's name (the seed's stack); newer releases alias it to gdn.
-        a += ["--experimental-attention-variant", "gated_delta_net", "--linear-attention-freq", _linear_freq(model.layer_types),
+        a += ["--experimental-attention-variant", "gated_delta_net",
+              "--linear-attention-freq", _layer_freq(model.layer_types, LINEAR),
               "--linear-conv-kernel-dim", str(g.conv_kernel), "--linear-key-head-dim", str(g.key_head_dim),
               "--linear-value-head-dim", str(g.value_head_dim), "--linear-num-key-heads", str(g.num_key_heads),
               "--linear-num-value-heads", str(g.num_value_heads)]

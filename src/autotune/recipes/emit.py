@@ -5,7 +5,8 @@ The run block comes from `autotune.launch.build_run_block` (shared with the slim
 `recipe_from_candidate` (called by the search driver) derives MFU and $ / 1M tokens from tokens/s, the
 catalog's active-parameter count and the GPU's peak and price, so the checks recompute to the same numbers.
 Without gate results the correctness section says "not run" everywhere (result, configuration), has no
-component tests and `convergence: null`; such a recipe cannot be `verified`.
+component tests and `convergence: null`; such a recipe cannot be `verified`. The notes end with what the model
+needs beyond its MODEL_ARGS (`autotune.launch.model_notes`: gpt-oss's YaRN rope scaling).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 from ..catalog import ClusterSpec, ModelSpec, Workload, param_counts, recipe_precision
 from ..cost.flops import mfu_of, usd_per_million_tokens
 from ..errors import BadInput, ConfigError
-from ..launch import SEED_ENV, build_run_block, loss_mask_for, num, run_env, workload_args
+from ..launch import SEED_ENV, build_run_block, loss_mask_for, model_notes, num, run_env, workload_args
 from ..layout import Layout
 from .io import error_lines
 from .schema import Recipe
@@ -105,11 +106,13 @@ def recipe_from_candidate(
     mfu_note: str | None = None,
 ) -> Recipe:
     """A schema-valid Recipe for one candidate layout. `gates` is a correctness section (dict) from the gates;
-    `dataset` a workload.dataset section when the rows are published ones (else null)."""
+    `dataset` a workload.dataset section when the rows are published ones (else null); `notes` come before the
+    model's own (model_notes)."""
     if status == "verified" and gates is None:
         raise BadInput("status 'verified' needs gate results (gates=...); use 'measured' or 'predicted'")
     workload = replace(workload, steps=steps_per_run, window=(window[0], window[1]))
     moe = model.is_moe
+    notes = [str(n) for n in notes or ()] + model_notes(model)
     n_active = param_counts(model).active
     tps = round(float(tokens_per_s_per_gpu), 2)  # as printed: the derived numbers below follow it (checks.py)
     gpu = cluster.gpu
@@ -150,7 +153,7 @@ def recipe_from_candidate(
         "env": run_env(layout),
         "patches": [],
         "run": build_run_block(layout, workload, cluster, loss_mask=_loss_mask(model, dataset), moe=moe),
-        "notes": [str(n) for n in notes] if notes else None,
+        "notes": notes or None,
     }
     try:
         return Recipe.model_validate(data)

@@ -13,6 +13,7 @@ import torch
 
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import padded_vocab
+from ..launch import mlp_activation
 from ..layout.core import dispatcher_config
 from ..layout.splits import split_config
 from ..trials.plan import TrialPlan, gdn_blocker, has_module
@@ -46,9 +47,11 @@ def _recompute(plan: TrialPlan, moe_grouped_gemm: bool, notes: list[str]) -> dic
 def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: list[str]):
     """The TransformerConfig of the plan's model and layout, and whether TE layers are used. Appends to
     `notes` what this machine changes (a TE- or CUDA-only feature that falls back)."""
+    from megatron.core.fusions.fused_bias_geglu import quick_gelu
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     m, lay, w = plan.model, plan.layout, plan.workload
+    act = mlp_activation(m)  # gpt-oss: (clamp(up) + 1) * quick_gelu(clamp(gate)), as its MODEL_ARGS say
     use_te = cuda and has_module("transformer_engine")
     bias_everywhere = m.attention_bias and m.moe is not None and m.moe.expert_bias
     if bias_everywhere and not use_te:
@@ -60,7 +63,8 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
         num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,
         num_query_groups=m.num_kv_heads, kv_channels=m.head_dim, ffn_hidden_size=m.ffn_hidden_size,
         normalization="RMSNorm", layernorm_epsilon=1e-6, gated_linear_unit=True,
-        activation_func=torch.nn.functional.silu,
+        activation_func=quick_gelu if act.name == "quick_geglu" else torch.nn.functional.silu,
+        glu_linear_offset=act.glu_offset, activation_func_clamp_value=act.clamp or None,
         # gpt-oss has biases on every linear (attention, router, experts); Qwen2-style models on QKV only.
         add_bias_linear=bias_everywhere, add_qkv_bias=m.attention_bias and not bias_everywhere,
         # MLA's latent norms (DeepSeek's q_a/kv_a layernorms) exist only with qk_layernorm in megatron.
@@ -84,8 +88,9 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
     kw.update(split_config(lay.layer_split, m.num_layers, lay.pp, lay.vpp))  # an uneven split, as Megatron builds it
     if use_te and lay.cross_entropy_fusion:
         kw["cross_entropy_fusion_impl"] = "te"
-    if m.sliding_window and SLIDING in m.layer_types:
-        kw.update(window_size=(m.sliding_window, 0), window_attn_skip_freq=[int(t == SLIDING) for t in m.layer_types])
+    if m.sliding_window and SLIDING in m.layer_types:  # HF's window counts the query itself, Megatron's does not
+        kw.update(window_size=(m.sliding_window - 1, 0),
+                  window_attn_skip_freq=[int(t == SLIDING) for t in m.layer_types])
     if m.attention_sinks:
         kw["softmax_type"] = "learnable"
     if m.moe:
