@@ -162,6 +162,31 @@ def test_each_local_experts_gemm_pays_a_fixed_cost_a_faster_gpu_cannot_shrink():
     assert experts("H100", 2) / experts("B200", 2) < 2250 / 989.4 * 0.95
 
 
+def test_an_experts_gemms_pay_for_both_sides_not_only_the_narrowest():
+    """Qwen3-30B-A3B's experts (hidden 2048, FFN 768) against the same model with a wider hidden size: the narrowest
+    side (768) is the same, yet the wider one runs closer to peak (each side is an output width or a depth in one
+    of the three passes). The side is 1 / (1 / hidden + (2/3) / FFN) for a GLU (fc1 is twice as wide and has 2/3
+    of the FLOPs), 1 / (1 / hidden + 1 / FFN) without one, and never wider than a GEMM of its narrowest side."""
+    from autotune.cost._terms import expert_side
+
+    assert expert_side(2048, 768) == pytest.approx(1 / (1 / 2048 + 2 / 3 / 768))
+    assert expert_side(2048, 768, gated=False) == pytest.approx(1 / (1 / 2048 + 1 / 768))
+    assert expert_side(2048, 768) < 768 < expert_side(1e9, 768)
+    m = load_model("Qwen3-30B-A3B")
+    wide = replace(m, hidden_size=4096)
+    wl = Workload(seq_len=4096, global_batch=64)
+    lay = [Layout(world=16, ep=16, micro_batch_size=1)]
+    no_fixed = replace(C, expert_gemm_s=0.0)
+    per_flop = []
+    for spec in (m, wide):
+        r = _time(spec, lay, ClusterSpec.of("H100", 16), wl, no_fixed)
+        per_flop.append(r.mb_terms["compute_experts"][0, 0] / spec.hidden_size)  # expert FLOPs scale with hidden
+    assert per_flop[1] < per_flop[0]
+    side = [expert_side(h, 768) for h in (2048, 4096)]
+    assert per_flop[0] / per_flop[1] == pytest.approx(
+        (side[1] / (side[1] + C.gemm_width)) / (side[0] / (side[0] + C.gemm_width)), rel=1e-6)
+
+
 def _recipe_layouts():
     from autotune.cli.common import recipe_inputs
 

@@ -6,7 +6,8 @@ composes them into step times under calibrated factors. Every term is a closed f
 over numpy columns: no per-layout Python loops. Shapes and why:
   - GEMMs run at gemm x width/(width + gemm_width) x rows/(rows + gemm_rows) of peak: narrow sides (TP-split
     hidden sizes, thin experts) and few rows (tokens per expert) waste tiles and waves. The routed experts use the
-    same curve at their own shape (per-expert rows, min(hidden, FFN / ETP)); a grouped GEMM over G local experts
+    same curve at their own shape (per-expert rows, and `expert_side`: both of an expert's sides cost, not only the
+    narrowest, since each is a GEMM's output or depth in one of its passes); a grouped GEMM over G local experts
     loses `grouped` of one dense GEMM's speed when G is large (per-group tails), nothing when G = 1: it is one GEMM;
     and every local expert's GEMM is a kernel of its own that pays a fixed `expert_gemm_s` (launch gap, last-wave
     tail) that does not shrink on a faster GPU: small experts with few tokens each run far below peak.
@@ -48,7 +49,7 @@ from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
 
-__all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency",
+__all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "expert_side",
            "attention_efficiency", "MB_TERMS", "STEP_TERMS", "TERM_MEANINGS", "DERIVED", "DEPS", "link_bandwidths",
            "OVERLAPS", "WINDOW"]
 
@@ -196,6 +197,16 @@ def gemm_efficiency(c, width, rows):
     return c.gemm * width / (width + c.gemm_width) * rows / (rows + c.gemm_rows)
 
 
+def expert_side(width, ffn, gated: bool = True):
+    """The width an expert's GEMMs run at on gemm_efficiency's curve. Per FLOP a GEMM of sides M x N x K moves
+    operand and result bytes in proportion to 1/M + 1/N + 1/K, and over forward, data and weight gradient each of an
+    expert's two sides (the token width and the FFN width per ETP rank) is in turn the output's width and the depth:
+    so both cost, the narrower more. fc1's FFN side is doubled by the GLU and holds 2/3 of the FLOPs (1/2 without a
+    GLU), so the sides add as 1/width + (2/3)/ffn (1/width + 1/ffn); a width of 1/(that sum) lands on the curve where
+    a dense GEMM's narrowest side would."""
+    return 1.0 / (1.0 / width + (2.0 / 3.0 if gated else 1.0) / ffn)
+
+
 def attention_efficiency(c, model: ModelSpec, mma_speedup: float = 1.0) -> float:
     """Flash attention's fraction of the BF16 peak at the model's head dimension. Per score the kernel runs 2 d (QK)
     + 2 d (PV) FLOPs on the tensor cores and one exp on the much slower special-function units, so the exp share
@@ -268,7 +279,8 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         copies = tokens * tok_share * e.top_k * etp  # routed token copies per GPU (ETP ranks share tokens)
         local = np.maximum(1.0, e.num_experts / ep)
         grouped = c.grouped + (1.0 - c.grouped) / local  # one local expert is one plain GEMM
-        exp_eff = grouped * gemm_efficiency(c, np.minimum(e.width(h), e.ffn_hidden_size / etp), copies / local)
+        exp_eff = grouped * gemm_efficiency(c, expert_side(e.width(h), e.ffn_hidden_size / etp, model.gated_mlp),
+                                            copies / local)
         # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
         # layer per micro-batch; 4 without wgrad), each paying a fixed `expert_gemm_s` whatever the GPU's speed
         # (the fused grouped MLP is one kernel per GEMM for every local expert: no per-expert cost)

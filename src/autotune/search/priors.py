@@ -54,11 +54,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.1376, "feature": 0.0518, "interaction": 0.0794, "noise": 0.0578, "tp": 0.0518, "pp": 0.0676,
-    "vpp": 0.0445, "cp": 0.0736, "ep": 0.0472, "recompute": 0.053, "recompute_1": 0.0512, "dispatcher": 0.0417,
-    "max_tokens_per_gpu": 0.0493, "precision_aware_optimizer": 0.0493, "moe_shared_expert_overlap": 0.0465,
-    "ep_overlap": 0.0528, "tp_comm_overlap": 0.051, "cuda_graphs": 0.0538, "moe_capacity_factor": 0.0472,
-    "layer_split": 0.046, "ep_x_nodes": 0.0661, "pp_x_recompute": 0.0813, "tp_x_hidden": 0.0784, "scale_sd": 1.1095,
+    "intercept": 0.1378, "feature": 0.0518, "interaction": 0.0803, "noise": 0.0579, "tp": 0.0521, "pp": 0.0676,
+    "vpp": 0.045, "cp": 0.0737, "ep": 0.0472, "recompute": 0.0529, "recompute_1": 0.0506, "dispatcher": 0.0419,
+    "max_tokens_per_gpu": 0.0494, "precision_aware_optimizer": 0.0494, "moe_shared_expert_overlap": 0.0466,
+    "ep_overlap": 0.0525, "tp_comm_overlap": 0.051, "cuda_graphs": 0.0537, "moe_capacity_factor": 0.0473,
+    "layer_split": 0.0461, "ep_x_nodes": 0.0666, "pp_x_recompute": 0.0821, "tp_x_hidden": 0.0795, "scale_sd": 1.0954,
 }
 
 
