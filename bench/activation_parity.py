@@ -86,6 +86,9 @@ CASES: dict[str, tuple] = {
               "Nemotron 3 Nano's Mamba2 layer (64 heads of 64, state 128, 8 groups, hidden 2688; no FFN)"),
     "mla-moe": (lambda: _one_layer("DeepSeek-V3", experts=8), "alltoall",
                 "DeepSeek-V3 MLA layer (128 heads, q / kv latents 1536 / 512, rope 64), 8 experts top-8 (FFN 2048) + shared"),
+    "gpt-oss-moe": (lambda: _one_layer("gpt-oss-20b", experts=8), "alltoall",
+                    "gpt-oss-20b sliding-window layer (64 heads of 64 / 8 KV, sinks), 8 experts top-4 (FFN 2880): "
+                    "quick-GeGLU with its clamp and offset"),
     "gdn-moe": (lambda: _one_layer("Qwen3.5-122B-A10B", experts=32), "alltoall",
                 "Qwen3.5-122B-A10B Gated DeltaNet layer (16 key / 64 value heads: q, k repeated 4x), 32 experts "
                 "top-8 (FFN 1024) + gated shared expert"),

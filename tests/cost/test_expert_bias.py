@@ -75,3 +75,44 @@ def test_the_fused_grouped_mlp_clamps_inside_its_op():
     wl = Workload(seq_len=4096, global_batch=512, precision="mxfp8", force_balance=True)
     lay = Layout(world=64, ep=64, micro_batch_size=1, dispatcher="hybridep", cuda_graphs="full")
     assert _mem(gptoss, cluster, lay, wl) == pytest.approx(_mem(plain, cluster, lay, wl), rel=1e-12)
+
+
+def _activations(model, cluster, layout, wl):
+    from autotune.cost import estimate_memory
+
+    return estimate_memory(model, wl, cluster, LayoutTable.from_layouts([layout])).terms["activations"][0]
+
+
+@pytest.mark.parametrize("recompute, kept", [(None, True), ("selective:moe_act", False), ("selective:moe", False),
+                                             ("selective:layernorm", True)])
+def test_the_clamped_glu_keeps_a_second_fc1_copy_unless_its_activation_is_recomputed(recompute, kept):
+    """The clamps keep their input (views of the fc1 output) and the fused quick-GeGLU the cat of the clamped halves:
+    one more copy of 2 x FFN per routed copy (bench/activation_parity.py, gpt-oss-moe: measured / predicted 1.35 ->
+    1.00). Recomputing moe_act (or the whole MoE layer) runs the clamps inside the checkpoint: neither copy stays."""
+    from autotune.layout import Recompute
+
+    gptoss = load_model("gpt-oss-120b")
+    plain = replace(gptoss, moe=replace(gptoss.moe, activation_clamp=0.0))
+    cluster = ClusterSpec.of("H100", 64)
+    wl = Workload(seq_len=4096, global_batch=256)
+    rc = Recompute.parse(recompute) if recompute else Recompute()
+    lay = Layout(world=64, pp=4, ep=8, micro_batch_size=1, recompute=rc)
+    extra = _activations(gptoss, cluster, lay, wl) - _activations(plain, cluster, lay, wl)
+    if not kept:
+        assert extra == pytest.approx(0.0, abs=1.0)
+        return
+    e = gptoss.moe
+    per_layer = 4096 * e.top_k * 2 * 2 * e.ffn_hidden_size  # tokens x copies x BF16 x (gate + up)
+    assert extra[0] > (gptoss.num_layers // 4) * per_layer  # the stage's layers, each micro-batch in flight at least once
+
+
+def test_the_fused_grouped_mlp_keeps_no_clamp_copy():
+    """TE's fused grouped MLP (the paged stash's, MXFP8 on Blackwell) clamps inside its op: no second copy."""
+    gptoss = load_model("gpt-oss-120b")
+    plain = replace(gptoss, moe=replace(gptoss.moe, activation_clamp=0.0))
+    cluster = ClusterSpec.of("GB200", 64)
+    wl = Workload(seq_len=4096, global_batch=512, precision="mxfp8", force_balance=True)
+    fused = Layout(world=64, ep=64, micro_batch_size=1, dispatcher="hybridep", cuda_graphs="full")
+    assert _activations(gptoss, cluster, fused, wl) == pytest.approx(_activations(plain, cluster, fused, wl), rel=1e-12)
+    unfused = Layout(world=64, ep=64, micro_batch_size=1, dispatcher="hybridep")
+    assert _activations(gptoss, cluster, unfused, wl) > _activations(plain, cluster, unfused, wl) * 1.01

@@ -101,6 +101,7 @@ WINDOW = {"ep_comm": ("compute_dense", "compute_attention", "compute_linear_atte
 _QUANT_SHARE = {"attn_in": 1.0, "mlp_in": 1.0, "moe_perm": 1.0, "moe_act": 1.0, "mlp": 0.5, "shared": 0.5,
                 "attn_core": 0.25}
 QUANT_PARTS = np.array([_QUANT_SHARE.get(p, 0.0) for p in PARTS])
+_CLAMP_UNTIMED = np.array([p != "moe_clamp" for p in PARTS], dtype=float)
 
 # HBM bytes per element of a biased expert's fc2 output for the unfused `t + b * p` (BF16; the probs keep the
 # router logits' dtype, BF16 unless --moe-router-dtype): forward b * p (write 2), the add (read 2 + 2, write 2),
@@ -328,7 +329,9 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
     # --- memory-bound traffic: norms, activations, rope, permutes, router softmax ---------------------
     # (a term no row of the table has is the scalar 0: 10^5 x 16 zeros cost as much as a real term)
     div = {"seq": tok_share, "tp": 1.0 / (cp * tp), "rep": tok_share, "exph": tok_share * etp, "expf": tok_share}
-    per_pair, pair_of = stage_sums_by_pair(lt.act, t.pp, t.vpp, S, t.split)  # per pair: no (n, S, P) table
+    # (a clamped GLU's second fc1-sized copy is memory, not traffic of its own: CLAMP_BYTES below prices its kernels)
+    act = lt.act * _CLAMP_UNTIMED[None, :] if model.is_moe and model.moe.activation_clamp else lt.act
+    per_pair, pair_of = stage_sums_by_pair(act, t.pp, t.vpp, S, t.split)  # per pair: no (n, S, P) table
     touch = 3 * c.mem_touch / (g.hbm_gbps * 1e9)
     act_bytes = fold_activations(per_pair, pair_of, {**div, "expf": 0.0}) * tokens
     mb["memory_bound"] = act_bytes * touch

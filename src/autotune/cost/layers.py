@@ -44,6 +44,7 @@ PART_CLASS = {
     "moe_perm": "exph",  # permuted tokens (expert fc1 input), per routed copy
     "moe_fc1": "expf",  # expert fc1 output (gate and up), per routed copy
     "moe_act": "expf",  # expert activation output (fc2 input), per routed copy
+    "moe_clamp": "expf",  # a clamped GLU's input (gpt-oss): the fc1 output kept again, per routed copy
     "shared": "tp",  # shared expert fc1 and activation outputs
 }
 PARTS = tuple(PART_CLASS)
@@ -175,6 +176,11 @@ def ffn_parts(m: ModelSpec, kind: str) -> dict[str, float]:
         "moe_fc1": e.top_k * BF16 * up * e.ffn_hidden_size,
         "moe_act": e.top_k * BF16 * e.ffn_hidden_size,
     }
+    if e.activation_clamp:
+        # gpt-oss clamps both GLU halves before its fused activation (weighted_bias_quick_geglu_impl, megatron-core
+        # 0.16-0.19): the clamps keep their input (views of the fc1 output) and the fused function the cat of the
+        # clamped halves, a second fc1-sized copy (bench/activation_parity.py, gpt-oss-moe)
+        parts["moe_clamp"] = e.top_k * BF16 * up * e.ffn_hidden_size
     if e.shared_ffn_hidden_size:
         parts["shared"] = BF16 * (up + 1) * e.shared_ffn_hidden_size
         if e.shared_expert_gate:  # `output * sigmoid(gate)` (shared_experts.py) keeps the shared output (h)

@@ -44,7 +44,7 @@ from ._mtp import mtp_stage_activations, mtp_stage_params
 from ._sac import op_sac_kept
 from ._quant import lowp_copies
 from ._state import state_terms
-from ._comm import PAGED_STASH_POOL, paged_stash, routing_load
+from ._comm import PAGED_STASH_POOL, fused_grouped_mlp, paged_stash, routing_load
 from .layers import (KIND, PART_CLASS, PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair,
                      vocab_per_row)
 
@@ -60,11 +60,11 @@ SELECTIVE_DROPS = {
     # only for the unfused kernel's s x s scores, which autotune does not model)
     "core_attn": (),
     "layernorm": ("ln",),
-    "moe_act": ("moe_act",),
+    "moe_act": ("moe_act", "moe_clamp"),
     "mlp": ("mlp",),
     # the whole MoELayer forward runs under one checkpoint (moe/moe_layer.py, moe_layer_recompute): routing, the
     # routed experts and the shared experts keep nothing but the layer's input
-    "moe": ("router", "moe_perm", "moe_fc1", "moe_act", "shared"),
+    "moe": ("router", "moe_perm", "moe_fc1", "moe_act", "moe_clamp", "shared"),
     "shared_experts": ("shared",),
     # MLA's up projections and RoPE run under a CheckpointWithoutOutput whose outputs, the core attention's q, k, v,
     # are discarded once attention has run and recomputed before its backward (megatron/core/transformer/
@@ -342,6 +342,11 @@ def estimate_memory(
         for part in SELECTIVE_DROPS[mod]:
             keep_part[on, PARTS.index(part)] = False
     full_layer = fold_activations(per_pair, pair_of, div)  # per token, everything saved (n, S)
+    if model.is_moe and model.moe.activation_clamp:  # TE's fused grouped MLP clamps inside its op: no second copy
+        fused = fused_grouped_mlp(model, workload, t)
+        keep_part[fused, PARTS.index("moe_clamp")] = False
+        full_layer = full_layer - np.where(fused[:, None], per_pair[pair_of, :, PARTS.index("moe_clamp")] * div["expf"],
+                                           0.0)
     kept_layer = full_layer
     if sel.any():  # only selective rows drop parts
         kept_layer = full_layer.copy()
