@@ -317,3 +317,33 @@ def test_json_layouts_report_tp_comm_overlap_as_it_takes_effect(capsys):
     assert rc == 0 and any(d["tp"] == 1 for d in top) and any(d["tp"] > 1 and d["tp_comm_overlap"] for d in top)
     assert not any(d["tp"] == 1 and d["tp_comm_overlap"] for d in top)
     assert all(("--tp-comm-overlap" in t["args"]) == t["layout_detail"]["tp_comm_overlap"] for t in json.loads(out)["top"])
+
+
+def test_recipes_show_prints_the_notes(capsys, tmp_path):
+    """`recipes show` prints a recipe's notes (the search's rationale and what the model needs beyond its MODEL_ARGS,
+    here gpt-oss's YaRN), after the command; --json carries them too. A recipe without notes has no Notes section."""
+    from autotune.catalog import ClusterSpec, Workload, load_model
+    from autotune.launch import model_notes
+    from autotune.layout import Layout
+    from autotune.recipes.emit import recipe_from_candidate
+    from autotune.recipes.io import write_recipe
+
+    stack = {"framework": "x", "megatron_lm": "x", "pytorch": "x", "python": "x", "network": "x"}
+
+    def recipe(model: str, notes: list[str] | None):
+        return recipe_from_candidate(load_model(model), ClusterSpec.of("H100", 16),
+                                     Layout(world=16, ep=8, max_tokens_per_gpu=8192), Workload(), status="predicted",
+                                     tokens_per_s_per_gpu=1000.0, step_time_cv_percent=None, gpu_hours=None,
+                                     window=(5, 19), steps_per_run=20, stack=stack, measured="2026-01-01", notes=notes)
+
+    (yarn,) = model_notes(load_model("gpt-oss-20b"))
+    path = write_recipe(recipe("gpt-oss-20b", ["why: a guess"]), tmp_path / "oss.yaml")
+    rc, out, _ = run(capsys, "recipes", "show", str(path))
+    lines = out.splitlines()
+    assert rc == 0 and "Notes" in lines and lines.index("Notes") > lines.index("Command")
+    assert lines[lines.index("Notes") + 1:] == ["  - why: a guess", f"  - {yarn}"]
+    rc, out, _ = run(capsys, "recipes", "show", str(path), "--json")
+    assert rc == 0 and json.loads(out)["notes"] == ["why: a guess", yarn]
+    plain = write_recipe(recipe("Qwen3-30B-A3B", None), tmp_path / "qwen.yaml")
+    rc, out, _ = run(capsys, "recipes", "show", str(plain))
+    assert rc == 0 and "Notes" not in out.splitlines()

@@ -61,6 +61,7 @@ CHOICES = {
     "--cross-entropy-fusion-impl": {"native", "te", "linear"},  # model_parallel_config.py:249
     "--data-parallel-sharding-strategy": {"no_shard", "optim", "optim_grads", "optim_grads_params"},  # arguments.py:2340
     "--softmax-type": {"vanilla", "off-by-one", "learnable"},  # arguments.py choices (TransformerConfig.softmax_type)
+    "--rope-type": {"rope", "yarn"},  # arguments.py:2074-2075
 }
 MULTI = {"--cuda-graph-scope", "--recompute-modules"}  # nargs='+'
 INTS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
@@ -69,7 +70,8 @@ INTS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num
         "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--global-batch-size",
         "--seq-length", "--train-iters", "--distributed-timeout-minutes"}
 FLOATS = {"--optimizer-offload-fraction", "--moe-expert-capacity-factor", "--lr", "--min-lr", "--weight-decay",
-          "--glu-linear-offset", "--activation-func-clamp-value"}
+          "--glu-linear-offset", "--activation-func-clamp-value", "--rope-scaling-factor", "--rotary-scaling-factor",
+          "--mscale", "--mscale-all-dim"}
 # Megatron's tuple_type ("127,0") and its layer-frequency type (an int, or a Python list expression of 0/1 per layer)
 TUPLES = {"--window-size"}
 FREQS = {"--window-attn-skip-freq", "--linear-attention-freq", "--moe-layer-freq"}

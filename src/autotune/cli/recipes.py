@@ -159,6 +159,8 @@ def _card(name: str, path: Path, r: Recipe) -> list[str]:
     lines += ["", "Stack"] + [f"  {k.replace('_', ' '):<18} {v}" for k, v in r.stack.model_dump().items()]
     lines += ["", "Environment"] + [f"  {k}={v}" for k, v in r.env.items()]
     lines += ["", "Command", r.run.rstrip("\n")]
+    if r.notes:  # the search's rationale, and what the model needs beyond its MODEL_ARGS (launch.model_notes)
+        lines += ["", "Notes"] + [f"  - {n}" for n in r.notes]
     return lines
 
 
@@ -168,7 +170,7 @@ def show(
     json_out: bool = typer.Option(False, "--json", help="Print the recipe as JSON."),
     dirs: Optional[List[Path]] = DIRS,
 ) -> None:
-    """One recipe: numbers, layout, correctness, stack, environment and the command that runs it."""
+    """One recipe: numbers, layout, correctness, stack, environment, the command that runs it and its notes."""
     path, recipe = _find(name, dirs)
     if json_out:
         print_json(recipe.model_dump(mode="json"))

@@ -15,6 +15,15 @@ learned_absolute with --max-position-embeddings, and its biases on every linear 
 gpt-oss (Megatron-Bridge's gpt_oss provider): --quick-geglu with --glu-linear-offset 1 and the experts' clamp,
 learnable softmax (attention sinks), and its sliding layers as --window-size / --window-attn-skip-freq. Its YaRN
 rope scaling has no flag at Megatron-LM 1dcf0daf (slime's pin): `model_notes` says so for the recipe.
+
+Rope scaling (`rope_args`, at Megatron-LM 1dcf0daf): Llama 3.x's (rope_type llama3) is --use-rope-scaling, whose
+shape is fixed in code (RotaryEmbedding._apply_scaling: low_freq_factor 1, high_freq_factor 4, 8192 original
+positions) and whose factor is GPTModel's default 8 (slime's model provider, like Megatron's gpt_builders.py, passes
+`rope_scaling` alone: --rope-scaling-factor never reaches the model); other values get a note, not the flag. MLA takes
+YaRN through --rope-type yarn, --rotary-scaling-factor, --mscale and --mscale-all-dim, whose parser defaults (1, 1, 0)
+replace MLATransformerConfig's (40, 1, 0); its original positions, beta_fast and beta_slow have no flag (4096, 32, 1
+from MLATransformerConfig). An MLA model without rope scaling takes --rope-type rope (with --no-rope-fusion, which
+MLATransformerConfig requires beside it).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from typing import NamedTuple
 from ..catalog import ModelSpec
 from ..catalog.model import FULL, LINEAR, SLIDING
 
-__all__ = ["Activation", "mlp_activation", "model_notes", "slime_model_args"]
+__all__ = ["Activation", "mlp_activation", "model_notes", "norm_epsilon", "rope_args", "slime_model_args"]
 
 # slime_plugins specs: Qwen3-Next/Qwen3.5 need slime's own layer spec (GDN + gated attention).
 _PLUGIN_SPECS = {
@@ -107,18 +116,87 @@ def mlp_activation(model: ModelSpec) -> Activation:
     return Activation("squared_relu" if model.model_type in ("nemotron", "nemotron_h") else "gelu", clamp=clamp)
 
 
-def model_notes(model: ModelSpec) -> list[str]:
-    """What a recipe for `model` must say because its MODEL_ARGS cannot: YaRN rope scaling outside MLA (gpt-oss), which
-    Megatron-LM 1dcf0daf's command line (slime's pin) does not set: --position-embedding-type has no yarn there and
-    --rope-type yarn asserts --multi-latent-attention."""
+def norm_epsilon(model: ModelSpec) -> float:
+    """The norms' epsilon as `model`'s config.json gives it (rms_norm_eps, layer_norm_epsilon, norm_eps or
+    layer_norm_eps), else 1e-6: MODEL_ARGS' --norm-epsilon and the CPU runner's layernorm_epsilon alike."""
     cfg = _hf_config(model)
+    return (cfg.get("rms_norm_eps") or cfg.get("layer_norm_epsilon") or cfg.get("norm_eps")
+            or cfg.get("layer_norm_eps") or 1e-6)
+
+
+def _value(scaling: dict, key: str, default: float) -> float:
+    value = scaling.get(key)
+    return default if value is None else float(value)
+
+
+def _rope_scaling(cfg: dict) -> tuple[str | None, dict]:
+    """(the config's rope scaling type, its parameters); (None, {}) without scaling ("default" is none)."""
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    if (scaling.get("rope_type") or scaling.get("type")) != "yarn" or model.mla:
-        return []
-    return [f"{model.name}'s YaRN rope scaling (factor {_num(scaling.get('factor') or 1)} from "
-            f"{scaling.get('original_max_position_embeddings')} positions) is not settable on Megatron-LM 1dcf0daf's "
-            "command line: set yarn_* on the TransformerConfig (Megatron-Bridge's gpt-oss provider does) or the run "
-            "trains with plain RoPE"]
+    kind = scaling.get("rope_type") or scaling.get("type")
+    return (None, {}) if kind in (None, "default") else (str(kind), scaling)
+
+
+# Llama 3.x rope scaling as --use-rope-scaling applies it at Megatron-LM 1dcf0daf: _apply_scaling's defaults
+# (megatron/core/models/common/embeddings/rotary_pos_embedding.py:92-98, called with the factor alone at :84) and
+# GPTModel's rope_scaling_factor (megatron/core/models/gpt/gpt_model.py:106), which slime's model provider
+# (slime/backends/megatron_utils/model_provider.py:216 at a897e1f) leaves in place, passing `rope_scaling` alone.
+_LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+# MLA's YaRN fields with no flag at 1dcf0daf: MLATransformerConfig's values (transformer_config.py:2086-2093).
+_MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+
+
+def rope_args(model: ModelSpec) -> tuple[list[str], list[str]]:
+    """(MODEL_ARGS tokens, recipe notes) for `model`'s rope scaling at Megatron-LM 1dcf0daf. A value the command line
+    cannot set is a note rather than a flag that would build another model."""
+    kind, scaling = _rope_scaling(_hf_config(model))
+    if model.learned_positions:
+        return [], []
+    if model.mla:
+        # MLA's rope_type defaults to yarn: say rope, which MLATransformerConfig takes only with rope fusion off
+        if kind is None:
+            return ["--rope-type", "rope", "--no-rope-fusion"], []
+        if kind != "yarn":
+            return [], [f"{model.name}'s {kind} rope scaling is not settable for MLA on Megatron-LM 1dcf0daf's command "
+                        "line (--rope-type takes rope or yarn): the run trains with plain RoPE"]
+        # where the config names no mscale / mscale_all_dim, 1 and 0 (DeepSeek's reference, Megatron's parser)
+        # rope fusion off: Megatron's fused MLA YaRN kernel is experimental (slime's DeepSeek / Kimi scripts turn it off)
+        args = ["--rope-type", "yarn", "--rotary-scaling-factor", _num(_value(scaling, "factor", 1.0)),
+                "--mscale", _num(_value(scaling, "mscale", 1.0)),
+                "--mscale-all-dim", _num(_value(scaling, "mscale_all_dim", 0.0)), "--no-rope-fusion"]
+        off = {k: (_value(scaling, k, v), v) for k, v in _MLA_YARN_FIXED.items() if _value(scaling, k, v) != v}
+        if not off:
+            return args, []
+        ours = ", ".join(f"{k} {_num(x)}" for k, (x, _) in off.items())
+        megatron = ", ".join(f"{k} {_num(v)}" for k, (_, v) in off.items())
+        return args, [f"{model.name}'s YaRN {ours} {'is' if len(off) == 1 else 'are'} not settable on Megatron-LM "
+                      f"1dcf0daf's command line: MLA takes {megatron} (MLATransformerConfig's "
+                      f"default{'s' if len(off) > 1 else ''}), another YaRN than the checkpoint's, unless the "
+                      "TransformerConfig is set in code"]
+    if kind is None:
+        return [], []
+    if kind == "llama3":
+        got = {k: _value(scaling, k, v) for k, v in _LLAMA3.items()}
+        if got == _LLAMA3:
+            return ["--use-rope-scaling", "--rope-scaling-factor", _num(_LLAMA3["factor"])], []
+        return [], [f"{model.name}'s llama3 rope scaling ({', '.join(f'{k} {_num(v)}' for k, v in got.items())}) is "
+                    "not settable on Megatron-LM 1dcf0daf's command line: --use-rope-scaling applies factor 8, "
+                    "low_freq_factor 1, high_freq_factor 4 from 8192 positions (slime's model provider does not pass "
+                    "--rope-scaling-factor on), so the recipe leaves it off and the run trains with plain RoPE"]
+    if kind == "yarn":  # outside MLA: --position-embedding-type has no yarn and --rope-type yarn asserts MLA
+        return [], [f"{model.name}'s YaRN rope scaling (factor {_num(scaling.get('factor') or 1)} from "
+                    f"{scaling.get('original_max_position_embeddings')} positions) is not settable on Megatron-LM "
+                    "1dcf0daf's command line: set yarn_* on the TransformerConfig (Megatron-Bridge's gpt-oss provider "
+                    "does) or the run trains with plain RoPE"]
+    return [], [f"{model.name}'s {kind} rope scaling is not settable on Megatron-LM 1dcf0daf's command line: the run "
+                "trains with plain RoPE"]
+
+
+def model_notes(model: ModelSpec) -> list[str]:
+    """What a recipe for `model` must say because its MODEL_ARGS cannot: rope scaling the command line of Megatron-LM
+    1dcf0daf (slime's pin) does not set (`rope_args`): YaRN outside MLA (gpt-oss: --position-embedding-type has no yarn
+    there and --rope-type yarn asserts --multi-latent-attention), MLA YaRN fields without a flag, llama3 scaling other
+    than Megatron's fixed one."""
+    return rope_args(model)[1]
 
 
 def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[str]:
@@ -126,8 +204,8 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
     cfg = _hf_config(model)
     rope = cfg.get("rope_parameters") or {}
     theta = cfg.get("rope_theta") or rope.get("rope_theta") or 10000
-    eps = (cfg.get("rms_norm_eps") or cfg.get("layer_norm_epsilon") or cfg.get("norm_eps")
-           or cfg.get("layer_norm_eps") or 1e-6)
+    eps = norm_epsilon(model)
+    rope_scaling = rope_args(model)[0]
     plugin = next((v for k, v in _PLUGIN_SPECS.items() if model.model_type.startswith(k)), None)
 
     a: list[str] = ["--spec", *plugin] if plugin else []
@@ -136,7 +214,7 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
             a.append("--disable-bias-linear")
         if model.attention_bias:  # gpt-oss: on with every linear's; Qwen2: on QKV alone
             a.append("--add-qkv-bias")
-    if model.qk_norm:
+    if model.qk_norm or model.mla:  # MLA's q_a / kv_a latent norms exist only with it (gpt_layer_specs, slime's scripts)
         a.append("--qk-layernorm")
     if model.num_kv_heads < model.num_heads:
         a.append("--group-query-attention")
@@ -164,6 +242,8 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
     if not model.tie_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     a += ["--vocab-size", str(model.vocab_size), "--rotary-base", _num(theta)]
+    if not model.mla:
+        a += rope_scaling
     if model.attention_sinks:
         a += ["--softmax-type", "learnable"]
     if model.sliding_window and SLIDING in model.layer_types:
@@ -176,6 +256,7 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
               "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)]
         if m.q_lora_rank:
             a += ["--q-lora-rank", str(m.q_lora_rank)]
+        a += rope_scaling
     if model.moe:
         e = model.moe
         a += ["--moe-ffn-hidden-size", str(e.ffn_hidden_size)]

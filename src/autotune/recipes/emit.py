@@ -6,7 +6,8 @@ The run block comes from `autotune.launch.build_run_block` (shared with the slim
 catalog's active-parameter count and the GPU's peak and price, so the checks recompute to the same numbers.
 Without gate results the correctness section says "not run" everywhere (result, configuration), has no
 component tests and `convergence: null`; such a recipe cannot be `verified`. The notes end with what the model
-needs beyond its MODEL_ARGS (`autotune.launch.model_notes`: gpt-oss's YaRN rope scaling).
+needs beyond its MODEL_ARGS (`autotune.launch.model_notes`: rope scaling the command line cannot set, such as
+gpt-oss's YaRN or Kimi-K2's YaRN beta_fast).
 """
 
 from __future__ import annotations

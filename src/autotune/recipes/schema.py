@@ -55,7 +55,9 @@ class Recipe(Section):
     patches: list[Patch] = Field(description="Source patches needed on top of the stack; empty for none.")
     run: str = Field(min_length=1, description="Shell commands that launch the run (slime), exactly as measured.")
     notes: list[str] | None = Field(None, description="Free-text notes, e.g. why the search tried this layout (the "
-                                    "planner's rationale); optional, left out when empty.")
+                                    "planner's rationale), and what the model needs beyond its MODEL_ARGS (settings "
+                                    "the command line cannot express, such as rope scaling); optional, left out when "
+                                    "empty.")
 
 
 def schema_dict() -> dict:

@@ -13,7 +13,7 @@ import torch
 
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import padded_vocab
-from ..launch import mlp_activation
+from ..launch import mlp_activation, norm_epsilon
 from ..layout.core import dispatcher_config
 from ..layout.splits import split_config
 from ..trials.plan import TrialPlan, gdn_blocker, has_module
@@ -47,11 +47,17 @@ def _recompute(plan: TrialPlan, moe_grouped_gemm: bool, notes: list[str]) -> dic
 def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: list[str]):
     """The TransformerConfig of the plan's model and layout, and whether TE layers are used. Appends to
     `notes` what this machine changes (a TE- or CUDA-only feature that falls back)."""
+    from megatron.core.activations import squared_relu
     from megatron.core.fusions.fused_bias_geglu import quick_gelu
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     m, lay, w = plan.model, plan.layout, plan.workload
-    act = mlp_activation(m)  # gpt-oss: (clamp(up) + 1) * quick_gelu(clamp(gate)), as its MODEL_ARGS say
+    # the MLP as MODEL_ARGS say it (Megatron-LM's core_transformer_config_from_args): SwiGLU and gpt-oss's
+    # (clamp(up) + 1) * quick_gelu(clamp(gate)) are GLUs; Nemotron's squared ReLU and GPT-3's GeLU have no gate
+    act = mlp_activation(m)
+    gated = act.name in ("swiglu", "quick_geglu")
+    act_func = {"swiglu": torch.nn.functional.silu, "quick_geglu": quick_gelu, "squared_relu": squared_relu,
+                "gelu": torch.nn.functional.gelu}[act.name]
     use_te = cuda and has_module("transformer_engine")
     bias_everywhere = m.attention_bias and m.moe is not None and m.moe.expert_bias
     if bias_everywhere and not use_te:
@@ -62,8 +68,9 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
     kw: dict = dict(
         num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,
         num_query_groups=m.num_kv_heads, kv_channels=m.head_dim, ffn_hidden_size=m.ffn_hidden_size,
-        normalization="RMSNorm", layernorm_epsilon=1e-6, gated_linear_unit=True,
-        activation_func=quick_gelu if act.name == "quick_geglu" else torch.nn.functional.silu,
+        # LayerNorm (with its bias) where the model has one: torch's LayerNorm in the local spec (WrappedTorchNorm)
+        normalization="LayerNorm" if m.norm_bias else "RMSNorm", layernorm_epsilon=norm_epsilon(m),
+        gated_linear_unit=gated, activation_func=act_func,
         glu_linear_offset=act.glu_offset, activation_func_clamp_value=act.clamp or None,
         # gpt-oss has biases on every linear (attention, router, experts); Qwen2-style models on QKV only.
         add_bias_linear=bias_everywhere, add_qkv_bias=m.attention_bias and not bias_everywhere,
@@ -81,7 +88,9 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
         sequence_parallel=lay.sp, params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16,
         # On CPU, initialise full matrices and slice them: TP1 and TP2 start from the same weights.
         use_cpu_initialization=not cuda, perform_initialization=True,
-        bias_activation_fusion=use_te, masked_softmax_fusion=use_te, bias_dropout_fusion=use_te,
+        # megatron-core fuses bias + GLU, or bias + GeLU where the MLP has a bias (TransformerConfig.__post_init__)
+        bias_activation_fusion=use_te and (gated or (act.name == "gelu" and bias_everywhere)),
+        masked_softmax_fusion=use_te, bias_dropout_fusion=use_te,
         apply_rope_fusion=use_te, gradient_accumulation_fusion=use_te, persist_layer_norm=False,
         cross_entropy_loss_fusion=lay.cross_entropy_fusion and use_te,
     )
@@ -141,7 +150,8 @@ def _layer_spec(config, use_te: bool, vp_stage: int | None):
         )
 
         return get_transformer_block_with_experimental_attention_variant_spec(config, vp_stage=vp_stage)
-    return get_gpt_decoder_block_spec(config, use_transformer_engine=use_te, normalization="RMSNorm", vp_stage=vp_stage)
+    return get_gpt_decoder_block_spec(config, use_transformer_engine=use_te, normalization=config.normalization,
+                                      vp_stage=vp_stage)
 
 
 def _reduce_replicated_experts(chunks: list, layout) -> None:
