@@ -168,3 +168,14 @@ def test_megatron_core_fixes_what_the_flags_cannot_say():
     with pytest.raises(ValueError, match="only works with YARN"):
         MLATransformerConfig(**base, rope_type="rope", apply_rope_fusion=True)
     MLATransformerConfig(**base, rope_type="rope", apply_rope_fusion=False)
+
+
+def test_a_config_without_an_epsilon_takes_its_config_class_default():
+    """GPT-3 (gpt2) and Nemotron configs name no epsilon: HF's GPT2Config / NemotronConfig default, 1e-5 (Megatron's
+    own default too), not the RMSNorm families' 1e-6."""
+    from autotune.launch.model_args import norm_epsilon
+
+    for name, eps in (("Megatron-GPT-7.1B", 1e-5), ("Nemotron-4-340B", 1e-5), ("Qwen3.5-2B", 1e-6)):
+        m = load_model(name)
+        args = slime_model_args(m)
+        assert norm_epsilon(m) == eps and args[args.index("--norm-epsilon") + 1] == f"{eps:g}".replace("e-0", "e-"), name

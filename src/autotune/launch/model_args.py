@@ -116,12 +116,18 @@ def mlp_activation(model: ModelSpec) -> Activation:
     return Activation("squared_relu" if model.model_type in ("nemotron", "nemotron_h") else "gelu", clamp=clamp)
 
 
+# the epsilon a config.json that names none means: its HF config class's default (GPT2Config.layer_norm_epsilon and
+# NemotronConfig.norm_eps 1e-5, as Megatron's own --norm-epsilon default; Llama / Qwen-style RMSNorm configs 1e-6)
+_EPS_DEFAULT = {"gpt2": 1e-5, "nemotron": 1e-5}
+
+
 def norm_epsilon(model: ModelSpec) -> float:
     """The norms' epsilon as `model`'s config.json gives it (rms_norm_eps, layer_norm_epsilon, norm_eps or
-    layer_norm_eps), else 1e-6: MODEL_ARGS' --norm-epsilon and the CPU runner's layernorm_epsilon alike."""
+    layer_norm_eps), else its config class's default (_EPS_DEFAULT, 1e-6 otherwise): MODEL_ARGS' --norm-epsilon and
+    the CPU runner's layernorm_epsilon alike."""
     cfg = _hf_config(model)
     return (cfg.get("rms_norm_eps") or cfg.get("layer_norm_epsilon") or cfg.get("norm_eps")
-            or cfg.get("layer_norm_eps") or 1e-6)
+            or cfg.get("layer_norm_eps") or _EPS_DEFAULT.get(model.model_type, 1e-6))
 
 
 def _value(scaling: dict, key: str, default: float) -> float:
