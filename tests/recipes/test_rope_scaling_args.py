@@ -77,13 +77,13 @@ def test_qwen35_model_args_are_unchanged():
 def test_llama3_rope_scaling_is_megatrons(name):
     args = slime_model_args(load_model(name))
     assert _rope(args) == ["--use-rope-scaling", "--rope-scaling-factor", "8"]
-    assert args[args.index("--rotary-base") + 1] == "500000" and model_notes(load_model(name)) == []
+    assert args[args.index("--rotary-base") + 1] == "500000" and rope_args(load_model(name))[1] == []
 
 
 def test_llama_without_rope_scaling_gets_none():
     for name in ("Llama-4-Maverick-17B-128E", "Llama-2-7b-hf", "Mixtral-8x7B-v0.1", "Qwen3-30B-A3B"):
         assert _rope(slime_model_args(load_model(name))) == [], name
-        assert model_notes(load_model(name)) == [], name
+        assert rope_args(load_model(name))[1] == [], name
 
 
 @pytest.mark.parametrize("change, said", [
@@ -179,3 +179,30 @@ def test_a_config_without_an_epsilon_takes_its_config_class_default():
         m = load_model(name)
         args = slime_model_args(m)
         assert norm_epsilon(m) == eps and args[args.index("--norm-epsilon") + 1] == f"{eps:g}".replace("e-0", "e-"), name
+
+
+def test_llama4_says_its_nope_layers_qk_l2_norm_and_input_scaled_experts():
+    """Scout: every 4th layer skips RoPE (HF no_rope_layers [1, 1, 1, 0] x 12: 1 where a layer takes it; Megatron's
+    --no-rope-freq 4 skips layer index 3, 7, ...), a weightless QK L2 norm, the router's score on the expert's input;
+    its chunked attention has no flag: a note. Maverick (use_qk_norm false) has no --qk-l2-norm."""
+    scout = load_model("Llama-4-Scout-17B-16E")
+    args = slime_model_args(scout)
+    assert args[args.index("--no-rope-freq") + 1] == "4"
+    assert "--qk-l2-norm" in args and "--moe-apply-probs-on-input" in args
+    assert any("chunked attention (8192 tokens" in n for n in model_notes(scout))
+    maverick = slime_model_args(load_model("Llama-4-Maverick-17B-128E"))
+    assert "--qk-l2-norm" not in maverick and maverick[maverick.index("--no-rope-freq") + 1] == "4"
+    flags = {ln.strip() for ln in (Path(__file__).with_name("megatron_flags.txt")).read_text().splitlines()}
+    assert {"--no-rope-freq", "--qk-l2-norm", "--moe-apply-probs-on-input"} <= flags
+
+
+def test_llama4_irregular_nope_layers_are_a_list(tmp_path):
+    layers = [1, 0, 1, 1] * 12  # NoPE at index 1, 5, ...: not every N-th from the first
+    cfg = json.loads((resources.files("autotune.catalog") / "data" / "models" / "Llama-4-Scout-17B-16E.json").read_text())
+    cfg["text_config"]["no_rope_layers"] = layers  # Scout's text keys live under text_config
+    path = tmp_path / "scout-variant.json"
+    path.write_text(json.dumps(cfg))
+    m = load_model(str(path))
+    args = slime_model_args(m)
+    pattern = args[args.index("--no-rope-freq") + 1]
+    assert eval(pattern) == [1 - x for x in layers]  # noqa: S307 - Megatron evaluates the same expression

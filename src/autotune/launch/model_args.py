@@ -197,12 +197,45 @@ def rope_args(model: ModelSpec) -> tuple[list[str], list[str]]:
                 "trains with plain RoPE"]
 
 
+_LLAMA4 = ("llama4", "llama4_text")
+
+
+def _llama4_args(model: ModelSpec, cfg: dict) -> tuple[list[str], list[str]]:
+    """Llama 4's MODEL_ARGS beyond a Llama's, and what they cannot say (Megatron-LM 1dcf0daf). Its NoPE layers
+    (HF `no_rope_layers`, 1 where a layer takes RoPE; else every `no_rope_layer_interval`-th, HF default 4) are
+    --no-rope-freq (1 where a layer skips it: N, or the per-layer list); `use_qk_norm` is a weightless L2 norm of q and
+    k (--qk-l2-norm); the router's score scales the expert's input (HF Llama4TextMoe: --moe-apply-probs-on-input).
+    Chunked attention on the RoPE layers (`attention_chunk_size`) has no flag: a note, for runs longer than a chunk."""
+    if model.model_type not in _LLAMA4:
+        return [], []
+    rope_layers = cfg.get("no_rope_layers")
+    if isinstance(rope_layers, list) and len(rope_layers) >= model.num_layers:
+        skip = [1 - int(x) for x in rope_layers[:model.num_layers]]
+    else:
+        n = int(cfg.get("no_rope_layer_interval") or 4)
+        skip = [int((i + 1) % n == 0) for i in range(model.num_layers)]
+    on = [i for i, x in enumerate(skip) if x]
+    n = on[0] + 1 if on else 0
+    periodic = n > 0 and all(x == int((i + 1) % n == 0) for i, x in enumerate(skip))
+    a = ["--no-rope-freq", str(n) if periodic else _layer_pattern(skip)] if on else []
+    if cfg.get("use_qk_norm"):
+        a.append("--qk-l2-norm")
+    if model.moe:
+        a.append("--moe-apply-probs-on-input")
+    notes = []
+    chunk = cfg.get("attention_chunk_size")
+    if chunk:
+        notes.append(f"{model.name}'s chunked attention ({chunk} tokens on its RoPE layers) has no flag on Megatron-LM "
+                     f"1dcf0daf's command line: a run with rows longer than {chunk} tokens attends over the whole row")
+    return a, notes
+
+
 def model_notes(model: ModelSpec) -> list[str]:
     """What a recipe for `model` must say because its MODEL_ARGS cannot: rope scaling the command line of Megatron-LM
     1dcf0daf (slime's pin) does not set (`rope_args`): YaRN outside MLA (gpt-oss: --position-embedding-type has no yarn
     there and --rope-type yarn asserts --multi-latent-attention), MLA YaRN fields without a flag, llama3 scaling other
     than Megatron's fixed one."""
-    return rope_args(model)[1]
+    return rope_args(model)[1] + _llama4_args(model, _hf_config(model))[1]
 
 
 def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[str]:
@@ -250,6 +283,7 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
     a += ["--vocab-size", str(model.vocab_size), "--rotary-base", _num(theta)]
     if not model.mla:
         a += rope_scaling
+    a += _llama4_args(model, cfg)[0]
     if model.attention_sinks:
         a += ["--softmax-type", "learnable"]
     if model.sliding_window and SLIDING in model.layer_types:
