@@ -218,9 +218,35 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
             "gpu_hours_per_step": float(tim.gpu_hours(1)[i]),
             "microbatches_per_step": int(lay.num_microbatches(workload.global_batch, workload.seq_len)),
             "breakdown": tim.breakdown(i),
+            "levers": levers(tim.breakdown(i), float(tim.step_time[i])),
         },
         **moe,
     }
+
+
+# what shrinks a step term a layout or workload setting controls, said where the term takes LEVER_SHARE of the step
+LEVERS = {
+    "dp_comm": "more micro-batches per step (--global-batch) amortise it; PP or a wider EP shards the gradients it moves",
+    "bubble": "more micro-batches per step (--global-batch) or VPP shrink it",
+    "imbalance": "a smaller EP gives each rank more experts to average over; --routing aux-loss if the run balances them",
+    "ep_comm": "--ep-overlap hides it behind compute; the flex or hybridep dispatcher sends a token once per node",
+    "host_bound": "--cuda-graphs replays the launches; more tokens per micro-batch give the GPU longer kernels",
+    "recompute": "lighter recompute (selective modules, fewer full-recompute layers) where memory allows",
+    "tp_comm": "--tp-comm-overlap hides it; a smaller TP moves less",
+    "cp_comm": "a smaller CP where memory allows",
+    "pp_p2p": "fewer pipeline stages",
+    "offload": "less --optimizer-offload where memory allows",
+    "act_offload": "fewer --activation-offload-layers where memory allows",
+}
+LEVER_SHARE = 0.2
+
+
+def levers(breakdown: dict, step_s: float) -> list[dict]:
+    """The step terms a setting controls that take LEVER_SHARE or more of the step, largest first, with what shrinks
+    each (LEVERS)."""
+    out = [{"term": k, "share": round(v / step_s, 3), "lever": LEVERS[k]}
+           for k, v in breakdown.items() if k in LEVERS and step_s > 0 and v / step_s >= LEVER_SHARE]
+    return sorted(out, key=lambda d: -d["share"])
 
 
 def routing_line(r: dict, dispatcher: str) -> str:
@@ -290,6 +316,8 @@ def render(out: dict) -> None:
     for key, what in (("measured", "measured"), ("recipe_predicted", "the recipe's prediction")):
         if key in out:
             line += f"; {what} {out[key]['tokens_per_s_per_gpu']:,.1f} ({round(out[key]['error_percent'], 1) + 0.0:+.1f}%)"  # + 0.0: never -0.0%
+    for lev in thr.get("levers", ()):  # before the prediction, which stays the last line
+        console.print(f"bottleneck: {lev['term']} takes {lev['share']:.0%} of the step: {lev['lever']}", markup=False)
     console.print(line)
 
 
