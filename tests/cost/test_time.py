@@ -187,6 +187,42 @@ def test_an_experts_gemms_pay_for_both_sides_not_only_the_narrowest():
         (side[1] / (side[1] + C.gemm_width)) / (side[0] / (side[0] + C.gemm_width)), rel=1e-6)
 
 
+def test_a_gemm_computes_its_last_tile_whole(monkeypatch):
+    """gpt-oss's hidden size 2880 is 11.25 tiles of 256: each of a dense linear's GEMMs with it as an output side
+    (the data and weight gradients of h -> X, the forward and weight gradient of X -> h) computes 12, so the dense
+    GEMMs cost (2 x 3072/2880 + 1) / 3 = 1.044x; its experts' 5760-wide fc1 and 2880-wide fc2 pay on both sides. A
+    hidden size that tiles evenly (Qwen3-30B-A3B's 2048, its FFN 768) pays nothing. A side under 4 large tiles takes
+    the tile of 128 or 256 that wastes less (384, an ETP-split FFN of 768: three of 128), a side under 128 nothing
+    (the width curve prices it)."""
+    import autotune.cost._terms as terms
+    from autotune.cost._terms import linear_pad, tile_pad
+
+    assert tile_pad(384) == 1.0 and tile_pad(64) == 1.0 and tile_pad(1856) == pytest.approx(2048 / 1856)
+    assert tile_pad(640) == pytest.approx(1.0) and tile_pad(700) == pytest.approx(768 / 700)
+
+    assert linear_pad(2880) == pytest.approx((2 * 3072 / 2880 + 1) / 3)
+    assert linear_pad(2048) == 1.0 and linear_pad(2048, 768) == 1.0
+    a, b = 3072 / 2880, 5888 / 5760
+    assert linear_pad(2880, 5760) == pytest.approx((a + b + a * b) / 3)
+    wl = Workload(seq_len=4096, global_batch=64)
+
+    def mb(name, tile):
+        monkeypatch.setattr(terms, "GEMM_TILE", tile)
+        m = load_model(name)
+        return _time(m, [Layout(world=16, ep=16, micro_batch_size=1)], ClusterSpec.of("H100", 16), wl,
+                     replace(C, expert_gemm_s=0.0)).mb_terms  # the per-expert kernels' fixed cost has no tiles
+
+    dense_pad = linear_pad(2880)
+    expert_pad = (2 * linear_pad(2880, 5760) + linear_pad(2880, 2880)) / 3  # fc1 holds 2/3 of a GLU expert's FLOPs
+    gptoss, whole = mb("gpt-oss-120b", 256), mb("gpt-oss-120b", 1)  # a 1-wide tile: nothing padded
+    assert gptoss["compute_dense"][0, 0] / whole["compute_dense"][0, 0] == pytest.approx(dense_pad, rel=1e-9)
+    assert expert_pad > 1.05
+    assert gptoss["compute_experts"][0, 0] / whole["compute_experts"][0, 0] == pytest.approx(expert_pad, rel=1e-9)
+    qwen, qwen_whole = mb("Qwen3-30B-A3B", 256), mb("Qwen3-30B-A3B", 1)
+    assert qwen["compute_experts"][0, 0] == pytest.approx(qwen_whole["compute_experts"][0, 0], rel=1e-12)
+    assert qwen["compute_dense"][0, 0] == pytest.approx(qwen_whole["compute_dense"][0, 0], rel=1e-12)
+
+
 def _recipe_layouts():
     from autotune.cli.common import recipe_inputs
 

@@ -7,7 +7,8 @@ over numpy columns: no per-layout Python loops. Shapes and why:
   - GEMMs run at gemm x width/(width + gemm_width) x rows/(rows + gemm_rows) of peak: narrow sides (TP-split
     hidden sizes, thin experts) and few rows (tokens per expert) waste tiles and waves. The routed experts use the
     same curve at their own shape (per-expert rows, and `expert_side`: both of an expert's sides cost, not only the
-    narrowest, since each is a GEMM's output or depth in one of its passes); a grouped GEMM over G local experts
+    narrowest, since each is a GEMM's output or depth in one of its passes), and every GEMM computes its output's
+    last tile whole (`linear_pad`, GEMM_TILE: a hidden size of 2880 costs 1.044x); a grouped GEMM over G local experts
     loses `grouped` of one dense GEMM's speed when G is large (per-group tails), nothing when G = 1: it is one GEMM;
     and every local expert's GEMM is a kernel of its own that pays a fixed `expert_gemm_s` (launch gap, last-wave
     tail) that does not shrink on a faster GPU: small experts with few tokens each run far below peak.
@@ -49,7 +50,7 @@ from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
 
-__all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "expert_side",
+__all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "expert_side", "linear_pad",
            "attention_efficiency", "MB_TERMS", "STEP_TERMS", "TERM_MEANINGS", "DERIVED", "DEPS", "link_bandwidths",
            "OVERLAPS", "WINDOW"]
 
@@ -208,6 +209,30 @@ def expert_side(width, ffn, gated: bool = True):
     return 1.0 / (1.0 / width + (2.0 / 3.0 if gated else 1.0) / ffn)
 
 
+# the output tile side of the large-GEMM kernels cuBLAS and CUTLASS run for these shapes (Hopper's warp-specialized
+# 128 x 256 tiles, Blackwell's 2-SM 256-wide MMA) on a side of 4 such tiles or more; a narrower side (an ETP-split
+# expert's FFN) takes whichever of 128 and 256 wastes less; a side under 128 is the width curve's (gemm_efficiency)
+GEMM_TILE = 256
+
+
+def tile_pad(dim):
+    """Work a GEMM output side of `dim` costs over its useful work, the last tile being computed whole (1 where the
+    side tiles evenly)."""
+    d = np.asarray(dim, dtype=float)
+    large = np.ceil(d / GEMM_TILE) * GEMM_TILE / d
+    small = np.minimum(large, np.ceil(d / 128) * 128 / d)
+    return np.where(d >= 4 * GEMM_TILE, large, np.where(d >= 128, small, 1.0))
+
+
+def linear_pad(d_in, d_out=None):
+    """A linear's three GEMMs, equal in FLOPs, each paying tile_pad on its output sides: forward tokens x d_out, data
+    gradient tokens x d_in, weight gradient d_out x d_in (the token side is long: nothing lost there). `d_out` None:
+    a side that tiles evenly (the dense layers' TP-split sides: heads x head dim, FFN / TP)."""
+    a = tile_pad(d_in)
+    b = 1.0 if d_out is None else tile_pad(d_out)
+    return (a + b + a * b) / 3.0
+
+
 def attention_efficiency(c, model: ModelSpec, mma_speedup: float = 1.0) -> float:
     """Flash attention's fraction of the BF16 peak at the model's head dimension. Per score the kernel runs 2 d (QK)
     + 2 d (PV) FLOPs on the tensor cores and one exp on the much slower special-function units, so the exp share
@@ -269,7 +294,9 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
     mix = linear_time_scale(model, workload, t, S, cluster.gpu, c, lin_peak)  # linears the recipe keeps in BF16 / MXFP8
     fmt = recipe_precision(workload.precision)  # the GEMM format: bf16, fp8 or fp4
     dense_eff = gemm_efficiency(c, h / tp, rows)
-    mb = {"compute_dense": fl.dense * _linear_s(passes, lin_peak, peak, c, dense_eff, mix[0], fmt),
+    # every dense linear has the hidden size on one side (linear_pad): gpt-oss's 2880 and Nemotron 3 Nano's 2688
+    # tile unevenly, every other catalog model's hidden size evenly
+    mb = {"compute_dense": fl.dense * _linear_s(passes, lin_peak, peak, c, dense_eff, mix[0], fmt) * linear_pad(h),
           "compute_attention": fl.attention * (3.5 * (SDPA_SLOWDOWN if workload.attention_kernel == "sdpa" else 1.0)
                                                / (peak * attention_efficiency(c, model, fp8_attention_speedup(
                                                    workload, cluster.gpu, c)))),
@@ -286,7 +313,10 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         # layer per micro-batch; 4 without wgrad), each paying a fixed `expert_gemm_s` whatever the GPU's speed
         # (the fused grouped MLP is one kernel per GEMM for every local expert: no per-expert cost)
         per_expert = np.where(fused_grouped_mlp(model, workload, t)[:, None], 0.0, 2 * passes * c.expert_gemm_s * local)
-        mb["compute_experts"] = (fl.experts * _linear_s(passes, lin_peak, peak, c, exp_eff, mix[1], fmt)
+        # fc1 (width -> GLU x FFN / ETP) holds GLU / (GLU + 1) of the FLOPs, fc2 (FFN / ETP -> width) the rest
+        glu, f_rank, w = (2.0 if model.gated_mlp else 1.0), e.ffn_hidden_size / etp, e.width(h)
+        pad = (glu * linear_pad(w, glu * f_rank) + linear_pad(f_rank, w)) / (glu + 1.0)
+        mb["compute_experts"] = (fl.experts * _linear_s(passes, lin_peak, peak, c, exp_eff, mix[1], fmt) * pad
                                  + moe_stage * per_expert)
     else:
         mb["compute_experts"] = 0.0
