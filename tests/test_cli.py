@@ -50,6 +50,21 @@ def test_estimate_names_a_bottleneck_and_what_shrinks_it(capsys):
     assert json.loads(out)["throughput"]["levers"] == []
 
 
+def test_estimate_says_what_frees_the_largest_memory_term_when_a_layout_does_not_fit(capsys):
+    """The seed's layout without recompute does not fit: its first stage's largest term is the activations, and the
+    line names recompute; with recompute it fits and says nothing of the kind."""
+    rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8", "--json")
+    mem = json.loads(out)["memory"]
+    stage = mem["stages"][mem["peak_stage"]]
+    assert rc == 0 and not mem["fits"] and mem["to_fit"]["term"] == "activations"
+    assert mem["to_fit"]["bytes"] == stage["activations"] == max(stage[k] for k in ("weights", "grads", "optimizer",
+                                                                                        "activations", "logits"))
+    rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8")
+    assert "to fit: the largest term on stage 0 is activations" in out and "--recompute" in out
+    rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8", "--recompute", "full:uniform:2", "--json")
+    assert json.loads(out)["memory"]["to_fit"] is None
+
+
 def test_estimate_without_recompute_does_not_fit_and_says_so(capsys):
     rc, out, _ = run(capsys, *EST, "--layout", "TP1 PP4 EP8 DP8")
     assert rc == 0 and "does not fit" in out

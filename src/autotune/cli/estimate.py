@@ -206,6 +206,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
             "stages": stages,
             "host_bytes_per_node": int(mem.host_bytes[i]),
             "host_capacity_bytes": int(mem.host_capacity_bytes),
+            "to_fit": None if mem.fits[i] else memory_lever(stages[int(mem.peak_stage[i])]),
         },
         "throughput": {
             "tokens_per_s_per_gpu": float(tim.tokens_per_s_per_gpu[i]),
@@ -239,6 +240,23 @@ LEVERS = {
     "act_offload": "fewer --activation-offload-layers where memory allows",
 }
 LEVER_SHARE = 0.2
+# what frees a memory term, said for the peak stage's largest term when a layout does not fit
+MEMORY_LEVERS = {
+    # (not PP: under 1F1B the first stage holds PP micro-batches of 1/PP of the layers)
+    "activations": "--recompute (selective modules first, then full), fewer --max-tokens-per-gpu, or more TP / CP",
+    "optimizer": "the distributed optimizer (the default), --optimizer-offload, or more DP to shard it over",
+    "grads": "more PP, or EP for an MoE's experts, to hold fewer parameters per GPU (--fsdp shards them at PP 1)",
+    "weights": "more PP / TP, or EP for an MoE's experts (--fsdp shards them at PP 1)",
+    "logits": "TP (the vocabulary splits over it) or fewer --max-tokens-per-gpu",
+    "recompute": "smaller recompute groups (full:block:N with a smaller N)",
+    "dispatcher": "a smaller EP or fewer --max-tokens-per-gpu",
+}
+
+
+def memory_lever(stage: dict) -> dict | None:
+    """The peak stage's largest memory term a setting frees (MEMORY_LEVERS), with what frees it."""
+    term = max((k for k in MEMORY_LEVERS if stage.get(k)), key=lambda k: stage[k], default=None)
+    return None if term is None else {"term": term, "bytes": int(stage[term]), "lever": MEMORY_LEVERS[term]}
 
 
 def levers(breakdown: dict, step_s: float) -> list[dict]:
@@ -294,6 +312,10 @@ def render(out: dict) -> None:
     verdict = "[green]fits[/]" if mem["fits"] else "[red]does not fit[/]"
     console.print(f"peak {mem['peak_bytes'] / GiB:.1f} GiB (stage {mem['peak_stage']}) of {mem['capacity_bytes'] / GiB:.1f} GiB: "
                   f"{verdict}, headroom {mem['headroom_bytes'] / GiB:.1f} GiB")
+    if mem.get("to_fit"):
+        tf = mem["to_fit"]
+        console.print(f"to fit: the largest term on stage {mem['peak_stage']} is {tf['term']} ({tf['bytes'] / GiB:.1f} GiB): "
+                      f"{tf['lever']}", markup=False)
     if mem["host_bytes_per_node"]:
         over = mem["host_bytes_per_node"] > mem["host_capacity_bytes"]
         console.print(f"offloaded optimizer: {mem['host_bytes_per_node'] / GiB:,.0f} GiB of host memory per node "
