@@ -109,6 +109,21 @@ def test_export_megatron_arguments(run_cli, tmp_path):
     assert argv[argv.index("--train-iters") + 1] == "14" and argv[argv.index("--seq-length") + 1] == "8192"
 
 
+def test_export_megatron_carries_the_model_arguments(run_cli, tmp_path):
+    """The megatron export's MODEL_ARGS array is slime's MODEL_ARGS for the recipe's model, exactly, as bash reads it
+    (the seed's Qwen3.5-122B-A10B: its layer spec named, with the note that slime_plugins must be importable)."""
+    from autotune.catalog import load_model
+    from autotune.launch import slime_model_args
+
+    code, out, _ = run_cli("export", str(SECOND), "--format", "megatron")
+    assert code == 0 and out.index("MODEL_ARGS=(") < out.index("MEGATRON_ARGS=(") and "slime_plugins" in out
+    script = tmp_path / "args.sh"
+    script.write_text(out + 'printf "%s\\n" "${MODEL_ARGS[@]}"\n')
+    _bash_n(script)
+    argv = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True).stdout.split("\n")[:-1]
+    assert argv == slime_model_args(load_model("Qwen3.5-122B-A10B"))  # the seed's load-balancing loss is off
+
+
 def test_export_script_passes_bash_n_and_runs(run_cli, tmp_path):
     dest = tmp_path / "launch.sh"
     code, _, _ = run_cli("export", str(SECOND), "--format", "script", "--out", str(dest))

@@ -85,8 +85,32 @@ def slime_command(recipe: Recipe) -> str:
     return recipe.run
 
 
+def _model_array(recipe: Recipe) -> list[str]:
+    """The recipe's model as a MODEL_ARGS=( ... ) bash array (slime's MODEL_ARGS, launch.slime_model_args, with the
+    load-balancing loss the recipe states), one flag per line, after what the arguments cannot say (model_notes);
+    none for a model the catalog cannot load."""
+    from ..launch import model_notes, slime_model_args
+    from .convert import load_balancing_of, model_of
+
+    model = model_of(recipe)
+    if model is None:
+        return []
+    tokens = slime_model_args(model, aux_loss_coeff=1e-3 if load_balancing_of(recipe) else 0.0)
+    lines = [f"# {model.name}'s architecture (slime's MODEL_ARGS for it)"
+             + ("; --spec names slime's layer spec: slime_plugins must be importable" if "--spec" in tokens else "")]
+    lines += [f"# note: {n}" for n in model_notes(model)]
+    lines.append("MODEL_ARGS=(")
+    for tok in tokens:
+        if tok.startswith("--") or not lines[-1].startswith("  "):
+            lines.append("  " + shlex.quote(tok))
+        else:
+            lines[-1] += " " + shlex.quote(tok)
+    return lines + [")"]
+
+
 def megatron_args(recipe: Recipe, name: str = "") -> str:
-    """Megatron-core arguments for the recipe's layout and workload, as a bash array (model arguments not included)."""
+    """Megatron-core arguments for the recipe: the model's (MODEL_ARGS) and the layout's and workload's
+    (MEGATRON_ARGS), as bash arrays."""
     lay, work = run_layout(recipe), workload_of(recipe)
     pairs = list(layout_args(lay, "megatron", work.seq_len, moe=is_moe(recipe), global_batch=work.global_batch))
     pairs += [
@@ -109,10 +133,13 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
     ]
     if is_moe(recipe) and not work.load_balancing_loss:
         pairs += [("--moe-router-load-balancing-type", "none"), ("--moe-aux-loss-coeff", "0")]
+    model_lines = _model_array(recipe)
     lines = [
         f"# Megatron-core arguments for {name or recipe.model}: {recipe.layout.label} on {recipe.gpu.count} x {recipe.gpu.type}.",
-        "# Add the model's architecture arguments (slime's MODEL_ARGS), checkpoint and data paths.",
+        "# Add checkpoint and data paths; pass both arrays: \"${MODEL_ARGS[@]}\" \"${MEGATRON_ARGS[@]}\"."
+        if model_lines else "# Add the model's architecture arguments (slime's MODEL_ARGS), checkpoint and data paths.",
     ]
+    lines += model_lines
     if lay.fsdp:  # arguments.py asserts it: FSDP overlaps its gathers on more than one CUDA connection
         lines.append(f"# Megatron FSDP: launch with CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (autotune's run blocks "
                      f"set {FSDP_MAX_CONNECTIONS}); Megatron refuses 1.")
