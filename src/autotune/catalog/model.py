@@ -259,9 +259,10 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         )
         if moe.top_k > moe.num_experts:
             raise ConfigError(f"{where}: num_experts_per_tok {moe.top_k} exceeds num_experts {moe.num_experts}")
-        if moe.router_groups < 1 or moe.num_experts % moe.router_groups or moe.router_group_topk > moe.router_groups:
-            raise ConfigError(f"{where}: n_group {moe.router_groups} / topk_group {moe.router_group_topk} do not split "
-                              f"{moe.num_experts} experts into groups (n_group must divide them, topk_group <= n_group)")
+        groups, chosen = moe.router_groups, moe.router_group_topk
+        if groups < 1 or moe.num_experts % groups or chosen > groups:
+            raise ConfigError(f"{where}: n_group {groups} / topk_group {chosen} do not split {moe.num_experts} "
+                              "experts into groups (n_group must divide them, topk_group <= n_group)")
     if ffn is None:
         if moe is None or moe.dense_layers:
             raise ConfigError(f"{where}: missing required field 'intermediate_size'; add it")

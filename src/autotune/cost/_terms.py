@@ -50,9 +50,9 @@ from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from .memory import MemoryCoefficients
 
-__all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "expert_side", "linear_pad",
-           "attention_efficiency", "MB_TERMS", "STEP_TERMS", "TERM_MEANINGS", "DERIVED", "DEPS", "link_bandwidths",
-           "OVERLAPS", "WINDOW"]
+__all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "expert_side",
+           "linear_pad", "attention_efficiency", "MB_TERMS", "STEP_TERMS", "TERM_MEANINGS", "DERIVED", "DEPS",
+           "link_bandwidths", "OVERLAPS", "WINDOW"]
 
 MB_TERMS = ("compute_dense", "compute_attention", "compute_linear_attention", "compute_experts", "compute_output",
             "recompute", "memory_bound", "expert_memory", "quantize", "tp_comm", "cp_comm", "ep_comm", "pp_p2p", "layer_overhead",
@@ -307,14 +307,13 @@ def _compute(model, workload, cluster, t, c, fl, tokens, tok_share, lin_peak, pe
         copies = tokens * tok_share * e.top_k * etp  # routed token copies per GPU (ETP ranks share tokens)
         local = np.maximum(1.0, e.num_experts / ep)
         grouped = c.grouped + (1.0 - c.grouped) / local  # one local expert is one plain GEMM
-        exp_eff = grouped * gemm_efficiency(c, expert_side(e.width(h), e.ffn_hidden_size / etp, model.gated_mlp),
-                                            copies / local)
+        # fc1 (width -> GLU x FFN / ETP) holds GLU / (GLU + 1) of the FLOPs, fc2 (FFN / ETP -> width) the rest
+        glu, f_rank, w = (2.0 if model.gated_mlp else 1.0), e.ffn_hidden_size / etp, e.width(h)
+        exp_eff = grouped * gemm_efficiency(c, expert_side(w, f_rank, model.gated_mlp), copies / local)
         # each local expert's GEMMs are kernels of their own (fc1, fc2 forward, their dgrad and wgrad: 6 per MoE
         # layer per micro-batch; 4 without wgrad), each paying a fixed `expert_gemm_s` whatever the GPU's speed
         # (the fused grouped MLP is one kernel per GEMM for every local expert: no per-expert cost)
         per_expert = np.where(fused_grouped_mlp(model, workload, t)[:, None], 0.0, 2 * passes * c.expert_gemm_s * local)
-        # fc1 (width -> GLU x FFN / ETP) holds GLU / (GLU + 1) of the FLOPs, fc2 (FFN / ETP -> width) the rest
-        glu, f_rank, w = (2.0 if model.gated_mlp else 1.0), e.ffn_hidden_size / etp, e.width(h)
         pad = (glu * linear_pad(w, glu * f_rank) + linear_pad(f_rank, w)) / (glu + 1.0)
         mb["compute_experts"] = (fl.experts * _linear_s(passes, lin_peak, peak, c, exp_eff, mix[1], fmt) * pad
                                  + moe_stage * per_expert)

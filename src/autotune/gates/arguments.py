@@ -20,7 +20,6 @@ from ..layout.args import format_args, precision_switches
 __all__ = ["MODEL_ARGS", "parse_arguments", "recipe_arguments", "candidate_arguments", "precision_arguments"]
 
 MODEL_ARGS = "${MODEL_ARGS[@]}"
-_AUX_ON = "0.001"  # the coefficient the runner uses when the load-balancing loss is on
 
 
 def precision_arguments(precision: str) -> list[str]:
@@ -87,18 +86,14 @@ def parse_arguments(cmd: str | Iterable[str] | Mapping[str, str | None],
 
 def recipe_arguments(recipe, *, model_args: list[str] | None = None) -> dict[str, str | None]:
     """The full argument list of a Recipe (or a recipe file path)."""
-    from ..recipes.convert import load_balancing_of, model_of
+    from ..recipes.convert import model_args_of
     from ..recipes.io import load_recipe
 
     if isinstance(recipe, (str, Path)):
         recipe = load_recipe(recipe)
     if model_args is None:
-        model = model_of(recipe)
-        if model is not None:
-            from ..launch import slime_model_args
-
-            lb_on = load_balancing_of(recipe)
-            model_args = slime_model_args(model, aux_loss_coeff=float(_AUX_ON) if lb_on else 0.0)
+        found = model_args_of(recipe)
+        model_args = found[1] if found else None
     out: dict[str, str | None] = {k: str(v) for k, v in recipe.env.items()}
     out.update(parse_arguments(recipe.run, model_args))
     for tok_flag, value in parse_arguments(precision_arguments(recipe.workload.precision)).items():
@@ -110,10 +105,10 @@ def candidate_arguments(model, cluster, layout, workload) -> dict[str, str | Non
     """The full argument list a search candidate's recipe would carry (its env, its run block with slime's
     MODEL_ARGS spliced in, the precision flag), without building the recipe: what the search passes to
     run_gates for a candidate and for its reference layout."""
-    from ..launch import build_run_block, loss_mask_for, run_env, slime_model_args
+    from ..launch import AUX_LOSS_ON, build_run_block, loss_mask_for, run_env, slime_model_args
 
     run = build_run_block(layout, workload, cluster, loss_mask=loss_mask_for(model.name), moe=model.is_moe)
-    margs = slime_model_args(model, aux_loss_coeff=float(_AUX_ON) if workload.load_balancing_loss else 0.0)
+    margs = slime_model_args(model, aux_loss_coeff=AUX_LOSS_ON if workload.load_balancing_loss else 0.0)
     out: dict[str, str | None] = dict(run_env(layout))
     out.update(parse_arguments(run, margs))
     for flag, value in parse_arguments(precision_arguments(workload.precision)).items():

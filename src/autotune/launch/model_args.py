@@ -36,7 +36,10 @@ from typing import NamedTuple
 from ..catalog import ModelSpec
 from ..catalog.model import FULL, LINEAR, SLIDING
 
-__all__ = ["Activation", "mlp_activation", "model_notes", "norm_epsilon", "rope_args", "slime_model_args"]
+__all__ = ["AUX_LOSS_ON", "Activation", "mlp_activation", "model_notes", "norm_epsilon", "rope_args",
+           "slime_model_args"]
+
+AUX_LOSS_ON = 1e-3  # --moe-aux-loss-coeff where a run's load-balancing loss is on (the CPU runner's, the recipes')
 
 # slime_plugins specs: Qwen3-Next/Qwen3.5 need slime's own layer spec (GDN + gated attention).
 _PLUGIN_SPECS = {
@@ -83,15 +86,24 @@ def _layer_pattern(flags: list[int]) -> str:
     return "+".join(f"[{v}]*{n}" for v, n in runs)
 
 
-def _layer_freq(layer_types: tuple[str, ...], kind: str) -> str:
-    """--linear-attention-freq (kind LINEAR) or --window-attn-skip-freq (kind SLIDING): N when every N-th layer is
-    full attention and the rest `kind`, else the per-layer list with 1 for a `kind` layer, as Megatron reads both."""
-    full = [i for i, t in enumerate(layer_types) if t != kind]
-    if full:
-        n = full[0] + 1
-        if all(t == (FULL if (i + 1) % n == 0 else kind) for i, t in enumerate(layer_types)):
+def _freq(flags: list[int], every: int) -> str:
+    """A Megatron layer-frequency argument for per-layer 0/1 `flags`: N when the layers flagged `every` are exactly
+    every N-th (N, 2N, ...), else the per-layer list expression."""
+    marked = [i for i, f in enumerate(flags) if f == every]
+    if marked:
+        n = marked[0] + 1
+        if all((f == every) == ((i + 1) % n == 0) for i, f in enumerate(flags)):
             return str(n)
-    return _layer_pattern([int(t == kind) for t in layer_types])
+    return _layer_pattern(flags)
+
+
+def _layer_freq(layer_types: tuple[str, ...], kind: str) -> str:
+    """--linear-attention-freq (kind LINEAR) or --window-attn-skip-freq (kind SLIDING): 1 for a `kind` layer; N when
+    every N-th layer is full attention and the rest `kind`, as Megatron reads both."""
+    flags = [int(t == kind) for t in layer_types]
+    if not all(t in (FULL, kind) for t in layer_types):  # a third kind of layer: only the list says it
+        return _layer_pattern(flags)
+    return _freq(flags, every=0)
 
 
 class Activation(NamedTuple):
@@ -102,6 +114,11 @@ class Activation(NamedTuple):
     name: str
     glu_offset: float = 0.0
     clamp: float = 0.0
+
+    @property
+    def gated(self) -> bool:
+        """A GLU (fc1 is gate and up): SwiGLU and quick-GeGLU; squared ReLU and GeLU have no gate."""
+        return self.name in ("swiglu", "quick_geglu")
 
 
 def mlp_activation(model: ModelSpec) -> Activation:
@@ -214,10 +231,7 @@ def _llama4_args(model: ModelSpec, cfg: dict) -> tuple[list[str], list[str]]:
     else:
         n = int(cfg.get("no_rope_layer_interval") or 4)
         skip = [int((i + 1) % n == 0) for i in range(model.num_layers)]
-    on = [i for i, x in enumerate(skip) if x]
-    n = on[0] + 1 if on else 0
-    periodic = n > 0 and all(x == int((i + 1) % n == 0) for i, x in enumerate(skip))
-    a = ["--no-rope-freq", str(n) if periodic else _layer_pattern(skip)] if on else []
+    a = ["--no-rope-freq", _freq(skip, every=1)] if any(skip) else []
     if cfg.get("use_qk_norm"):
         a.append("--qk-l2-norm")
     if model.moe:
@@ -234,7 +248,7 @@ def model_notes(model: ModelSpec) -> list[str]:
     """What a recipe for `model` must say because its MODEL_ARGS cannot: rope scaling the command line of Megatron-LM
     1dcf0daf (slime's pin) does not set (`rope_args`): YaRN outside MLA (gpt-oss: --position-embedding-type has no yarn
     there and --rope-type yarn asserts --multi-latent-attention), MLA YaRN fields without a flag, llama3 scaling other
-    than Megatron's fixed one."""
+    than Megatron's fixed one; and Llama 4's chunked attention (`_llama4_args`)."""
     return rope_args(model)[1] + _llama4_args(model, _hf_config(model))[1]
 
 

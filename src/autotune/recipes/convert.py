@@ -25,7 +25,8 @@ from ..layout import Layout, Recompute, layout_from_args
 from ..layout.args import precision_from_args
 from .schema import Recipe
 
-__all__ = ["PHRASE", "layout_of", "run_layout", "workload_of", "cluster_of", "model_of", "run_flags", "is_moe"]
+__all__ = ["PHRASE", "layout_of", "run_layout", "workload_of", "cluster_of", "model_of", "model_args_of", "run_flags",
+           "is_moe"]
 
 # Summary phrases (written by recipes/summary.py); only the load-balancing one is read, and only when the
 # run block does not set the loss itself (see load_balancing_of).
@@ -119,6 +120,17 @@ def load_balancing_of(recipe: Recipe) -> bool:
         except ValueError:
             raise BadInput(f"run: --moe-aux-loss-coeff {coeff!r} is not a number") from None
     return PHRASE["load_balancing_on"] in recipe.layout.summary
+
+
+def model_args_of(recipe: Recipe) -> tuple[ModelSpec, list[str]] | None:
+    """The recipe's model and slime's MODEL_ARGS for it, with the load-balancing loss the recipe states
+    (launch.AUX_LOSS_ON when on); None for a model the catalog cannot load."""
+    from ..launch import AUX_LOSS_ON, slime_model_args
+
+    model = model_of(recipe)
+    if model is None:
+        return None
+    return model, slime_model_args(model, aux_loss_coeff=AUX_LOSS_ON if load_balancing_of(recipe) else 0.0)
 
 
 def run_layout(recipe: Recipe) -> Layout:

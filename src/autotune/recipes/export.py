@@ -89,13 +89,13 @@ def _model_array(recipe: Recipe) -> list[str]:
     """The recipe's model as a MODEL_ARGS=( ... ) bash array (slime's MODEL_ARGS, launch.slime_model_args, with the
     load-balancing loss the recipe states), one flag per line, after what the arguments cannot say (model_notes);
     none for a model the catalog cannot load."""
-    from ..launch import model_notes, slime_model_args
-    from .convert import load_balancing_of, model_of
+    from ..launch import model_notes
+    from .convert import model_args_of
 
-    model = model_of(recipe)
-    if model is None:
+    found = model_args_of(recipe)
+    if found is None:
         return []
-    tokens = slime_model_args(model, aux_loss_coeff=1e-3 if load_balancing_of(recipe) else 0.0)
+    model, tokens = found
     lines = [f"# {model.name}'s architecture (slime's MODEL_ARGS for it)"
              + ("; --spec names slime's layer spec: slime_plugins must be importable" if "--spec" in tokens else "")]
     lines += [f"# note: {n}" for n in model_notes(model)]

@@ -13,7 +13,7 @@ import torch
 
 from ..catalog.model import LINEAR, SLIDING
 from ..catalog.params import padded_vocab
-from ..launch import mlp_activation, norm_epsilon
+from ..launch import AUX_LOSS_ON, mlp_activation, norm_epsilon
 from ..layout.core import dispatcher_config
 from ..layout.splits import split_config
 from ..trials.plan import TrialPlan, gdn_blocker, has_module
@@ -55,7 +55,7 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
     # the MLP as MODEL_ARGS say it (Megatron-LM's core_transformer_config_from_args): SwiGLU and gpt-oss's
     # (clamp(up) + 1) * quick_gelu(clamp(gate)) are GLUs; Nemotron's squared ReLU and GPT-3's GeLU have no gate
     act = mlp_activation(m)
-    gated = act.name in ("swiglu", "quick_geglu")
+    gated = act.gated
     act_func = {"swiglu": torch.nn.functional.silu, "quick_geglu": quick_gelu, "squared_relu": squared_relu,
                 "gelu": torch.nn.functional.gelu}[act.name]
     use_te = cuda and has_module("transformer_engine")
@@ -108,7 +108,7 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
             num_moe_experts=m.moe.num_experts, moe_router_topk=m.moe.top_k, moe_ffn_hidden_size=m.moe.ffn_hidden_size,
             moe_layer_freq=[int(i not in m.moe.dense_layers) for i in range(m.num_layers)],
             **dispatcher_config(lay.dispatcher), moe_router_dtype="fp32", moe_grouped_gemm=grouped,
-            moe_permute_fusion=use_te, moe_aux_loss_coeff=1e-3 if w.load_balancing_loss else 0.0,
+            moe_permute_fusion=use_te, moe_aux_loss_coeff=AUX_LOSS_ON if w.load_balancing_loss else 0.0,
             moe_router_load_balancing_type="aux_loss" if w.load_balancing_loss else "none",
             moe_shared_expert_overlap=lay.moe_shared_expert_overlap and cuda,
         )
