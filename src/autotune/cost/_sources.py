@@ -118,6 +118,13 @@ _REGRESSIONS = (
     ("Megatron-Bridge perf", ("25.11", "26.02"), "Qwen3-30B-A3B", ("H100", "B200"),
      "known regression: NVIDIA-NeMo/Megatron-Bridge#1998 (dropless Qwen3 30B on H100 and B200 2x slower than "
      "25.09's token-dropping runs; fixed in 26.02.01 by the HybridEP recipes, #2477 H100, #2499 B200)"),
+    # gpt-oss in container 26.06.01: NVIDIA-NeMo/Megatron-Bridge#5028 "[bug] 26.06.01 GPT-OSS 50% Performance Drop"
+    # (2026-07-22: the container upgrade from 26.06.00, no other config change, 421.1 -> 627.3 ms per iteration on the
+    # GPT-OSS 20B MXFP8 GB200 script). The page's 120B rows of the same printed layout agree: GB300 33,166 (26.06),
+    # 20,288 (26.06.01), 33,024 (26.08); GB200 28,947, 18,304, 28,672. Only GB200 and GB300 ran it in 26.06.01.
+    ("Megatron-Bridge perf", ("26.06.01",), "gpt-oss-120b", ("GB200", "GB300"),
+     "known regression: NVIDIA-NeMo/Megatron-Bridge#5028 (GPT-OSS about 1.5x slower in container 26.06.01 than "
+     "26.06.00 with no config change; 26.08 measures the 26.06 speed again)"),
 )
 
 
