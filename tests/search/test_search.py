@@ -52,6 +52,29 @@ def test_readme_search_finds_a_legal_fitting_layout_at_least_as_fast_as_the_seed
         d = tmp_path / out["study"] / "trials" / str(t["number"])
         assert (d / "trial_spec.json").exists() and (d / "trial_result.json").exists()
     assert len(out["recipes"]) == 3 and all(Path(p).exists() for p in out["recipes"])
+    # where the best layout's step goes, by the model's terms at the study's calibration (the same as estimate's)
+    step = out["best"]["step"]
+    assert step["step_time_s"] == pytest.approx(float(ev.time.step_time[0]), rel=1e-6)
+    shares = [d["share"] for d in step["shares"]]
+    assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1.0
+    assert shares[0] == pytest.approx(max(ev.time.breakdown(0).values()) / step["step_time_s"], abs=1e-3)
+    assert all(d["share"] >= 0.2 and d["lever"] for d in step["levers"])
+
+
+def test_the_outcome_names_the_best_layouts_bottleneck(tmp_path, capsys):
+    """A search whose best layout spends a fifth of its step or more on a term a setting controls says so, with the
+    setting: gpt-oss-120b on 64 B200 with a global batch of 32 rows cannot amortise its per-step costs."""
+    argv = ["search", "--model", "gpt-oss-120b", "--gpu", "B200", "--count", "64", "--global-batch", "32",
+            "--seq-len", "4096", "--trials", "2"]
+    capsys.readouterr()
+    rc = main([*argv, "--runs-dir", str(tmp_path / "a"), "--json"])
+    step = json.loads(capsys.readouterr().out)["best"]["step"]
+    assert rc == 0 and step["levers"], step
+    rc = main([*argv, "--runs-dir", str(tmp_path / "b")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "where its step goes (the model's terms): " in out
+    for lev in step["levers"]:
+        assert f"bottleneck: {lev['term']} takes {lev['share']:.0%} of the step: {lev['lever']}" in out.replace("\n", " ")
 
 
 @pytest.mark.parametrize("planner", ["model", "random"])

@@ -40,6 +40,13 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
     if b:
         console.print(f"best: [bold]{b['layout']}[/] ({escape(b['summary'])}): {b['tokens_per_s_per_gpu']:,.1f} "
                       f"tokens/s/GPU \\[{b['status']}]", soft_wrap=True)
+        step = b.get("step")
+        if step:
+            console.print("where its step goes (the model's terms): " + ", ".join(
+                f"{d['term']} {d['share']:.0%}" for d in step["shares"]), markup=False, soft_wrap=True)
+            for lev in step["levers"]:
+                console.print(f"bottleneck: {lev['term']} takes {lev['share']:.0%} of the step: {lev['lever']}",
+                              markup=False, soft_wrap=True)
         ref = out.get("reference")
         if ref:
             console.print(f"against the best known recipe {ref['name']} ({ref['layout']}, {ref['tokens_per_s_per_gpu']:,.1f} "

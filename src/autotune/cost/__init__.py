@@ -16,6 +16,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from ._comm import routing_summary
+from .advice import LEVERS, MEMORY_LEVERS, levers, memory_lever, step_shares
 from .calibrate import Calibration, load_calibration
 from .flops import mfu, mfu_of, usd_per_million_tokens
 from .memory import TERMS as MEMORY_TERMS
@@ -25,6 +26,11 @@ from .uncertainty import uncertainty
 
 __all__ = [
     "Evaluation",
+    "LEVERS",
+    "MEMORY_LEVERS",
+    "levers",
+    "memory_lever",
+    "step_shares",
     "evaluate",
     "MemoryCoefficients",
     "MemoryResult",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
-from ..cost import evaluate
+from ..cost import evaluate, levers, step_shares
 from ..killpoints import kill_point
 from ..layout import LayoutTable
 from ..layout.describe import settings_label
@@ -54,6 +54,7 @@ class SearchOutcome:
     model_is_moe: bool = True
     summary: str = ""  # the best layout in words
     workload: dict = field(default_factory=dict)  # Workload.rows(): the rows every trial ran, and their routing
+    best_step: dict | None = None  # where the model says the best layout's step goes, and what shrinks its bottleneck
 
     @property
     def best(self) -> TrialRecord | None:
@@ -68,6 +69,8 @@ class SearchOutcome:
                     "dispatcher": b.layout.dispatcher, "summary": self.summary}
             if self.reference:
                 best["vs_reference"] = b.value / self.reference["tokens_per_s_per_gpu"]
+            if self.best_step:
+                best["step"] = self.best_step
         return {
             "study": self.study, "runs_dir": self.runs_dir, "study_dir": self.study_dir, "backend": self.backend,
             "planner": self.planner, "workload": self.workload, "stop_reason": self.stop_reason, "best": best,
@@ -116,6 +119,7 @@ class SearchSession:
                 summary=ranked[0].layout.summary(self.workload.seq_len, self.model.is_moe) if ranked else "",
                 workload=self.workload.rows(),
             )
+            outcome.best_step = self._step_of(ranked[0]) if ranked else None
             outcome.gates = self.gates.run(self, ranked[:RECIPES_PER_STUDY])
             outcome.reference = best_known_recipe(self.model, self.cluster, self.workload)
             self._publish(outcome)
@@ -128,6 +132,16 @@ class SearchSession:
         """The peak memory a measured trial recorded (max over ranks), or None."""
         res = self.driver.result_on_disk(rec.number) if rec.source == "measured" else None
         return res.peak_memory_bytes if res else None
+
+    def _step_of(self, rec: TrialRecord) -> dict:
+        """The model's step breakdown of one layout at the study's calibration (refit on its trials): the largest
+        terms' shares, and the terms a setting controls that take a fifth of the step or more, with what shrinks
+        them (cost/advice.py). The model's view, also of a measured trial: a trial measures the step, not its terms."""
+        ev = evaluate(self.model, self.workload, self.cluster, LayoutTable.from_layouts([rec.layout]),
+                      self.driver.candidates.calibration)
+        step, parts = float(ev.time.step_time[0]), ev.time.breakdown(0)
+        return {"step_time_s": step, "shares": [{"term": k, "share": round(v, 3)} for k, v in step_shares(parts, step)],
+                "levers": levers(parts, step)}
 
     def _rows(self, records: list[TrialRecord]) -> list[dict]:
         """One JSON row per trial, with MFU, $ per 1M tokens from one evaluation, and the peak memory: measured where
