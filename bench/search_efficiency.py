@@ -22,7 +22,8 @@ The loop is the product's: planners are driven through PlanContext/Planner; meas
 search's posterior (search/candidates.believe, the driver's own function: the residual model with the
 time-term factors as columns, search/residual.py), which gives the predictions and uncertainties the next
 proposal sees. The `oracle` arm is the same planner with the reality's own error distribution as its prior
-(the term factors exactly, one weight per perturbed value with its true spread): a floor no planner that
+(the term factors exactly, one weight per perturbed value with its true spread, and in lomo+own each layout's
+own error, residual.ResidualModel's sigma_own): a floor no planner that
 learns from these trials can be expected to beat. A run "reaches" the goal at the first trial
 whose noise-free reality throughput is within 2% of reality's best over the candidates. GPU-hours per
 trial are reality's: (start-up + 20 steps) x GPUs (acquisition.TRIAL_STARTUP_S, from the seed page).
@@ -90,6 +91,7 @@ class Reality:
         sd = np.zeros(len(cols))
         normal = kind in ("lomo", "lomo+own")
         own = float(np.sqrt(max(PRIOR_WIDTHS["noise"] ** 2 - NOISE**2, 0.0))) if kind == "lomo+own" else 0.0
+        self.own = own
         if kind not in ("terms", "terms-wide"):
             nodes = np.ceil(table.ep * table.etp / cluster.gpus_per_node)
             rc = table.rc_gran * 100 + table.rc_layers
@@ -104,9 +106,8 @@ class Reality:
                 vals, inv = np.unique(c, return_inverse=True)
                 draw = rng.normal(0.0, s, len(vals)) if normal else np.log(rng.uniform(1 - s, 1 + s, len(vals)))
                 log_f += draw[inv]
-            if own:  # each layout's own error: for the oracle, a column with one value per layout
+            if own:  # each layout's own error (the oracle's prior has it as each candidate's own error)
                 log_f += rng.normal(0.0, own, len(table))
-                cols, sd = cols + [np.arange(len(table))], np.append(sd, own)
         # what the oracle knows: the terms' prediction and the error's structure and spread (not its draws);
         # log U[1 - s, 1 + s] has a standard deviation of about s / sqrt(3)
         self.base, self.cols = ev.time.tokens_per_s_per_gpu, cols
@@ -154,12 +155,12 @@ class Oracle:
             blocks.append(np.eye(inv.max() + 1)[inv])
             std += [max(float(sd), 1e-6)] * blocks[-1].shape[1]
         self.base, self.noise = reality.base, noise
-        self.residual = ResidualModel.of_design(np.hstack(blocks), np.array(std), noise)
+        self.residual = ResidualModel.of_design(np.hstack(blocks), np.array(std), noise, sigma_own=reality.own)
 
     def belief(self, measured: list[tuple[int, float]], noise: float, residual=None):
         if measured:
             idx = np.array([i for i, _ in measured])
-            self.residual.fit_rows(self.residual.Xc[idx], np.log(np.array([v for _, v in measured]) / self.base[idx]))
+            self.residual.fit_candidates(idx, np.log(np.array([v for _, v in measured]) / self.base[idx]))
         corr, std = self.residual.predict()
         return self.base * corr, np.maximum(std, noise), self.residual
 

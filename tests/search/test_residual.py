@@ -139,3 +139,32 @@ def test_correlation_with_itself_is_one(table):
     rho = rm.correlation(5)
     assert rho[5] == pytest.approx(1.0)
     assert np.all(rho <= 1 + 1e-9) and np.all(rho > 0)  # the shared intercept correlates everything a priori
+
+
+def test_a_layouts_own_error_is_learnt_by_measuring_it_and_teaches_no_other(table):
+    """sigma_own: each candidate has an error of its own besides the shared feature weights (the oracle of
+    bench/search_efficiency.py's lomo+own reality). Before any trial it widens every candidate alike; a trial
+    takes most of its own candidate's residual into that candidate alone, and the others learn from the trial
+    only through the weights, as from a noisier one."""
+    own, sn = 0.05, 0.02
+    plain = ResidualModel(table, sigma_n=sn, hidden=8192, learn_widths=False)
+    rm = ResidualModel(table, sigma_n=sn, hidden=8192, learn_widths=False, sigma_own=own)
+    s0, s1 = plain.predict()[1], rm.predict()[1]
+    assert np.allclose(s1**2, s0**2 + own**2)
+    rm.fit_candidates([0], np.array([0.2]))
+    plain.fit_candidates([0], np.array([0.2]))
+    corr, std = rm.predict()
+    k = own**2 / (own**2 + sn**2 / rm.weights[0])  # the share of its residual the trial gives its own error
+    r = 0.2 - rm.Xc[0] @ rm.mean
+    assert np.log(corr[0]) == pytest.approx(rm.Xc[0] @ rm.mean + k * r)
+    assert np.log(corr[0]) == pytest.approx(0.2, abs=0.03)  # the measured layout: near its measurement
+    assert std[0] < 0.03 and np.all(np.delete(std, 0) >= own)  # the others keep their own error
+    # the others learnt less from that trial than without own errors (it could be the layout's alone)
+    others = np.delete(np.log(corr), 0)
+    assert np.mean(np.abs(others)) < np.mean(np.abs(np.delete(np.log(plain.predict()[0]), 0)))
+    # joint draws carry the same spread, and correlations stay correlations
+    dev = rm.deviations(4000, seed=1)
+    assert np.allclose(dev.std(axis=1)[:50], std[:50], rtol=0.1)
+    c = rm.correlation(3)
+    assert c[3] == pytest.approx(1.0) and np.all(np.abs(c) <= 1 + 1e-9)
+    assert np.all(rm.diff_std(3)[np.arange(len(std)) != 3] >= own * np.sqrt(2) - 1e-9)
