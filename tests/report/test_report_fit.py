@@ -140,3 +140,17 @@ def test_unmeasured_results_read_alike_in_text_json_and_html(sim_study, tmp_path
     first = page.split('<table id="trials"', 1)[1].split("<tbody>", 1)[1].split("</tr>", 1)[0]
     cells = re.findall(r'<td[^>]*>(.*?)</td>', first)
     assert cells[heads.index("predicted")] == f"{best.predicted:,.1f}" and cells[heads.index("measured")] == "-"
+
+
+def test_the_html_report_shows_where_the_best_layouts_step_goes(sim_study, tmp_path, capsys):
+    """The report repeats the search's reading of its best layout (summary.json's best.step): the model's largest
+    terms and any bottleneck with its lever, as the terminal printed them."""
+    summary = json.loads((sim_study / "summary.json").read_text())
+    step = summary["best"]["step"]
+    html = tmp_path / "r.html"
+    assert main(["dashboard", str(sim_study), "--html", str(html)]) == 0
+    capsys.readouterr()
+    page = html.read_text()
+    shares = ", ".join(f"{d['term']} {d['share']:.0%}" for d in step["shares"])
+    assert f"Where its step goes (the model's terms): {shares}</p>" in page
+    assert page.count("<p>Bottleneck: ") == len(step["levers"])
