@@ -37,6 +37,7 @@ MODELS = {"deepseek_v3": ("DeepSeek-V3", "deepseek"), "gpt_oss_120b": ("gpt-oss-
           "llama31_405b": ("Llama-3.1-405B", "llama"), "kimi_k2": ("Kimi-K2-Instruct", "kimi"),
           "nemotron_3_nano": ("NVIDIA-Nemotron-3-Nano-30B-A3B", "nemotron_nano"),
           "nemotron_3_super": ("NVIDIA-Nemotron-3-Super-120B-A12B", "nemotron_super"),
+          "nemotron_3_ultra": ("NVIDIA-Nemotron-3-Ultra-550B-A55B", "nemotron_super"),
           # Qwen3.5-VL: the recipes load Qwen/Qwen3.5-*, the catalog's checkpoints (vision tower included)
           "qwen35_vl_35b_a3b": ("Qwen3.5-35B-A3B", "qwen35_vl"), "qwen35_vl_122b_a10b": ("Qwen3.5-122B-A10B", "qwen35_vl"),
           "qwen35_vl_397b_a17b": ("Qwen3.5-397B-A17B", "qwen35_vl")}
@@ -185,6 +186,8 @@ def _run(mod: str, fn, env: dict, state: dict, mods: _Modules, depth: int = 0) -
                     env[tgt.id] = _Cfg("")
                 elif _path(val, env) is not None:
                     env[tgt.id] = _Cfg(_path(val, env))
+                elif _value(val, env) is not _UNKNOWN:  # a local literal (num_gpus = 256) a later line assigns
+                    env[tgt.id] = _value(val, env)
                 continue
             path = _path(tgt, env)
             if path is None:

@@ -10,6 +10,7 @@ built on this CPU machine. The sharding test below restates MambaMixer's per-ran
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from autotune.errors import ConfigError
 from autotune.launch import slime_model_args
 
 NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A12B"
+ULTRA = "NVIDIA-Nemotron-3-Ultra-550B-A55B"
 
 
 def _buffers(m) -> int:
@@ -70,6 +72,36 @@ def test_super_mtp_block_and_structure():
     assert m.moe.latent_size == 1024 and not m.gated_mlp and m.mtp_pattern == "*E"
     assert all(m.is_moe_layer(i) == (c == "E") for i, c in enumerate(m.hybrid_pattern))
     assert all(m.has_ffn(i) == (c in "-E") for i, c in enumerate(m.hybrid_pattern))
+
+
+def test_ultra_is_its_name_and_its_checkpoints_size():
+    """550B total / 55B active (the name), and with the MTP block the BF16 checkpoint's 1,121 GB; the HF file's
+    spelling (layers_block_type, mtp_layers_block_type) reads as the catalog's pattern strings."""
+    m = load_model(ULTRA)
+    c = param_counts(m)
+    assert round(c.total / 1e9) == 549 and round(c.active / 1e9) == 55
+    assert round(2 * (c.total + c.mtp) / 1e9) == 1121
+    assert (m.count(MAMBA), m.count(FULL), m.count(NONE)) == (48, 12, 48)
+    assert [i for i, t in enumerate(m.layer_types) if t == FULL] == [7, 14, 23, 32, 39, 48, 57, 64, 73, 82, 89, 98]
+    assert m.moe.latent_size == 2048 and m.mtp_pattern == "*E" and m.mamba.num_heads * m.mamba.head_dim == 2 * 8192
+
+
+def test_nemotron_h_block_type_lists_read_as_the_patterns(tmp_path):
+    cfg = json.loads((Path(__file__).parents[1] / "src/autotune/catalog/data/models" / f"{ULTRA}.json").read_text())
+    names = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
+    hf = {k: v for k, v in cfg.items() if k not in ("hybrid_override_pattern", "mtp_hybrid_override_pattern")}
+    hf["layers_block_type"] = [names[c] for c in cfg["hybrid_override_pattern"]]
+    hf["mtp_layers_block_type"] = ["attention", "moe"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf))
+    a, b = load_model(str(path)), load_model(ULTRA)
+    assert a.hybrid_pattern == b.hybrid_pattern and a.mtp_pattern == b.mtp_pattern
+    assert param_counts(a) == param_counts(b)
+    hf["mtp_layers_block_type"] = ["attention", "moe", "sliding"]
+    path.write_text(json.dumps(hf))
+    with pytest.raises(ConfigError) as err:
+        load_model(str(path))
+    assert "mtp_layers_block_type" in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("name,billions", [
@@ -188,6 +220,12 @@ def test_megatron_arguments_of_the_new_stacks():
     assert {"--is-hybrid-model", "--squared-relu", "--moe-router-enable-expert-bias"} <= set(sup)
     assert sup[sup.index("--mamba-num-heads") + 1] == "128" and sup[sup.index("--moe-latent-size") + 1] == "1024"
     assert "--swiglu" not in sup and "--moe-layer-freq" not in sup
+    # Nemotron-H's attention has no positional embedding (Megatron-Bridge's NemotronH bridge: "none"), though its
+    # config.json carries rope_theta: none, and no rotary flag
+    for name in (NANO, SUPER, ULTRA):
+        a = slime_model_args(load_model(name))
+        assert a[a.index("--position-embedding-type") + 1] == "none", name
+        assert not [x for x in a if x.startswith(("--rotary", "--rope", "--use-rope"))], name
     gpt = slime_model_args(load_model("NeMo-GPT3-175B"))
     assert gpt[gpt.index("--position-embedding-type") + 1] == "learned_absolute" and "--swiglu" not in gpt
     assert "--disable-bias-linear" not in gpt and gpt[gpt.index("--normalization") + 1] == "LayerNorm"

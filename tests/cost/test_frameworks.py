@@ -68,6 +68,26 @@ def test_automodel_keeps_bf16_state_and_no_gathered_copy_of_ep_only_experts():
     assert am.peak[0] < meg.peak[0] - 20 * GiB
 
 
+def test_automodel_moe_blocks_resharded_after_forward_keep_two_units_gathered():
+    """moe.reshard_after_forward: true (NeMo AutoModel's Nemotron 3 Super and Ultra YAMLs, Workload.fsdp_reshard_moe):
+    the MoE blocks are resharded like any unit, so two units are gathered, not the whole model; the Ultra row
+    (128 H100, EP64: experts sharded over 2) fits only so."""
+    lay = Layout(world=128, ep=64, fsdp=True, micro_batch_size=2, recompute=Recompute("full", "uniform", 1))
+    w = Workload(seq_len=4096, global_batch=256, framework="automodel")
+    name = "NVIDIA-Nemotron-3-Ultra-550B-A55B"
+    m, t, kept = _mem(name, w, "H100", [lay])
+    _, _, resharded = _mem(name, dataclasses.replace(w, fsdp_reshard_moe=True), "H100", [lay])
+    dense, exp = stage_params(m, t, 1)
+    owned = owned_params(t, dense, exp)
+    assert t.edp[0] == 2  # experts are FSDP parameters too
+    assert kept.terms["weights"][0, 0] == pytest.approx(2 * owned[0, 0] + 2 * (dense[0, 0] + exp[0, 0]))
+    units = (dense[0, 0] + exp[0, 0]) / m.num_layers
+    assert resharded.terms["weights"][0, 0] == pytest.approx(2 * owned[0, 0] + 2 * 2 * units, rel=0.02)
+    assert not kept.fits[0] and resharded.fits[0]
+    row = next(r for r in published_measurements()[0] if r.model == name and r.framework == "automodel")
+    assert row.fsdp_reshard_moe and "reshard_after_forward" in row.source
+
+
 def test_llama3_shards_gradients_and_reduces_them_every_micro_batch():
     lay = Layout(world=512, tp=8, pp=8, fsdp=True, micro_batch_size=1)
     w = Workload(seq_len=8192, global_batch=256)

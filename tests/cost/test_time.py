@@ -80,7 +80,8 @@ def test_published_rows_name_their_attention_kernel():
     bridge = [m for m in kept if m.source.startswith("Megatron-Bridge")]
     assert titan and all(m.attention_kernel == "sdpa" for m in titan)
     assert {m.attention_kernel for m in auto} == {"te", "sdpa"}
-    assert all(m.attention_kernel == "sdpa" for m in auto if "Nemotron-3" in m.model)  # kernels=TE + DeepEP + TorchSDPA
+    # Nano's and Super's rows: kernels=TE + DeepEP + TorchSDPA; Ultra's: TE + DeepEP + torch_mm (TE's attention)
+    assert all(m.attention_kernel == ("te" if "Ultra" in m.model else "sdpa") for m in auto if "Nemotron-3" in m.model)
     assert bridge and all(m.attention_kernel == "te" for m in bridge)
 
 

@@ -7,11 +7,12 @@ intermediate_size, ...) and the ModelSpec fields the family fixes by constructio
     a gate (HF GPT2MLP is c_fc -> gelu -> c_proj), embeddings tied unless the config says otherwise.
   - nemotron (Nemotron-3/-4, HF NemotronForCausalLM): squared-ReLU MLP without a gate (NemotronMLP is
     up_proj -> relu2 -> down_proj) and LayerNorm1P, a LayerNorm with weight and bias.
-  - nemotron_h (Nemotron-H, Nemotron 3 Nano/Super): `hybrid_override_pattern`, one symbol per layer: M a Mamba2
+  - nemotron_h (Nemotron-H, Nemotron 3 Nano/Super/Ultra): `hybrid_override_pattern`, one symbol per layer: M a Mamba2
     mixer, * attention, - a dense MLP, E an MoE; each layer is one pre-norm and one of those. Experts and the
     dense MLP use squared ReLU without a gate; MoE routing keeps an e_score_correction_bias (HF registers it as
     a buffer, Megatron as the router's expert_bias buffer); `moe_latent_size` runs the experts at a narrower
-    width between two projections (LatentMoE); `mtp_hybrid_override_pattern` is the MTP block's stack.
+    width between two projections (LatentMoE); `mtp_hybrid_override_pattern` (or `mtp_layers_block_type`) is the MTP
+    block's stack.
   - llama4 / llama4_text (Llama 4 Scout, Maverick; HF Llama4TextConfig): `intermediate_size` is the routed
     experts' and the shared expert's FFN (every Llama4TextMoe has one ungated shared expert of that size), the
     dense layers' FFN is `intermediate_size_mlp` (HF default 16384); MoE layers are `moe_layers` or, without
@@ -55,10 +56,11 @@ def _pattern(cfg: dict, key: str, where: str, length: int | None) -> str:
     return value
 
 
-def _block_types(cfg: dict, where: str) -> str:
-    types = cfg.get("layers_block_type")
-    if not isinstance(types, list) or any(t not in _BLOCK_NAMES for t in types):
-        raise ConfigError(f"{where}: a nemotron_h config needs 'hybrid_override_pattern' (or 'layers_block_type' "
+def _block_types(cfg: dict, where: str, key: str = "layers_block_type") -> str:
+    types = cfg.get(key)
+    if not isinstance(types, list) or not types or any(t not in _BLOCK_NAMES for t in types):
+        pattern = "mtp_hybrid_override_pattern" if key.startswith("mtp") else "hybrid_override_pattern"
+        raise ConfigError(f"{where}: a nemotron_h config needs {pattern!r} (or {key!r} "
                           f"with {', '.join(sorted(_BLOCK_NAMES))}); add it from the model's config.json")
     return "".join(_BLOCK_NAMES[t] for t in types)
 
@@ -106,6 +108,8 @@ def _nemotron_h(cfg: dict, where: str) -> tuple[dict, dict]:
         cfg["head_dim"] = cfg["attention_head_dim"]
     if cfg.get("num_nextn_predict_layers") and cfg.get("mtp_hybrid_override_pattern"):
         out["mtp_pattern"] = _pattern(cfg, "mtp_hybrid_override_pattern", where, None)
+    elif cfg.get("num_nextn_predict_layers") and cfg.get("mtp_layers_block_type") is not None:
+        out["mtp_pattern"] = _block_types(cfg, where, "mtp_layers_block_type")  # transformers 5's spelling
     if cfg.get("moe_latent_size"):
         out["latent_size"] = cfg["moe_latent_size"]
     return cfg, out

@@ -82,6 +82,7 @@ class HFConfig(BaseModel):
     hybrid_override_pattern: Annotated[str, Field(strict=True, max_length=100_000)] | None = None
     mtp_hybrid_override_pattern: Annotated[str, Field(strict=True, max_length=1000)] | None = None
     layers_block_type: list[Annotated[str, Field(strict=True, max_length=100)]] | None = None
+    mtp_layers_block_type: list[Annotated[str, Field(strict=True, max_length=100)]] | None = None
     mamba_num_heads: _Dim | None = None
     mamba_head_dim: _Dim | None = None
     ssm_state_size: _Dim | None = None

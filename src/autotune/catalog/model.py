@@ -32,6 +32,9 @@ SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text
 # Llama, gpt-oss, GPT-2, o_proj has one too); its router scores by sigmoid with a correction bias though the config names
 # neither (HF Glm4MoeTopkRouter); use_qk_norm switches a weighted QK norm (HF q_norm / k_norm; Bridge qk_layernorm)
 QKV_BIAS_ONLY_TYPES = {"glm4_moe"}
+# Nemotron-H's attention has no positional embedding (HF NemotronHAttention applies none; Megatron-Bridge's NemotronH
+# bridge sets position_embedding_type "none"), though its config.json carries rope_theta and partial_rotary_factor
+NO_ROPE_TYPES = {"nemotron_h"}
 ROUTER_BIAS_TYPES = {"gpt_oss", "glm4_moe"}  # beside DeepSeek's noaux_tc (gpt-oss: a learned linear bias)
 QK_NORM_SWITCH_TYPES = {"glm4_moe"}
 # routers that score by sigmoid though their config names no scoring_func: GLM-4.5's, and Llama 4's (HF Llama4TextMoe
@@ -60,7 +63,7 @@ class ModelSpec:
     qkv_bias_only: bool = False  # attention_bias on Q, K and V but not the output projection (GLM-4.5's o_proj)
     attention_sinks: bool = False
     sliding_window: int | None = None
-    rotary_fraction: float = 1.0
+    rotary_fraction: float = 1.0  # 0: no positional embedding in attention (NO_ROPE_TYPES)
     linear: LinearAttentionSpec | None = None
     mla: MlaSpec | None = None
     moe: MoeSpec | None = None
@@ -268,7 +271,8 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
             raise ConfigError(f"{where}: missing required field 'intermediate_size'; add it")
         ffn = moe.ffn_hidden_size
     rope = cfg.get("rope_parameters") or {}
-    rotary = float(cfg.get("partial_rotary_factor") or rope.get("partial_rotary_factor") or 1.0)
+    rotary = 0.0 if model_type in NO_ROPE_TYPES else float(cfg.get("partial_rotary_factor")
+                                                           or rope.get("partial_rotary_factor") or 1.0)
     return ModelSpec(
         name=name,
         model_type=model_type,

@@ -125,6 +125,9 @@ class Workload:
     # MXFP8 only: the output layer (LM head) as a TE linear under MXFP8 (megatron-core's fp8_output_proj)
     fp8_output_proj: bool = False
     framework: str = "megatron"  # FRAMEWORKS: whose weights, gradients, optimizer state and "selective" recompute
+    # NeMo AutoModel's FSDP2 with moe.reshard_after_forward: true (its Nemotron 3 Super and Ultra benchmark YAMLs):
+    # MoE blocks resharded after forward like any unit; False: they stay gathered until backward (cost/_state.py)
+    fsdp_reshard_moe: bool = False
     # optimizer state per parameter a rank owns, bytes; 0: the framework's own (Megatron: fp32 master + Adam m, v, 12)
     optimizer_state_bytes: float = 0.0
     # low-precision recipes only: the last N decoder layers' linears in BF16 (--first-last-layers-bf16

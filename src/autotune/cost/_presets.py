@@ -61,17 +61,23 @@ _GRAPHS = {"none", "router", "attn", "full"}
 # distributed.activation_checkpointing: true (every decoder layer checkpointed: Megatron's full uniform 1; MoE models:
 # nemo_automodel/components/moe/parallelizer.py apply_ac wraps each whole block, experts included, saving only the
 # router's projection and top-k). Kimi-K2, Qwen3-235B-A22B and Qwen3-Next's benchmark recipes (github.com/NVIDIA-NeMo/
-# Automodel at 36044ad3 examples/llm_benchmark/kimi, qwen) set it too, and GLM-4.7's (GLM-4.5's network); gpt-oss-120b's
+# Automodel at 36044ad3 examples/llm_benchmark/kimi, qwen) set it too, and GLM-4.7's (GLM-4.5's network) and Nemotron 3
+# Ultra's (examples/llm_benchmark/nemotron/nemotron_ultra_v3_te_deepep.yaml, mirror of 2026-08-22); gpt-oss-120b's
 # and GLM-4.5-Air's do not (read as none)
 _AUTOMODEL = {"DeepSeek-V3": "examples/llm_benchmark/deepseek/deepseek_v3_te_deepep.yaml",
               "Qwen3-30B-A3B": "examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml",
               "Llama-3.1-70B": "examples/llm_benchmark/llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",
               "NVIDIA-Nemotron-3-Nano-30B-A3B": "examples/llm_benchmark/nemotron/nemotron_nano_v3_te_deepep.yaml",
               "NVIDIA-Nemotron-3-Super-120B-A12B": "examples/llm_benchmark/nemotron/nemotron_super_v3_te_deepep.yaml",
+              "NVIDIA-Nemotron-3-Ultra-550B-A55B": "examples/llm_benchmark/nemotron/nemotron_ultra_v3_te_deepep.yaml",
               "Kimi-K2-Instruct": "examples/llm_benchmark/kimi/kimi_k2_te_deepep.yaml",
               "Qwen3-235B-A22B": "examples/llm_benchmark/qwen/qwen3_moe_235b_te_deepep.yaml",
               "Qwen3-Next-80B-A3B-Instruct": "examples/llm_benchmark/qwen/qwen3_next_te_deepep.yaml",
               "GLM-4.5": "examples/llm_benchmark/glm/glm_4.7_te_deepep.yaml"}
+
+# ... and those whose YAML reshards the MoE blocks after forward (distributed.moe.reshard_after_forward: true, at the
+# Automodel mirror of 2026-08-22; the others' say false or nothing, apply_fsdp's default false)
+_AUTOMODEL_RESHARD_MOE = ("NVIDIA-Nemotron-3-Super-120B-A12B", "NVIDIA-Nemotron-3-Ultra-550B-A55B")
 
 # catalog model -> the NeMo 2 recipe whose performance mode drops tokens (nemo/collections/llm/recipes/, v2.4.0)
 _NEMO_TOKEN_DROP = {"Llama-4-Scout-17B-16E": "llama4_e16.py", "Llama-4-Maverick-17B-128E": "llama4_e128.py",
@@ -224,6 +230,9 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     if source.startswith("NeMo AutoModel") and model in _AUTOMODEL and not (row.get("recompute") or "").strip():
         out["layout"]["recompute"] = "full:uniform:1"
         out["read"].append(f"recompute full:uniform:1 (activation_checkpointing in NeMo AutoModel {_AUTOMODEL[model]})")
+    if source.startswith("NeMo AutoModel") and model in _AUTOMODEL_RESHARD_MOE:
+        out["workload"]["fsdp_reshard_moe"] = True
+        out["read"].append(f"MoE blocks resharded after forward (moe.reshard_after_forward in {_AUTOMODEL[model]})")
     if (source.startswith("torchtitan") and lay["pp"] > 1 and re.search(r"interleaved 1f1b", notes, re.I)
             and not (row.get("vp") or "").strip()):  # torchtitan's looped schedules: 2 stages per rank by default
         out["layout"]["vpp"] = 2  # (torchtitan/distributed/pipeline_parallel.py, pipeline_parallel_layers_per_stage unset)

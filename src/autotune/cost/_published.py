@@ -92,6 +92,7 @@ _NAMES = [
     (r"^qwen3\.5 ?122b", "Qwen3.5-122B-A10B"),
     (r"^nemotron ?v?3 nano", "NVIDIA-Nemotron-3-Nano-30B-A3B"),
     (r"^nemotron ?v?3 super", "NVIDIA-Nemotron-3-Super-120B-A12B"),
+    (r"^nemotron ?v?3 ultra", "NVIDIA-Nemotron-3-Ultra-550B-A55B"),
     # NeMo 24.07's Nemotron-8B / -22B are NeMo's Nemotron3Config8B / 22B; Nemotron-340B is Nemotron-4 340B
     (r"^nemotron 8b", "Nemotron-3-8B"),
     (r"^nemotron 22b", "Nemotron-3-22B"),
@@ -123,9 +124,12 @@ _PACKED = [("Megatron-Bridge perf", r"fine tuning", SQUAD_DOC_TOKENS,
 # (source prefix, catalog model) -> training settings the source's recipe sets that the row does not print.
 # Megatron-Bridge's Nemotron 3 Super recipes (recipes/nemotronh/h100/nemotron_3_super.py, which the perf
 # recipes build on; 067f987d) train the MTP block: mtp_num_layers=2 with mtp_use_repeated_layer (one block, run twice)
+# Nemotron 3 Ultra's (recipes/nemotronh/h100/nemotron_3_ultra.py, mirror of 2026-08-22) do the same
 _TRAINING_PRESETS = [
     ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Super-120B-A12B", {"train_mtp": True, "mtp_passes": 2},
      "MTP trained, the one MTP block run twice (Megatron-Bridge Super recipe: mtp_num_layers 2, repeated layer)"),
+    ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Ultra-550B-A55B", {"train_mtp": True, "mtp_passes": 2},
+     "MTP trained, the one MTP block run twice (Megatron-Bridge Ultra recipe: mtp_num_layers 2, repeated layer)"),
 ]
 
 

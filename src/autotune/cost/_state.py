@@ -22,8 +22,9 @@ a "unit" one decoder layer (FSDP's wrapping unit in every framework here):
   automodel   torch FSDP2 on a BF16 model (NeMo AutoModel: from_config's torch_dtype "auto" is bfloat16; optimizer
               torch.optim.Adam, whose m, v take the parameter's dtype): sharded parameters, gradients and m, v in BF16,
               O x (2 + 2 + 4) B. MoE blocks are not resharded after forward (moe/parallelizer.apply_fsdp default, the
-              benchmark YAMLs' moe.reshard_after_forward: false) and pipeline stages keep their layers gathered: the
-              stage's gathered BF16 copy; experts sharded by EP alone (expert-DP 1) are no FSDP parameters at all, so
+              benchmark YAMLs' moe.reshard_after_forward: false; Nemotron 3 Super's and Ultra's set it true:
+              Workload.fsdp_reshard_moe, two units gathered as with a dense model) and pipeline stages keep their
+              layers gathered: the stage's gathered BF16 copy; experts sharded by EP alone (expert-DP 1) are no FSDP parameters at all, so
               they have no gathered copy. Unsharded gradients as torchtitan's.
   llama3      Meta's FSDP for Llama 3 (arXiv:2407.21783 sec. 3.3.2): "shards optimizer states and gradients, but for
               model shards we do not reshard after forward"; FP32 gradient accumulation and FP32 reduce-scatter: fp32
@@ -89,7 +90,7 @@ def _framework_state(model, workload, t, S, p_dense, p_exp, owned, keep, emb, co
     if fw == "llama3":
         stays, unsharded_grads = np.ones_like(pp1), 4.0 * per_layer
     else:
-        stays = ~pp1 | (model.is_moe and fw == "automodel")
+        stays = ~pp1 | (model.is_moe and fw == "automodel" and not workload.fsdp_reshard_moe)
         unsharded_grads = np.where(pp1, 4.0 * per_layer, 4.0 * gathered_stage)
     gathered = np.where(stays, gathered_stage, coef.fsdp_layers_in_flight * per_layer) * gather_b
     return owned * shard_p + gathered, owned * shard_g + unsharded_grads, owned * ((workload.optimizer_state_bytes

@@ -64,6 +64,7 @@ class Measurement:
     mtp_passes: int = 0
     force_balance: bool = False  # --moe-router-force-load-balancing (published MoE benchmarks)
     framework: str = "megatron"  # catalog.FRAMEWORKS: the stack that ran it (its memory behaviour)
+    fsdp_reshard_moe: bool = False  # see Workload.fsdp_reshard_moe (NeMo AutoModel's moe.reshard_after_forward)
     optimizer_state_bytes: float = 0.0  # per owned parameter; 0: the framework's own
     bf16_layers_end: int = 0  # see Workload: linears a low-precision recipe keeps in BF16 / MXFP8
     quant_overrides: tuple = ()
@@ -111,6 +112,7 @@ class Measurement:
                         fp8_attention=self.fp8_attention, fp8_output_proj=self.fp8_output_proj,
                         train_mtp=self.train_mtp, mtp_passes=self.mtp_passes,
                         force_balance=self.force_balance, framework=self.framework,
+                        fsdp_reshard_moe=self.fsdp_reshard_moe,
                         optimizer_state_bytes=self.optimizer_state_bytes, bf16_layers_end=self.bf16_layers_end,
                         quant_overrides=tuple(tuple(o) for o in self.quant_overrides), eager=self.eager,
                         attention_kernel=self.attention_kernel, lora=self.lora, packed_doc_len=self.packed_doc_len)

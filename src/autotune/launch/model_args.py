@@ -172,7 +172,7 @@ def rope_args(model: ModelSpec) -> tuple[list[str], list[str]]:
     """(MODEL_ARGS tokens, recipe notes) for `model`'s rope scaling at Megatron-LM 1dcf0daf. A value the command line
     cannot set is a note rather than a flag that would build another model."""
     kind, scaling = _rope_scaling(_hf_config(model))
-    if model.learned_positions:
+    if model.learned_positions or not model.rotary_fraction:  # no rotary embedding to scale
         return [], []
     if model.mla:
         # MLA's rope_type defaults to yarn: say rope, which MLATransformerConfig takes only with rope fusion off
@@ -284,6 +284,8 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
     if model.learned_positions:
         a += ["--position-embedding-type", "learned_absolute", "--max-position-embeddings", str(model.learned_positions),
               "--norm-epsilon", _num(eps)]
+    elif model.rotary_fraction == 0:  # Nemotron-H: no positional embedding (catalog/model.NO_ROPE_TYPES)
+        a += ["--position-embedding-type", "none", "--norm-epsilon", _num(eps)]
     else:
         a += ["--position-embedding-type", "rope", "--norm-epsilon", _num(eps), "--rotary-percent",
               _num(model.rotary_fraction)]
@@ -294,7 +296,7 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
         a += ["--activation-func-clamp-value", _num(act.clamp)]
     if not model.tie_embeddings:
         a.append("--untie-embeddings-and-output-weights")
-    a += ["--vocab-size", str(model.vocab_size), "--rotary-base", _num(theta)]
+    a += ["--vocab-size", str(model.vocab_size)] + (["--rotary-base", _num(theta)] if model.rotary_fraction else [])
     if not model.mla:
         a += rope_scaling
     a += _llama4_args(model, cfg)[0]

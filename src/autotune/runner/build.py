@@ -195,8 +195,9 @@ def build(plan: TrialPlan, cuda: bool, dtype: torch.dtype) -> Built:
             config, _layer_spec(config, use_te, vp), vocab_size=vocab, max_sequence_length=w.seq_len,
             pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
             post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
-            share_embeddings_and_output_weights=m.tie_embeddings, position_embedding_type="rope",
-            rotary_percent=m.rotary_fraction, vp_stage=vp)
+            share_embeddings_and_output_weights=m.tie_embeddings,
+            position_embedding_type="rope" if m.rotary_fraction else "none",
+            rotary_percent=m.rotary_fraction or 1.0, vp_stage=vp)
         if cuda:
             model.cuda(torch.cuda.current_device())
         chunks.append(model)
