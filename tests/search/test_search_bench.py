@@ -89,14 +89,20 @@ def test_lomo_own_splits_the_measured_error_into_features_and_each_layouts_own(b
     reality = bench.Reality("lomo+own", setup.model, setup.cluster, setup.workload, setup.table,
                             np.random.default_rng(5), rms)
     own = np.sqrt(PRIOR_WIDTHS["noise"] ** 2 - bench.NOISE**2)
-    assert reality.sd[-1] == pytest.approx(own) and np.array_equal(reality.cols[-1], np.arange(len(setup.table)))
-    assert np.sqrt(np.sum(reality.sd**2)) == pytest.approx(rms)
+    assert reality.own == pytest.approx(own)
+    assert np.sqrt(np.sum(reality.sd**2) + own**2) == pytest.approx(rms)
     plain = bench.Reality("lomo", setup.model, setup.cluster, setup.workload, setup.table,
                           np.random.default_rng(5), rms)
-    assert len(plain.cols) == len(reality.cols) - 1 and np.sqrt(np.sum(plain.sd**2)) == pytest.approx(rms)
-    # the oracle knows the own part too (one column per layout) and still runs
+    assert plain.own == 0 and len(plain.cols) == len(reality.cols) and np.sqrt(np.sum(plain.sd**2)) == pytest.approx(rms)
+    # the layouts' own errors are in the truth: beyond what the feature values explain
+    X = np.hstack([np.eye(len(np.unique(c)))[np.unique(c, return_inverse=True)[1]] for c in reality.cols])
+    log_f = np.log(reality.truth / reality.base)
+    resid = log_f - X @ np.linalg.lstsq(X, log_f, rcond=None)[0]
+    assert np.std(resid) > own / 2
+    # the oracle knows the own part too (each candidate's sigma_own) and still runs
     run = bench.one_run(setup, reality, "oracle", 5, 3, 0.02)
     assert len(run.measured) >= 1
+    assert bench.Oracle(reality, 0.02).residual.sigma_own == pytest.approx(own)
 
 
 def test_hardness_finds_reality_best_where_the_model_ranks_it(bench, setup):
