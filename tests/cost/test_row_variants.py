@@ -45,6 +45,8 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("QWEN3.5-VL-397B-A17B", "Qwen3.5-397B-A17B"),
     ("Nemotron_3_Ultra", "NVIDIA-Nemotron-3-Ultra-550B-A55B"),
     ("Nemotron V3 Ultra 550B (26.04)", "NVIDIA-Nemotron-3-Ultra-550B-A55B"),
+    # a name that stops at its total size: the one catalog model of that family and size
+    ("Qwen3.5-VL 397B", "Qwen3.5-397B-A17B"), ("Qwen3.5 35B", "Qwen3.5-35B-A3B"), ("Qwen3 235B", "Qwen3-235B-A22B"),
 ])
 def test_new_source_names_map_onto_the_catalog(source, want):
     assert catalog_name(source) == (want, None)
@@ -55,7 +57,8 @@ def test_new_source_names_map_onto_the_catalog(source, want):
                                     "DeepSeek-V3.2-Exp",  # V3 with a sparse-attention indexer the catalog lacks
                                     "Kimi K2.5", "Kimi_K2_5",  # K2's language model with a vision tower
                                     "GLM-4.7-Flash", "GLM-4.6V", "GLM-5",  # MLA, vision, sparse attention
-                                    "Qwen3-VL-30B-A3B"])  # a language model the catalog has not verified
+                                    "Qwen3-VL-30B-A3B",  # a language model the catalog has not verified
+                                    "Qwen3 32B", "Qwen3.5 30B"])  # no catalog model of that family and size
 def test_models_left_out_say_why(source):
     name, why = catalog_name(source)
     assert name is None and "not in the catalog" in why

@@ -245,6 +245,13 @@ def catalog_name(source_name: str) -> tuple[str | None, str | None]:
     for pattern, name in _NAMES:
         if re.search(pattern, n) or re.search(pattern, bare):
             return name, None
+    # a name that stops at its total size ('Qwen3.5-VL 397B'): the one catalog model of that family and size (its
+    # name that size, then at most the active size: 'qwen3.5 397b a17b'); none, or several, is no match
+    sized = re.match(r"^(.*?\b\d+(?:\.\d+)?b)$", bare)
+    if sized:
+        found = {v for k, v in _catalog_bare().items() if k == sized.group(1) or k.startswith(sized.group(1) + " a")}
+        if len(found) == 1:
+            return found.pop(), None
     return None, f"model {source_name!r} is not in the catalog"
 
 
