@@ -25,8 +25,8 @@ def test_shipped_widths_are_the_derivation():
     assert set(got) == set(PRIOR_WIDTHS)
     for k, v in PRIOR_WIDTHS.items():
         assert got[k] == pytest.approx(v, rel=0.02), k
-    # the layout-dependent error the rows show is far wider than the old 3% per weight
-    assert PRIOR_WIDTHS["feature"] > 0.05 and PRIOR_WIDTHS["intercept"] > 0.1
+    # the layout-dependent error the rows show is wider than the old 3% per weight (PRIOR_SIGMA / sqrt(12))
+    assert PRIOR_WIDTHS["feature"] > 0.04 and PRIOR_WIDTHS["intercept"] > 0.1
     # how wrong the model is varies between models by more than a few percent
     assert 0.1 < PRIOR_WIDTHS["scale_sd"] < 2.0
 
@@ -83,7 +83,8 @@ def test_widths_follow_how_wrong_the_model_is_on_this_cluster(table):
     agree.fit(table.take(idx), small)
     disagree = ResidualModel(table, sigma_n=0.02, hidden=8192)
     disagree.fit(table.take(idx), large)
-    assert agree.width_scale() < 0.6 < disagree.width_scale()
+    # (trials within 2% take the widths to about 2/3 of the calibration's, trials 30% off to several times them)
+    assert agree.width_scale() < 0.7 and disagree.width_scale() > 1.5
     untried = np.setdiff1d(np.arange(len(table)), idx)
     s_fixed, s_agree, s_disagree = (m.predict()[1][untried] for m in (fixed, agree, disagree))
     assert np.median(s_agree) < 0.7 * np.median(s_fixed)
