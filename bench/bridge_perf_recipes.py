@@ -318,6 +318,9 @@ def row_of(rel: str, path: str, name: str, s: dict, family_layouts: dict, family
             "dispatcher": dispatcher, "ep_overlap": int(ep_overlap), "tp_comm_overlap": int(bool(tp_overlap)),
             "capacity_factor": cap or 0, "shared_overlap": int(bool(shared)), "pp_layout": layout,
             "mtp": family_mtp.get(family, 0), "kernels": " ".join(kernels), "recipe": name, "file": path,
+            # fine-grained activation offloading's modules (TransformerConfig.offload_modules), when it is on
+            "offload_modules": " ".join(g("model.offload_modules") or []) if g("model.fine_grained_activation_offloading")
+            else "",
             # the recipe's row length (not a presets column: bench/bridge_recipes_fit.py reads it)
             "seq": int(g("model.seq_length") or g("dataset.seq_length") or 0)}
 

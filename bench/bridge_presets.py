@@ -50,7 +50,7 @@ NAME = re.compile(r"^(?P<m>[A-Z0-9_]+?)_(?:(?P<task>PRETRAIN|SFT|LORA)_CONFIG_)?
                   r"(?:(?P<task2>SFT|LORA)_)?(?P<p>BF16|FP8_CS|FP8_MX|FP8_SC|FP8_DS|NVFP4)(?:_(?P<v>V\d|BASE_CONFIG))?$")
 COLUMNS = ("release", "model", "gpu", "precision", "task", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs", "fsdp",
            "recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep_overlap", "tp_comm_overlap",
-           "capacity_factor", "shared_overlap", "pp_layout", "mtp", "kernels", "recipe", "file")
+           "capacity_factor", "shared_overlap", "pp_layout", "mtp", "kernels", "recipe", "file", "offload_modules")
 
 
 @dataclass
@@ -248,14 +248,14 @@ def main() -> None:
                     rows.append(r)
     merged: dict[tuple, dict] = {}  # one line per recipe unchanged across releases: releases joined by spaces
     for r in rows:
-        key = tuple(str(r[c]) for c in COLUMNS if c != "release")
+        key = tuple(str(r.get(c, "")) for c in COLUMNS if c != "release")
         if key in merged:
             merged[key]["release"] += " " + r["release"]
         else:
             merged[key] = dict(r)
     rows = list(merged.values())
     with open(args.out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore", restval="")
         w.writeheader()
         w.writerows(rows)
     print(f"{len(rows)} recipes -> {args.out}", file=sys.stderr)

@@ -125,6 +125,7 @@ def row_of(model: str, path: str, text: str, commit: str) -> dict | None:
         "shared_overlap": int(bool(a.get("moe_shared_expert_overlap"))),
         "pp_layout": a.get("pipeline_model_parallel_layout") or "", "mtp": int(a.get("mtp_num_layers") or 0),
         "kernels": " ".join(kernels), "recipe": path, "file": f"{DIR}/{path}",
+        "offload_modules": " ".join(words(a.get("offload_modules"))) if a.get("fine_grained_activation_offloading") else "",
         "fp8_param_gather": int(bool(a.get("fp8_param_gather"))), "optimizer_state_bytes": state_bytes(a)}
 
 

@@ -58,6 +58,10 @@ def estimate(
                                    "(0: dropless)."),
     act_offload: int = typer.Option(0, "--activation-offload-layers", help="--cpu-offloading-num-layers: layers "
                                     "whose activations wait in host memory (PP 1, no recompute)."),
+    offload_modules: str = typer.Option("", "--offload-modules", help="Fine-grained activation offloading: the "
+                                        "submodules whose inputs wait in host memory, comma-separated (attn_norm, "
+                                        "qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act), e.g. "
+                                        "core_attn,attn_proj or expert_fc1."),
     routing: str = RoutingOpt,
     force_balance: bool = typer.Option(False, "--force-balance", hidden=True, help="Same as --routing forced."),
     gpus_per_node: int = PerNodeOpt,
@@ -107,7 +111,8 @@ def estimate(
                              precision_aware_optimizer=precision_aware, distributed_optimizer=not no_dist_opt,
                              moe_shared_expert_overlap=shared_overlap, optimizer_offload=offload,
                              ep_overlap=ep_overlap, tp_comm_overlap=tp_overlap, cuda_graphs=cuda_graphs,
-                             moe_capacity_factor=capacity, activation_offload_layers=act_offload)
+                             moe_capacity_factor=capacity, activation_offload_layers=act_offload,
+                             offload_modules=tuple(x for x in offload_modules.replace(",", " ").split()))
         if tp_overlap and not lay.tp_overlap:  # the layout would drop it without a word (Layout.tp_overlap)
             raise BadInput(f"--tp-comm-overlap needs TP > 1 (it overlaps the sequence-parallel TP collectives with "
                            f"their GEMMs), but the layout has TP {lay.tp}; drop --tp-comm-overlap or use TP 2 or more")

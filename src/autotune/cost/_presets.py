@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ..catalog import load_model
 from ..errors import BadInput
-from ..layout import Recompute
+from ..layout import OFFLOAD_MODULES, Recompute
 from ..layout.splits import layout_vpp, parse_pipeline_layout
 
 __all__ = ["row_settings", "release_of", "RELEASES", "PRESETS_CSV", "MOE_RECIPES_CSV"]
@@ -155,7 +155,8 @@ _SETTINGS = ("recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep
 # the paged stash is a dropless MoE model's full-iteration graphs (cost/_comm.paged_stash), which need TE's fused
 # grouped MLP (its CuTe-DSL kernels on Blackwell: the same path); FP8 attention and the MXFP8 output layer are
 # workload settings (Workload.fp8_attention, fp8_output_proj). Any other makes the row inexpressible
-KERNELS = {"paged_stash": "paged stash (full-iteration graphs of dropless experts)",
+KERNELS = {"fine_grained_activation_offloading": "fine-grained activation offloading (its modules below)",
+           "paged_stash": "paged stash (full-iteration graphs of dropless experts)",
            "cutedsl_fused_grouped_mlp": "CuTe-DSL fused grouped MLP (the full-iteration graphs' fused experts)",
            "fp8_dot_product_attention": "FP8 attention", "fp8_output_proj": "the output layer under MXFP8"}
 
@@ -202,9 +203,8 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     if moe and re.search(r"paged stash", text, re.I):  # full-iteration graphs of dropless experts on HybridEP's budget
         out["layout"].update(cuda_graphs="full", dispatcher="hybridep")
         out["read"].append("paged stash: full-iteration CUDA graphs of dropless experts on HybridEP's static budget")
-    if re.search(r"fine.grained activation offload", text, re.I):
-        return ("it offloads chosen modules' activations to host memory (Megatron's fine-grained activation "
-                "offloading), which autotune does not model")
+    # fine-grained activation offloading: its modules come from the row's recipe (below); without one, unknown
+    fine_text = bool(re.search(r"fine.grained activation offload", text, re.I))
     if moe and re.search(r"force.balanc|fake balanced gate|\bFB\b", text, re.I):
         out["workload"]["force_balance"] = True
     if re.search(r"async ?TP", text, re.I) and not re.search(r"vanilla TP", text, re.I):
@@ -278,6 +278,9 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
             out["recipe_layout"] = own
         rec = _shared(source, task, model, gpu, precision)
         out["read"].append("no Megatron-Bridge recipe at this layout" + (": Megatron's defaults" if rec is None else ""))
+    if fine_text and (rec is None or "fine_grained_activation_offloading" not in rec["kernels"].split()):
+        return ("it offloads activations of modules its notes do not name (Megatron's fine-grained activation "
+                "offloading) and no recipe of it says which")
     if rec is None:
         return out
     fallback = release_of(source)[1]
@@ -286,6 +289,12 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
     kernels = rec["kernels"].split()
     # the fused grouped MLP is modelled as part of a dropless model's full-iteration graphs (cost/_comm.paged_stash)
     unknown = [k for k in kernels if k not in KERNELS or (k == "cutedsl_fused_grouped_mlp" and rec["cuda_graphs"] != "full")]
+    offload = (rec.get("offload_modules") or "").split()
+    if "fine_grained_activation_offloading" in kernels:  # modelled (cost/_offload.py) for the modules autotune knows
+        other = [m for m in offload if m not in OFFLOAD_MODULES]
+        unknown = [k for k in unknown if k != "fine_grained_activation_offloading"]
+        if not offload or other:
+            unknown.append(f"fine-grained activation offloading of {', '.join(other) or 'unnamed modules'}")
     if unknown:
         return (f"it runs kernels autotune does not model: {', '.join(unknown)} (Megatron-Bridge recipe {rec['recipe']}, "
                 f"{rec['release'].split()[0]})")
@@ -321,6 +330,9 @@ def row_settings(row: dict, model: str, gpu: str, precision: str, lay: dict, gb:
         L["fsdp"] = True
     if int(rec["act_offload_layers"] or 0):
         L["activation_offload_layers"] = int(rec["act_offload_layers"])
+    if "fine_grained_activation_offloading" in kernels:
+        L["offload_modules"] = tuple(offload)
+        out["read"].append(f"fine-grained activation offloading of {', '.join(offload)} (its recipe)")
     if not (row.get("recompute") or "").strip() and rec["recompute"]:
         L["recompute"] = rec["recompute"]
     if moe and L.get("cuda_graphs") in ("attn", "router") and "moe" in Recompute.parse(

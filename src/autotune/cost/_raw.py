@@ -133,7 +133,7 @@ def step_pieces(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: L
     # 1F1B A2A overlap pairs one micro-batch's forward with another's backward: all but one micro-batch's
     # all-to-all can sit beside compute
     overlap = np.stack([np.where(t.ep_overlap, (M - 1) / M, 0.0), np.where(t.tp_overlap, 1.0, 0.0),
-                        np.where(t.act_offload > 0, 1.0, 0.0)], axis=1)
+                        np.where((t.act_offload > 0) | (t.off_modules > 0), 1.0, 0.0)], axis=1)
     contention = np.broadcast_to(np.array([c.ep_overlap_sm, c.tp_overlap_sm, 0.0]), overlap.shape)
     return dict(microbatches=M, bubble_coef=(t.pp - 1) / t.vpp, dp_comm=comm,
                 dp_overlap=np.where(t.fsdp & ((t.pp == 1) | zero2), M, np.where(t.overlap_grad | t.fsdp, c.dp_overlap, 0.0)),

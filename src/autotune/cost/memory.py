@@ -42,6 +42,7 @@ from ..catalog.model import SLIDING
 from ..layout import SELECTIVE_MODULES, LayoutTable
 from ._mtp import mtp_stage_activations, mtp_stage_params
 from ._sac import op_sac_kept
+from ._offload import offloaded_per_token
 from ._quant import lowp_copies
 from ._state import state_terms
 from ._comm import PAGED_STASH_POOL, fused_grouped_mlp, paged_stash, routing_load
@@ -375,6 +376,9 @@ def estimate_memory(
     if (t.act_offload > 0).any():  # offloaded layers leave their saved activations on the host
         off = np.minimum(t.act_offload[:, None], L_stage)
         stored = stored * (L_stage - off + np.minimum(off, 1.0)) / L_stage
+    if (t.off_modules > 0).any():  # fine-grained offloading: the stage keeps the offloaded inputs of one layer only
+        off = offloaded_per_token(model, t, S, div, FP8_SAVED if workload.quantized else None, dropped=~keep_part)
+        stored = stored - np.where((t.rc_gran != 2)[:, None], off * (1.0 - 1.0 / L_stage), 0.0)
     stored = stored + mtp_stage_activations(model, workload, t, S, div)  # a trained MTP block, last stage
     M = t.num_microbatches(workload.global_batch, workload.seq_len)
     inflight = _inflight(t, M, S)

@@ -44,10 +44,12 @@ FSDP_MAX_CONNECTIONS = "8"
 
 def run_env(layout: Layout) -> dict[str, str]:
     """The run block's (and the recipe's env:) variables for a layout: the seed's, with more than one CUDA
-    connection under Megatron FSDP."""
+    connection under Megatron FSDP and TE's activation offload path for fine-grained offloading."""
     env = dict(SEED_ENV)
     if layout.fsdp:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = FSDP_MAX_CONNECTIONS
+    if layout.offload_modules:  # Megatron asserts it for fine-grained offloading under TE >= 2.10 (arguments.py)
+        env["NVTE_CPU_OFFLOAD_V1"] = "1"
     return env
 
 
@@ -58,7 +60,8 @@ _OPTIMIZER = ("--use-distributed-optimizer", "--use-megatron-fsdp", "--data-para
 _AFTER_BACKEND = ("--moe-shared-expert-overlap", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
                   "--tp-comm-overlap", "--cuda-graph-impl", "--cuda-graph-scope", "--no-check-for-nan-in-loss-and-grad",
                   "--moe-pad-experts-for-cuda-graph-inference", "--moe-paged-stash", "--moe-expert-rank-capacity-factor",
-                  "--moe-paged-stash-buffer-size-factor-cuda", "--use-transformer-engine-op-fuser")
+                  "--moe-paged-stash-buffer-size-factor-cuda", "--use-transformer-engine-op-fuser",
+                  "--fine-grained-activation-offloading", "--offload-modules")
 _FUSION = ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
 _LAST = ("--moe-token-dispatcher-type",)
 _PLACED = _OPTIMIZER + _AFTER_BACKEND + _FUSION + _LAST

@@ -4,7 +4,7 @@ Pure Python and numpy: no torch, no ray.
 """
 
 from .args import format_args, layout_args, layout_from_args
-from .core import DISPATCHERS, FLEX_DISPATCHERS, SELECTIVE_MODULES, Layout, Recompute
+from .core import DISPATCHERS, FLEX_DISPATCHERS, OFFLOAD_MODULES, SELECTIVE_MODULES, Layout, Recompute
 from .rules import RULES, Violation, check, legal_mask, nearest_legal, validate, violations
 from .table import LayoutTable
 
@@ -12,6 +12,7 @@ __all__ = [
     "DISPATCHERS",
     "FLEX_DISPATCHERS",
     "SELECTIVE_MODULES",
+    "OFFLOAD_MODULES",
     "Layout",
     "Recompute",
     "LayoutTable",

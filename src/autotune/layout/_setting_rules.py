@@ -20,7 +20,12 @@ grouped MLP) and the experts' saved activations go to a pool of pages (--moe-pag
 (moe_router, moe_preprocess: the router setting, and the attn setting of an MoE model) only in an MoE model; full
 recompute only beside full-iteration graphs; no selective recompute of `moe` beside Transformer Engine router
 graphs. Optimizer offload (arguments.py): --optimizer-cpu-offload runs on the precision-aware optimizer's code path,
-and with --fp8-param-gather only under delayed FP8 scaling. Pure numpy: no torch, no ray.
+and with --fp8-param-gather only under delayed FP8 scaling. Fine-grained activation offloading (transformer_config.py
+at 1dcf0daf and later): not with --cpu-offloading-num-layers; attn_proj only with core_attn (its input is core
+attention's output, which core attention's backward needs); the expert modules only in an MoE model, not inside a
+selectively recomputed `moe` (the checkpoint keeps nothing to offload) and not beside the paged stash (which stashes
+those activations itself). With full recompute a layer keeps only its input: autotune refuses the pair rather than
+price an offload of nothing. Pure numpy: no torch, no ray.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog.workload import FP8_RECIPES
-from .core import CUDA_GRAPHS, DISPATCHERS, SELECTIVE_MODULES
+from .core import CUDA_GRAPHS, DISPATCHERS, MOE_OFFLOAD_MODULES, OFFLOAD_MODULES, SELECTIVE_MODULES
 
 __all__ = ["SETTING_RULES"]
 
@@ -36,6 +41,8 @@ _MOE_BIT = 1 << SELECTIVE_MODULES.index("moe")
 _BIT = {name: 1 << b for b, name in enumerate(SELECTIVE_MODULES)}
 _ROUTER_GRAPHS, _ATTN_GRAPHS, _FULL_GRAPHS = (CUDA_GRAPHS.index(g) for g in ("router", "attn", "full"))
 _HYBRIDEP = DISPATCHERS.index("hybridep")
+_OFF = {name: 1 << b for b, name in enumerate(OFFLOAD_MODULES)}
+_MOE_OFF = sum(_OFF[m] for m in MOE_OFFLOAD_MODULES)
 
 
 def _no(flag, ok):
@@ -134,4 +141,23 @@ SETTING_RULES = [
      lambda m, w, l: f"--fp8-param-gather with optimizer offload {l.optimizer_offload:.0%} needs delayed FP8 "
                      f"scaling, not {w.precision}; use --precision fp8-delayed, or drop --fp8-param-gather or the "
                      "offload"),
+    ("fine_offload_not_layers", lambda m, w, t: (t.off_modules == 0) | (t.act_offload == 0),
+     lambda m, w, l: "fine-grained activation offloading (--offload-modules) does not run beside "
+                     "--cpu-offloading-num-layers; keep one of them"),
+    ("fine_offload_moe", lambda m, w, t: ((t.off_modules & _MOE_OFF) == 0) | m.is_moe,
+     lambda m, w, l: f"{m.name} has no experts: --offload-modules {', '.join(x for x in l.offload_modules if x in MOE_OFFLOAD_MODULES)} "
+                     "offloads expert activations; choose among attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm"),
+    ("fine_offload_attn_proj", lambda m, w, t: ((t.off_modules & _OFF["attn_proj"]) == 0) | ((t.off_modules & _OFF["core_attn"]) > 0),
+     lambda m, w, l: "--offload-modules attn_proj needs core_attn too (attn_proj's input is core attention's output, "
+                     "which its backward needs); add core_attn"),
+    ("fine_offload_moe_recompute", lambda m, w, t: ((t.off_modules & _MOE_OFF) == 0) | ~_module(t, "moe"),
+     lambda m, w, l: "selective recompute of moe keeps nothing inside the MoE layer to offload; drop moe from the "
+                     "recompute modules or the expert modules from --offload-modules"),
+    ("fine_offload_paged_stash",
+     lambda m, w, t: ((t.off_modules & _MOE_OFF) == 0) | ~((t.cuda_graphs == _FULL_GRAPHS) & (t.capacity == 0) & m.is_moe),
+     lambda m, w, l: "the paged stash of full-iteration CUDA graphs keeps the experts' activations itself; drop "
+                     "expert_fc1 / moe_act from --offload-modules or use partial graphs"),
+    ("fine_offload_full_recompute", lambda m, w, t: (t.off_modules == 0) | (t.rc_gran != 2),
+     lambda m, w, l: f"{l.recompute.describe()} keeps only each group's input: there is nothing left for "
+                     "--offload-modules to offload; use selective recompute or none"),
 ]

@@ -181,7 +181,7 @@ def precision_from_args(flags: dict) -> tuple[str, bool]:
     raise BadInput(f"--fp8-recipe {kind!r}: not one autotune models; use delayed, tensorwise, blockwise or mxfp8")
 
 
-MULTI_WORD = ("--recompute-modules", "--cuda-graph-scope")  # nargs='+': their value is one word per module / scope
+MULTI_WORD = ("--recompute-modules", "--cuda-graph-scope", "--offload-modules")  # nargs='+': their value is one word per module / scope
 
 
 def format_args(pairs: Iterable[tuple[str, str | None]]) -> list[str]:
@@ -237,6 +237,8 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
     dynamic = False
     backend = None
     nodes = per_node = None
+    offload_modules: tuple = ()
+    fine_offload = False
     i = 0
     while i < len(argv):
         tok = argv[i]
@@ -287,6 +289,14 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
             elif tok == "--cpu-offloading-num-layers" and nxt is not None:
                 kw["activation_offload_layers"] = int(nxt)
                 i += 1
+            elif tok == "--offload-modules":  # read as set; --fine-grained-activation-offloading switches it on
+                mods = []
+                while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                    mods.append(argv[i + 1])
+                    i += 1
+                offload_modules = tuple(mods)
+            elif tok == "--fine-grained-activation-offloading":
+                fine_offload = True
             elif tok == "--cuda-graph-impl" and nxt is not None:
                 graphs["impl"] = nxt
                 i += 1
@@ -312,6 +322,11 @@ def layout_from_args(argv: str | list[str], world: int | None = None, num_layers
     else:
         kw.pop("max_tokens_per_gpu", None)
     kw["cuda_graphs"] = graphs_of(graphs)
+    if fine_offload:  # megatron-core asserts modules when it is on; without it --offload-modules does nothing
+        if not offload_modules:
+            raise BadInput("--fine-grained-activation-offloading without --offload-modules: name the modules whose "
+                           "inputs go to host memory (e.g. --offload-modules core_attn attn_proj)")
+        kw["offload_modules"] = offload_modules
     if backend not in (None, "deepep", "hybridep"):
         raise BadInput(f"--moe-flex-dispatcher-backend {backend!r}: choose deepep or hybridep")
     if kw.get("dispatcher") == "flex" and backend == "hybridep":

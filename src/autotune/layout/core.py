@@ -14,7 +14,8 @@ from typing import Literal
 
 from ..errors import BadInput
 
-__all__ = ["Layout", "Recompute", "DISPATCHERS", "FLEX_DISPATCHERS", "dispatcher_config", "SELECTIVE_MODULES", "CUDA_GRAPHS"]
+__all__ = ["Layout", "Recompute", "DISPATCHERS", "FLEX_DISPATCHERS", "dispatcher_config", "SELECTIVE_MODULES", "CUDA_GRAPHS",
+           "OFFLOAD_MODULES", "MOE_OFFLOAD_MODULES"]
 
 # flex is Megatron's flex dispatcher on its DeepEP backend; hybridep the same dispatcher on its HybridEP backend
 # (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep | hybridep)
@@ -37,6 +38,12 @@ def dispatcher_config(dispatcher: str) -> dict:
 GRANULARITIES = ("none", "selective", "full")
 METHODS = ("uniform", "block")
 SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
+# megatron-core's fine-grained activation offloading (--fine-grained-activation-offloading --offload-modules ...):
+# the submodules whose input activation goes to host memory in forward and comes back before backward
+# (TransformerConfig.offload_modules at Megatron-LM 1dcf0daf, slime's pin; later releases add "fused_group_mlp", which
+# needs the TE op fuser the pin lacks, and "gdp_qkv", a mixer no catalog model has)
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+MOE_OFFLOAD_MODULES = ("expert_fc1", "moe_act")
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,9 @@ class Layout:
     # --cpu-offloading-num-layers: the saved activations of this many layers per pipeline chunk go to host memory
     # in the forward pass and come back for the backward
     activation_offload_layers: int = 0
+    # --fine-grained-activation-offloading --offload-modules ...: these submodules' input activations go to host
+    # memory (OFFLOAD_MODULES), on every layer that has them; () = off
+    offload_modules: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("world", "tp", "pp", "vpp", "cp", "ep", "etp"):
@@ -178,6 +188,12 @@ class Layout:
         if isinstance(self.activation_offload_layers, bool) or not isinstance(self.activation_offload_layers, int) \
                 or self.activation_offload_layers < 0:
             raise BadInput(f"--activation-offload-layers {self.activation_offload_layers!r}: give a layer count >= 0")
+        mods = (self.offload_modules.replace(",", " ").split() if isinstance(self.offload_modules, str)
+                else list(self.offload_modules))
+        bad = [m for m in mods if m not in OFFLOAD_MODULES]
+        if bad:
+            raise BadInput(f"--offload-modules {' '.join(map(str, bad))}: choose among {', '.join(OFFLOAD_MODULES)}")
+        object.__setattr__(self, "offload_modules", tuple(m for m in OFFLOAD_MODULES if m in mods))
         object.__setattr__(self, "layer_split", tuple(int(x) for x in self.layer_split))
         if self.layer_split and (len(self.layer_split) != self.pp * self.vpp or min(self.layer_split) < 0):
             from .splits import split_text
@@ -326,6 +342,7 @@ class Layout:
                    self.cuda_graphs != "none"),
                   (f"token drop at capacity factor {self.moe_capacity_factor:g}", self.moe_capacity_factor > 0),
                   (f"activations of {self.activation_offload_layers} layer(s) per chunk offloaded",
-                   self.activation_offload_layers > 0)]
+                   self.activation_offload_layers > 0),
+                  (f"inputs of {', '.join(self.offload_modules)} offloaded to host memory", bool(self.offload_modules))]
         bits += [text for text, on in extras if on]
         return "; ".join(bits)

@@ -17,9 +17,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .axes import (capacity_axis, graphs_axis, graphs_narrowed, moe_dispatcher_axis, moe_flag_axis, precision_aware_axis,
-                   recompute_axis, shared_overlap_axis, te_flag_axis, te_narrowed)
-from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
+from .axes import (capacity_axis, graphs_axis, graphs_narrowed, moe_dispatcher_axis, moe_flag_axis, offload_bits,
+                   offload_modules_axis, offload_modules_narrowed, offload_text, precision_aware_axis, recompute_axis,
+                   shared_overlap_axis, te_flag_axis, te_narrowed)
+from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, OFFLOAD_MODULES, SELECTIVE_MODULES, Layout, Recompute
 from .splits import legal_splits, parse_split, split_text
 from .table import LayoutTable, split_code, split_of
 
@@ -125,6 +126,12 @@ def _max_tokens_columns(rows: np.ndarray, grid: dict, wl) -> dict:
 # not divide, every split Megatron accepts: splits.legal_splits); a table row holds one concrete split (its code)
 SPLIT_CHOICES = ("even", "uneven")
 UNEVEN = -1  # the split column of an enumerated "uneven" row before expand_splits gives it its splits
+
+
+def _offload_values(t: LayoutTable) -> np.ndarray:
+    """The offload_modules value per row (a bitmask's text, computed once per distinct mask)."""
+    masks, inv = np.unique(t.off_modules, return_inverse=True)
+    return np.array([offload_text(m) for m in masks], dtype=object)[inv.ravel()]
 
 
 def _split_values(t: LayoutTable) -> np.ndarray:
@@ -256,6 +263,14 @@ DIMENSIONS: tuple[Dimension, ...] = (
         decode=lambda v: {"activation_offload_layers": int(v)},
         values=lambda t: t.act_offload, features=lambda t: [t.act_offload], axis=lambda vals, m, c: vals,
         columns=lambda v, grid, wl: {"act_offload": v.astype(np.int64)}, default=(0,), bounds=(0, 10_000),
+    ),
+    Dimension(  # fine-grained activation offloading: "none", or the modules whose inputs go to host memory
+        name="offload_modules", field="offload_modules", kind=str,
+        encode=lambda lay: offload_text(sum(1 << i for i, m in enumerate(OFFLOAD_MODULES) if m in lay.offload_modules)),
+        decode=lambda v: {"offload_modules": tuple(m for m in str(v).split(",") if m and m != "none")},
+        values=_offload_values, features=lambda t: [t.off_modules], axis=offload_modules_axis,
+        columns=lambda v, grid, wl: {"off_modules": np.array([offload_bits(x) for x in v], dtype=np.int64)},
+        default=("none",), narrowed=offload_modules_narrowed,
     ),
 )
 

@@ -230,7 +230,7 @@ def nearest_legal(model: ModelSpec, workload: Workload, layout: Layout) -> Layou
         offload=base.offload[0], shared_overlap=base.shared_overlap[0] & (base.dispatcher[0] == 0),
         ce_fusion=base.ce_fusion[0], overlap_grad=base.overlap_grad[0], overlap_param=base.overlap_param[0],
         ep_overlap=base.ep_overlap[0], tp_comm_overlap=base.tp_comm_overlap[0], cuda_graphs=base.cuda_graphs[0],
-        capacity=base.capacity[0], act_offload=base.act_offload[0],
+        capacity=base.capacity[0], act_offload=base.act_offload[0], off_modules=base.off_modules[0],
     )
     ok = legal_mask(model, workload, t)
     if not ok.any():

@@ -3,7 +3,8 @@
 `setting_args(layout, moe)` gives the flags (megatron-core 0.16 names: the TransformerConfig fields behind
 --overlap-moe-expert-parallel-comm, --delay-wgrad-compute, --tp-comm-overlap, --cuda-graph-impl/-scope (and
 --no-check-for-nan-in-loss-and-grad, which full-iteration graphs need),
---moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity, --cpu-offloading-num-layers; the paged stash's
+--moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity, --cpu-offloading-num-layers,
+--fine-grained-activation-offloading with --offload-modules; the paged stash's
 --moe-paged-stash, --moe-expert-rank-capacity-factor, --moe-paged-stash-buffer-size-factor-cuda and
 --use-transformer-engine-op-fuser for a dropless MoE model's full-iteration graphs, megatron-core after 0.16); `graphs_of`
 reads a command line's CUDA-graph flags back (`args.layout_from_args` reads the rest). No torch, no ray.
@@ -45,6 +46,8 @@ def setting_args(layout: Layout, moe: bool = False) -> list[tuple[str, str | Non
               ("--moe-pad-expert-input-to-capacity", None)]
     if layout.activation_offload_layers:
         a.append(("--cpu-offloading-num-layers", str(layout.activation_offload_layers)))
+    if layout.offload_modules:  # the run also needs NVTE_CPU_OFFLOAD_V1=1 under TE >= 2.10 (launch/run_block.run_env)
+        a += [("--fine-grained-activation-offloading", None), ("--offload-modules", " ".join(layout.offload_modules))]
     return a
 
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
+from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, OFFLOAD_MODULES, SELECTIVE_MODULES, Layout, Recompute
 
 __all__ = ["LayoutTable", "split_code", "split_of"]
 
 _INT_COLS = ("tp", "pp", "vpp", "cp", "ep", "etp", "rc_gran", "rc_method", "rc_layers", "rc_modules",
-             "dispatcher", "max_tokens", "mbs", "split", "cuda_graphs", "act_offload")
+             "dispatcher", "max_tokens", "mbs", "split", "cuda_graphs", "act_offload", "off_modules")
 _FLOAT_COLS = ("offload", "capacity")
 _SPLITS: list[tuple[int, ...]] = [()]
 _SPLIT_IDS: dict[tuple[int, ...], int] = {(): 0}
@@ -69,6 +69,7 @@ class LayoutTable:
     cuda_graphs: np.ndarray  # index into CUDA_GRAPHS
     capacity: np.ndarray  # float: MoE capacity factor, 0 = dropless
     act_offload: np.ndarray  # layers per pipeline chunk whose activations are offloaded
+    off_modules: np.ndarray  # bitmask over OFFLOAD_MODULES: submodules whose inputs are offloaded (fine-grained)
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -170,6 +171,7 @@ class LayoutTable:
             fsdp=bool(self.fsdp[i]), ep_overlap=bool(self.ep_overlap[i]), tp_comm_overlap=bool(self.tp_comm_overlap[i]),
             cuda_graphs=CUDA_GRAPHS[int(self.cuda_graphs[i])],  # type: ignore[arg-type]
             moe_capacity_factor=float(self.capacity[i]), activation_offload_layers=int(self.act_offload[i]),
+            offload_modules=tuple(m for b, m in enumerate(OFFLOAD_MODULES) if int(self.off_modules[i]) >> b & 1),
         )
 
 
@@ -191,4 +193,5 @@ def _encode(lay: Layout) -> dict:
         fsdp=lay.fsdp, ep_overlap=lay.ep_overlap, tp_comm_overlap=lay.tp_comm_overlap,
         cuda_graphs=CUDA_GRAPHS.index(lay.cuda_graphs), capacity=float(lay.moe_capacity_factor),
         act_offload=lay.activation_offload_layers,
+        off_modules=sum(1 << OFFLOAD_MODULES.index(m) for m in lay.offload_modules),
     )

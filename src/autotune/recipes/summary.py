@@ -74,6 +74,9 @@ def _extras(layout: Layout) -> list[tuple[str, str]]:
         n = layout.activation_offload_layers
         out.append((f"activations of {count(n, 'layer')} per chunk offloaded",
                     f"activation offload {count(n, 'layer')}"))
+    if layout.offload_modules:
+        mods = ", ".join(layout.offload_modules)
+        out.append((f"inputs of {mods} offloaded to host memory", f"offload {mods}"))
     return out
 
 
