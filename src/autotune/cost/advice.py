@@ -27,7 +27,8 @@ LEVER_SHARE = 0.2
 # what frees a memory term, said for the peak stage's largest term when a layout does not fit
 MEMORY_LEVERS = {
     # (not PP: under 1F1B the first stage holds PP micro-batches of 1/PP of the layers)
-    "activations": "--recompute (selective modules first, then full), fewer --max-tokens-per-gpu, or more TP / CP",
+    "activations": "--recompute (selective modules first, then full), --offload-modules (their inputs wait in host "
+                   "memory), fewer --max-tokens-per-gpu, or more TP / CP",
     "optimizer": "the distributed optimizer (the default), --optimizer-offload, or more DP to shard it over",
     "grads": "more PP, or EP for an MoE's experts, to hold fewer parameters per GPU (--fsdp shards them at PP 1)",
     "weights": "more PP / TP, or EP for an MoE's experts (--fsdp shards them at PP 1)",
