@@ -76,3 +76,17 @@ def test_layernorm_models_get_torch_layernorm_with_a_bias_in_the_local_spec():
     for module in (spec.layer_specs[0].submodules.input_layernorm, spec.layer_norm):
         norm = build_module(module, config=c, hidden_size=c.hidden_size, eps=c.layernorm_epsilon)
         assert isinstance(norm, torch.nn.LayerNorm) and norm.bias is not None and norm.eps == c.layernorm_epsilon
+
+
+def test_fine_grained_offloading_is_said_not_silently_dropped_on_cpu():
+    """The CPU runner has no Transformer Engine: a trial of a layout with --offload-modules runs without it and its
+    notes say so (on a GPU with TE the config carries the modules)."""
+    import torch
+
+    from autotune.runner.build import transformer_config
+
+    plan = plan_trial(cpu_spec(Layout(world=1, micro_batch_size=1, offload_modules=("core_attn",))), 1)
+    notes: list[str] = []
+    config, _ = transformer_config(plan, False, torch.float32, notes)
+    assert not config.fine_grained_activation_offloading
+    assert any("no fine-grained activation offloading of core_attn" in n for n in notes)

@@ -122,6 +122,12 @@ def transformer_config(plan: TrialPlan, cuda: bool, dtype: torch.dtype, notes: l
         kw.update(_recompute(plan, False, notes))
     if m.mtp_layers and w.train_mtp:
         notes.append(f"no MTP layers: the trial times the main model ({m.mtp_layers} MTP layer(s) left out)")
+    if lay.offload_modules:  # megatron-core asserts Transformer Engine for it (training/arguments.py)
+        if use_te and cuda:
+            kw.update(fine_grained_activation_offloading=True, offload_modules=list(lay.offload_modules))
+        else:
+            notes.append(f"no fine-grained activation offloading of {', '.join(lay.offload_modules)} here (it needs "
+                         "Transformer Engine on a GPU): the trial keeps those activations on the device")
     if m.is_hybrid:
         blocker = gdn_blocker(cuda)
         if blocker is None:
