@@ -43,6 +43,7 @@ def _layouts():
                      cuda_graphs=graphs, moe_capacity_factor=1.0 if graphs == "full" else 0.0)
     yield Layout(world=32, tp=2, ep=8, activation_offload_layers=4)
     yield Layout(world=32, tp=2, ep=8, fsdp=True)  # Megatron FSDP: its sharding flags and checkpoint format
+    yield Layout(world=32, tp=2, ep=8, offload_modules=("core_attn", "attn_proj", "expert_fc1"))  # fine-grained
     # uneven layer splits (48 layers): account-for flags, first / last stage layers, the pipeline layout
     for pp, vpp, split in ((2, 5, (4,) + (5,) * 8 + (4,)), (4, 1, (11, 13, 13, 11)), (4, 1, (9, 13, 13, 13)),
                            (4, 2, (7,) + (6,) * 7)):
@@ -57,8 +58,8 @@ def emitted_arguments() -> set[str]:
             seen |= {f for f, _ in layout_args(lay, style, moe=moe)}
         seen |= set(format_args(layout_args(lay)))
     for grads in (True, False):
-        run = build_run_block(Layout(world=32, pp=4, ep=8), Workload(grads_fp32=grads), cluster)
-        seen |= set(parse_arguments(run))
+        for lay in (Layout(world=32, pp=4, ep=8), Layout(world=32, pp=4, ep=8, offload_modules=("moe_act",))):
+            seen |= set(parse_arguments(build_run_block(lay, Workload(grads_fp32=grads), cluster)))
     for name in model_names():
         for aux in (0.0, 1e-3):
             seen |= set(parse_arguments(slime_model_args(load_model(name), aux_loss_coeff=aux)))
