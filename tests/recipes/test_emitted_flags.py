@@ -110,6 +110,8 @@ CASES = [
     ("Qwen3-30B-A3B", "B200", 16, dict(tp=2, ep=4, activation_offload_layers=2, max_tokens_per_gpu=8192),
      dict(precision="fp8-tensorwise", fp8_param_gather=True)),
     ("Qwen3-30B-A3B", "B200", 16, dict(tp=1, pp=2, ep=4, fsdp=True, max_tokens_per_gpu=8192), dict()),
+    ("Qwen3-30B-A3B", "B200", 16, dict(tp=2, pp=2, ep=4, offload_modules=("core_attn", "attn_proj", "expert_fc1"),
+                                       max_tokens_per_gpu=8192), dict(precision="mxfp8")),
     ("DeepSeek-V3", "GB200", 256, dict(tp=4, pp=8, ep=8, recompute=_rc("selective:mla_up_proj"), dispatcher="flex",
                                        layer_split=(7, 8, 8, 8, 8, 8, 8, 6), max_tokens_per_gpu=16384),
      dict(precision="fp8-delayed", fp8_param_gather=True)),
