@@ -291,7 +291,8 @@ def nothing_survives(res: SpaceResult, workload: Workload, subject: str = "no la
     codes = set(res.last_reasons)
     top = next(iter(res.last_reasons), "")
     if any("OOM" in c or "memory" in c for c in codes):
-        hint = "add GPUs, shorten --seq-len, or widen the space (--space: recompute, offload)"
+        hint = ("add GPUs, shorten --seq-len, or widen the space (--space: recompute, optimizer_offload, "
+                "offload_modules)")
     elif "illegal: dp_batch" in codes and res.blocked_dp:
         g, d = workload.global_batch, res.blocked_dp
         hint = (f"the global batch ({g} rows) must divide over DP, and the smallest DP these layouts leave is {d}: "
