@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import param_counts
-from ..cost import MEMORY_TERMS, TERM_MEANINGS, MemoryCoefficients, evaluate, levers, memory_lever, routing_summary
+from ..cost import (MEMORY_TERMS, TERM_MEANINGS, MemoryCoefficients, evaluate, lever_text, levers, memory_lever,
+                    routing_summary)
 from ..errors import BadInput
 from ..layout import LayoutTable, format_args, layout_args, validate
 from ..layout.args import fp8_module_args, precision_args
@@ -302,7 +303,7 @@ def render(out: dict) -> None:
         if key in out:
             line += f"; {what} {out[key]['tokens_per_s_per_gpu']:,.1f} ({round(out[key]['error_percent'], 1) + 0.0:+.1f}%)"  # + 0.0: never -0.0%
     for lev in thr.get("levers", ()):  # before the prediction, which stays the last line
-        console.print(f"bottleneck: {lev['term']} takes {lev['share']:.0%} of the step: {lev['lever']}", markup=False)
+        console.print(f"bottleneck: {lever_text(lev)}", markup=False)
     console.print(line)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
+from ..cost.advice import lever_text, shares_text
 from ..report.fit import fit
 from ..words import count, hours
 from .console import console
@@ -42,11 +43,10 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
                       f"tokens/s/GPU \\[{b['status']}]", soft_wrap=True)
         step = b.get("step")
         if step:
-            console.print("where its step goes (the model's terms): " + ", ".join(
-                f"{d['term']} {d['share']:.0%}" for d in step["shares"]), markup=False, soft_wrap=True)
+            console.print("where its step goes (the model's terms): " + shares_text(step["shares"]), markup=False,
+                          soft_wrap=True)
             for lev in step["levers"]:
-                console.print(f"bottleneck: {lev['term']} takes {lev['share']:.0%} of the step: {lev['lever']}",
-                              markup=False, soft_wrap=True)
+                console.print(f"bottleneck: {lever_text(lev)}", markup=False, soft_wrap=True)
         ref = out.get("reference")
         if ref:
             console.print(f"against the best known recipe {ref['name']} ({ref['layout']}, {ref['tokens_per_s_per_gpu']:,.1f} "

@@ -16,7 +16,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from ._comm import routing_summary
-from .advice import LEVERS, MEMORY_LEVERS, levers, memory_lever, step_shares
+from .advice import LEVERS, MEMORY_LEVERS, lever_text, levers, memory_lever, shares_text, step_shares
 from .calibrate import Calibration, load_calibration
 from .flops import mfu, mfu_of, usd_per_million_tokens
 from .memory import TERMS as MEMORY_TERMS
@@ -29,6 +29,8 @@ __all__ = [
     "LEVERS",
     "MEMORY_LEVERS",
     "levers",
+    "lever_text",
+    "shares_text",
     "memory_lever",
     "step_shares",
     "evaluate",

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..catalog import ModelSpec
 from ..layout.core import OFFLOAD_MODULES
-from .layers import KIND_ATTENTION, PARTS, fold_activations, layer_tables, stage_sums_by_pair
+from .layers import BF16, KIND_ATTENTION, PARTS, fold_activations, layer_tables, stage_sums_by_pair
 
 __all__ = ["module_tables", "offloaded_per_token"]
 
@@ -45,10 +45,10 @@ def module_tables(model: ModelSpec) -> np.ndarray:
     softmax = np.isin(lt.kind, KIND_ATTENTION)
     ffn = np.array([model.has_ffn(i) for i in range(L)])
     if model.mla is not None:
-        proj_in = 2.0 * model.num_heads * model.mla.v_head_dim
+        proj_in = BF16 * model.num_heads * model.mla.v_head_dim
     else:
-        proj_in = 2.0 * model.num_heads * model.head_dim
-    norm = np.minimum(2.0 * h, lt.act[:, _P["ln"]])  # one norm's input, at most what the layer's norms keep
+        proj_in = BF16 * model.num_heads * model.head_dim
+    norm = np.minimum(BF16 * h, lt.act[:, _P["ln"]])  # one norm's input, at most what the layer's norms keep
     for m, mod in enumerate(OFFLOAD_MODULES):
         t = out[m]
         if mod == "attn_norm":
@@ -74,24 +74,25 @@ def offloaded_per_token(model: ModelSpec, t, S: int, div: dict, scale: np.ndarra
     """(n, S) activation bytes per token of one micro-batch that each row's --offload-modules sends to the host,
     summed over the stage's layers (0.0 when no row offloads). `div`: the activation folds' per-GPU shares
     (layers.fold_activations); `scale`: (P,) factors on the layer tables' sizes (low-precision saves);
-    `dropped`: (n, P) parts a row's selective recompute already frees (nothing of them is left to offload)."""
-    mask = t.off_modules
+    `dropped`: (n, P) parts a row's selective recompute already frees (nothing of them is left to offload). A row
+    under full recompute keeps only each group's input: it offloads nothing (the rules refuse the pair)."""
+    mask = np.where(t.rc_gran == 2, 0, t.off_modules)
     if not (mask > 0).any():
         return 0.0
     tables = module_tables(model)
-    out = np.zeros((len(t), S))
     drop = np.zeros((len(t), tables.shape[2]), dtype=bool) if dropped is None else dropped
-    combos = np.unique(np.column_stack([mask, np.packbits(drop, axis=1, bitorder="little")]), axis=0)
-    for combo in combos:
-        m = int(combo[0])
+    # rows alike in modules and in what their recompute frees share one table: few groups, however many rows
+    keys, group = np.unique(np.column_stack([mask, np.packbits(drop, axis=1, bitorder="little")]), axis=0,
+                            return_inverse=True)
+    out = np.zeros((len(t), S))
+    for k, key in enumerate(keys):
+        m = int(key[0])
         if m == 0:
             continue
-        rows = np.flatnonzero((mask == m) & np.all(np.packbits(drop, axis=1, bitorder="little") == combo[1:], axis=1))
-        table = sum(tables[b] for b in range(len(OFFLOAD_MODULES)) if m >> b & 1)
+        rows = np.flatnonzero(group.ravel() == k)
+        table = sum(tables[b] for b in range(len(OFFLOAD_MODULES)) if m >> b & 1) * ~drop[rows[0]][None, :]
         if scale is not None:
             table = table * scale[None, :]
-        table = table * ~drop[rows[0]][None, :]
         per_pair, pair_of = stage_sums_by_pair(table, t.pp[rows], t.vpp[rows], S, t.split[rows])
-        sub = {k: (v[rows] if np.ndim(v) else v) for k, v in div.items()}
-        out[rows] = fold_activations(per_pair, pair_of, sub)
+        out[rows] = fold_activations(per_pair, pair_of, {k2: (v[rows] if np.ndim(v) else v) for k2, v in div.items()})
     return out

@@ -155,7 +155,7 @@ _SETTINGS = ("recompute", "act_offload_layers", "cuda_graphs", "dispatcher", "ep
 # the paged stash is a dropless MoE model's full-iteration graphs (cost/_comm.paged_stash), which need TE's fused
 # grouped MLP (its CuTe-DSL kernels on Blackwell: the same path); FP8 attention and the MXFP8 output layer are
 # workload settings (Workload.fp8_attention, fp8_output_proj). Any other makes the row inexpressible
-KERNELS = {"fine_grained_activation_offloading": "fine-grained activation offloading (its modules below)",
+KERNELS = {"fine_grained_activation_offloading": "fine-grained activation offloading",
            "paged_stash": "paged stash (full-iteration graphs of dropless experts)",
            "cutedsl_fused_grouped_mlp": "CuTe-DSL fused grouped MLP (the full-iteration graphs' fused experts)",
            "fp8_dot_product_attention": "FP8 attention", "fp8_output_proj": "the output layer under MXFP8"}

@@ -49,7 +49,7 @@ from ._selective import selective_recompute
 from .flops import stage_flops
 from .layers import PARTS, fold_activations, layer_tables, stage_sums, stage_sums_by_pair, vocab_per_row
 from ._offload import offloaded_per_token
-from .memory import FP8_SAVED, MemoryCoefficients
+from .memory import FP8_SAVED, MemoryCoefficients, saved_parts
 
 __all__ = ["microbatch_terms", "GROUPED_CASTS", "cast_bytes", "weight_cast_bytes", "gemm_efficiency", "expert_side",
            "linear_pad", "attention_efficiency", "MB_TERMS", "STEP_TERMS", "TERM_MEANINGS", "DERIVED", "DEPS",
@@ -512,7 +512,8 @@ def microbatch_terms(model: ModelSpec, workload: Workload, cluster: ClusterSpec,
         off = np.minimum(t.act_offload[:, None], L_stage) / np.maximum(L_stage, 1)
         mb["act_offload"] = 2 * off * act_bytes / (g.host_link_gbps * 1e9 * c.host_link_eff)
     if (t.off_modules > 0).any():  # fine-grained offloading (_offload.py): the modules' inputs, down and up
-        fine = offloaded_per_token(model, t, S, div, FP8_SAVED if workload.quantized else None) * tokens
+        fine = offloaded_per_token(model, t, S, div, FP8_SAVED if workload.quantized else None,
+                                   dropped=~saved_parts(model, workload, t)) * tokens
         mb["act_offload"] = mb["act_offload"] + 2 * fine / (g.host_link_gbps * 1e9 * c.host_link_eff)
     return mb, deps, frac + relaunch  # the derived terms (DERIVED) are built from the scaled primaries when composed
 

@@ -5,7 +5,8 @@ memory terms a setting frees, each with the setting that shrinks it. Read by `au
 
 from __future__ import annotations
 
-__all__ = ["LEVERS", "LEVER_SHARE", "MEMORY_LEVERS", "levers", "memory_lever", "step_shares"]
+__all__ = ["LEVERS", "LEVER_SHARE", "MEMORY_LEVERS", "levers", "memory_lever", "step_shares", "lever_text",
+           "shares_text"]
 
 
 # what shrinks a step term a layout or workload setting controls, said where the term takes LEVER_SHARE of the step
@@ -57,3 +58,13 @@ def step_shares(breakdown: dict, step_s: float, top: int = 4) -> list[tuple[str,
     if step_s <= 0:
         return []
     return sorted(((k, v / step_s) for k, v in breakdown.items() if v > 0), key=lambda kv: -kv[1])[:top]
+
+
+def lever_text(lever: dict) -> str:
+    """'dp_comm takes 54% of the step: more micro-batches ...' (one of `levers`), as every report words it."""
+    return f"{lever['term']} takes {lever['share']:.0%} of the step: {lever['lever']}"
+
+
+def shares_text(shares: list[dict]) -> str:
+    """'compute_experts 23%, recompute 20%, ...' for [{term, share}] (step_shares as the search records them)."""
+    return ", ".join(f"{d['term']} {d['share']:.0%}" for d in shares)

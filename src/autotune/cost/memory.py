@@ -79,6 +79,21 @@ SELECTIVE_DROPS = {
 _MLA_BIT = 1 << SELECTIVE_MODULES.index("mla_up_proj")
 
 
+def saved_parts(model: ModelSpec, workload: Workload, t: LayoutTable) -> np.ndarray:
+    """(n, P) whether each row saves each activation part (PARTS): all but what its selective recompute frees
+    (SELECTIVE_DROPS) and a clamped GLU's second copy where TE's fused grouped MLP clamps inside its op."""
+    keep = np.ones((len(t), len(PARTS)), dtype=bool)
+    sel = t.rc_gran == 1
+    mods = selected_modules(model, t)
+    for b, mod in enumerate(SELECTIVE_MODULES):
+        on = sel & ((mods >> b) & 1).astype(bool)
+        for part in SELECTIVE_DROPS[mod]:
+            keep[on, PARTS.index(part)] = False
+    if model.is_moe and model.moe.activation_clamp:
+        keep[fused_grouped_mlp(model, workload, t), PARTS.index("moe_clamp")] = False
+    return keep
+
+
 def selected_modules(model: ModelSpec, t: LayoutTable) -> np.ndarray:
     """(n,) bitmask over SELECTIVE_MODULES of the selective-recompute modules that act on `model`: Megatron's default
     (core_attn) when none is named; mla_up_proj only where attention is MLA (multi_latent_attention.py alone reads it)."""
@@ -335,17 +350,11 @@ def estimate_memory(
     # per (PP, VPP) pair, never per row x part: the (n, S, P) table is the slow part at 10^5 rows
     act = lt.act * FP8_SAVED[None, :] if workload.quantized else lt.act
     per_pair, pair_of = stage_sums_by_pair(act, t.pp, t.vpp, S, t.split)  # (pairs, S, P)
-    keep_part = np.ones((n, len(PARTS)), dtype=bool)
+    keep_part = saved_parts(model, workload, t)
     sel = t.rc_gran == 1
-    mods = selected_modules(model, t)
-    for b, mod in enumerate(SELECTIVE_MODULES):
-        on = sel & ((mods >> b) & 1).astype(bool)
-        for part in SELECTIVE_DROPS[mod]:
-            keep_part[on, PARTS.index(part)] = False
     full_layer = fold_activations(per_pair, pair_of, div)  # per token, everything saved (n, S)
     if model.is_moe and model.moe.activation_clamp:  # TE's fused grouped MLP clamps inside its op: no second copy
         fused = fused_grouped_mlp(model, workload, t)
-        keep_part[fused, PARTS.index("moe_clamp")] = False
         full_layer = full_layer - np.where(fused[:, None], per_pair[pair_of, :, PARTS.index("moe_clamp")] * div["expf"],
                                            0.0)
     kept_layer = full_layer
@@ -378,7 +387,7 @@ def estimate_memory(
         stored = stored * (L_stage - off + np.minimum(off, 1.0)) / L_stage
     if (t.off_modules > 0).any():  # fine-grained offloading: the stage keeps the offloaded inputs of one layer only
         off = offloaded_per_token(model, t, S, div, FP8_SAVED if workload.quantized else None, dropped=~keep_part)
-        stored = stored - np.where((t.rc_gran != 2)[:, None], off * (1.0 - 1.0 / L_stage), 0.0)
+        stored = stored - off * (1.0 - 1.0 / L_stage)
     stored = stored + mtp_stage_activations(model, workload, t, S, div)  # a trained MTP block, last stage
     M = t.num_microbatches(workload.global_batch, workload.seq_len)
     inflight = _inflight(t, M, S)

@@ -8,7 +8,8 @@ optimizer, TP communication overlap (userbuffers) and partial CUDA graphs; witho
 
 from __future__ import annotations
 
-from .core import DISPATCHERS, Recompute
+from ..errors import BadInput
+from .core import DISPATCHERS, MOE_OFFLOAD_MODULES, OFFLOAD_MODULES, Recompute
 
 __all__ = ["recompute_axis", "moe_dispatcher_axis", "shared_overlap_axis", "precision_aware_axis", "moe_flag_axis", "te_flag_axis",
            "graphs_axis", "graphs_narrowed", "te_narrowed", "capacity_axis", "offload_modules_axis", "offload_modules_narrowed",
@@ -73,13 +74,9 @@ def capacity_axis(vals, model, cluster):
 
 def offload_bits(text: str) -> int:
     """The OFFLOAD_MODULES bitmask of a search-space value: "none", or modules joined by commas."""
-    from .core import OFFLOAD_MODULES
-
     mods = [] if text in ("none", "") else text.split(",")
     bad = [m for m in mods if m not in OFFLOAD_MODULES]
     if bad:
-        from ..errors import BadInput
-
         raise BadInput(f"offload_modules {text!r}: unknown module(s) {', '.join(bad)}; choose among "
                        f"{', '.join(OFFLOAD_MODULES)}, joined by commas, or none")
     return sum(1 << OFFLOAD_MODULES.index(m) for m in mods)
@@ -87,8 +84,6 @@ def offload_bits(text: str) -> int:
 
 def offload_text(bits: int) -> str:
     """The search-space value of an OFFLOAD_MODULES bitmask (modules in Megatron's order, or "none")."""
-    from .core import OFFLOAD_MODULES
-
     mods = [m for b, m in enumerate(OFFLOAD_MODULES) if int(bits) >> b & 1]
     return ",".join(mods) or "none"
 
@@ -96,8 +91,6 @@ def offload_text(bits: int) -> str:
 def offload_modules_axis(vals, model, cluster):
     """The space's fine-grained offload choices less those this model or cluster cannot run: expert modules in a
     dense model, and any without Transformer Engine (megatron-core asserts transformer_impl TE for it)."""
-    from .core import MOE_OFFLOAD_MODULES
-
     keep = []
     for v in vals:
         mods = [] if v in ("none", "") else v.split(",")

@@ -20,7 +20,7 @@ import numpy as np
 from .axes import (capacity_axis, graphs_axis, graphs_narrowed, moe_dispatcher_axis, moe_flag_axis, offload_bits,
                    offload_modules_axis, offload_modules_narrowed, offload_text, precision_aware_axis, recompute_axis,
                    shared_overlap_axis, te_flag_axis, te_narrowed)
-from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, OFFLOAD_MODULES, SELECTIVE_MODULES, Layout, Recompute
+from .core import CUDA_GRAPHS, DISPATCHERS, GRANULARITIES, METHODS, SELECTIVE_MODULES, Layout, Recompute
 from .splits import legal_splits, parse_split, split_text
 from .table import LayoutTable, split_code, split_of
 
@@ -132,6 +132,12 @@ def _offload_values(t: LayoutTable) -> np.ndarray:
     """The offload_modules value per row (a bitmask's text, computed once per distinct mask)."""
     masks, inv = np.unique(t.off_modules, return_inverse=True)
     return np.array([offload_text(m) for m in masks], dtype=object)[inv.ravel()]
+
+
+def _offload_columns(v: np.ndarray, grid: dict, wl) -> dict:
+    """The off_modules bitmask of each row's value (vectorised over the distinct values)."""
+    uniq, inv = np.unique(np.asarray(v).astype(str), return_inverse=True)
+    return {"off_modules": np.array([offload_bits(u) for u in uniq.tolist()], dtype=np.int64)[inv.reshape(-1)]}
 
 
 def _split_values(t: LayoutTable) -> np.ndarray:
@@ -266,10 +272,10 @@ DIMENSIONS: tuple[Dimension, ...] = (
     ),
     Dimension(  # fine-grained activation offloading: "none", or the modules whose inputs go to host memory
         name="offload_modules", field="offload_modules", kind=str,
-        encode=lambda lay: offload_text(sum(1 << i for i, m in enumerate(OFFLOAD_MODULES) if m in lay.offload_modules)),
+        encode=lambda lay: ",".join(lay.offload_modules) or "none",  # Layout keeps OFFLOAD_MODULES' order
         decode=lambda v: {"offload_modules": tuple(m for m in str(v).split(",") if m and m != "none")},
         values=_offload_values, features=lambda t: [t.off_modules], axis=offload_modules_axis,
-        columns=lambda v, grid, wl: {"off_modules": np.array([offload_bits(x) for x in v], dtype=np.int64)},
+        columns=_offload_columns,
         default=("none",), narrowed=offload_modules_narrowed,
     ),
 )

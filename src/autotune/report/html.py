@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..cost.advice import lever_text, shares_text
 from ..fsutil import write_text_atomic
 from ..words import hours
 from . import bars, plots
@@ -139,10 +140,8 @@ def render_html(view: StudyView) -> str:
                  f"{best.value:,.1f} tokens/s per GPU [{esc(best.display_state)}]</p>" if best else "<p>No result yet.</p>")
     step = (view.best or {}).get("step") if best and (view.best or {}).get("number") == best.number else None
     if step:  # the search's own reading of its best layout (summary.json): the model's terms, and the bottleneck
-        best_line += ("<p>Where its step goes (the model's terms): "
-                      + esc(", ".join(f"{d['term']} {d['share']:.0%}" for d in step.get("shares", []))) + "</p>"
-                      + "".join(f"<p>Bottleneck: {esc(lev['term'])} takes {lev['share']:.0%} of the step: "
-                                f"{esc(lev['lever'])}</p>" for lev in step.get("levers", [])))
+        best_line += (f"<p>Where its step goes (the model's terms): {esc(shares_text(step.get('shares', [])))}</p>"
+                      + "".join(f"<p>Bottleneck: {esc(lever_text(lev))}</p>" for lev in step.get("levers", [])))
     notes = "".join(f"<li>{esc(n)}</li>" for n in view.notes)
     missing = "".join(f"<li>{esc(m)}</li>" for m in dict.fromkeys(view.missing))
     table = (f'<div class="scroll"><table id="trials" class="sortable"><thead><tr>'
