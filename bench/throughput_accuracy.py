@@ -12,7 +12,8 @@ one page and release, and over the group's distinct configurations with the repe
 other releases collapsed to their median), and the rows predicted not to fit; the groups one by one; the seed rows and their order; skipped rows by reason.
 Rows their publisher filed as a regression of their release (cost/_sources.known_regression) are predicted but left
 out of every fit; they are listed apart, beside the same source's other releases, and the table is shown again
-without them.
+without them. Rows of a model the time model cannot yet price (cost/_sources.unpriced: DeepSeek-V4) stay in the
+tables but out of every fit, and are listed apart with the reason.
 Every precision's rows are fitted (calibrate.FIT_PRECISIONS); LOMO and LOSO are the out-of-sample checks.
 
     python bench/throughput_accuracy.py [--csv PATH] [--no-lomo]
@@ -129,7 +130,7 @@ def configuration(m) -> str:
     """Everything the model reads of a row (all but the measured number, its source, weight and regression
     note): rows equal in it are one configuration measured again, in another release or on another page."""
     d = m.to_dict()
-    for k in ("tokens_per_s_per_gpu", "source", "weight", "regression"):
+    for k in ("tokens_per_s_per_gpu", "source", "weight", "regression", "unpriced"):
         d.pop(k, None)
     return json.dumps(d, sort_keys=True, default=str)
 
@@ -222,6 +223,14 @@ def main() -> None:
     if not args.no_lomo:
         print(f"  LOMO: {coverage(meas, lomo, sig, ~flagged)}")
     known_regressions(rows, meas, cal, lomo, flagged)
+    unpriced = [i for i, m in enumerate(rows) if m.unpriced]
+    if unpriced:
+        print(f"\nrows of models the time model cannot yet price (kept out of every fit): {len(unpriced)}")
+        for i in unpriced:
+            print(f"  {rows[i].label()[:52]:<53}{rows[i].gpu:>6}  measured {meas[i]:>7,.0f}  pred {cal[i]:>7,.0f} "
+                  f"({err(cal)[i]:+.1f}%)  {rows[i].source.split(';')[0][:45]}")
+        for why in sorted({rows[i].unpriced for i in unpriced}):
+            print(f"      {why}")
     if flagged.any():
         print(f"\nthe same, without the {int(flagged.sum())} known-regression rows:")
         table(~flagged)

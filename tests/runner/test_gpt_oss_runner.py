@@ -65,3 +65,20 @@ def test_a_gpt_oss_proxy_trains_on_cpu(tmp_path):
     assert res.status == "ok", (res.reason, res.log_tail)
     ls = losses(res)
     assert all(math.isfinite(x) for x in ls) and ls[-1] < ls[0] - 0.1, ls
+
+
+@pytest.mark.slow
+def test_a_deepseek_v4_proxy_trains_on_cpu_as_a_stand_in_and_says_so(tmp_path):
+    """megatron-core 0.16 has no dsv4_hybrid attention or hyper-connections: the runner builds the layers as
+    standard attention with one residual stream, drops the recompute modules that then have nothing to act on, and
+    the result's notes say both; the trial still trains (its timing is a stand-in's)."""
+    from autotune.layout import Recompute
+    layout = Layout(world=2, ep=2, micro_batch_size=1, recompute=Recompute("selective", modules=("mla_up_proj", "mhc")))
+    small, proxy = make_proxy(load_model("DeepSeek-V4-Flash"), layout, "cpu")
+    assert small.csa is not None and small.hc_streams == 4
+    res = run_local(cpu_spec(layout, number=41, model="DeepSeek-V4-Flash", proxy=proxy), tmp_path)
+    assert res.status == "ok", (res.reason, res.log_tail)
+    assert "ran as standard attention, without hyper-connections" in res.reason
+    assert "without mla_up_proj, mhc" in res.reason
+    ls = losses(res)
+    assert all(math.isfinite(x) for x in ls) and ls[-1] < ls[0], ls

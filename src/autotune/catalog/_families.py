@@ -13,6 +13,12 @@ intermediate_size, ...) and the ModelSpec fields the family fixes by constructio
     a buffer, Megatron as the router's expert_bias buffer); `moe_latent_size` runs the experts at a narrower
     width between two projections (LatentMoE); `mtp_hybrid_override_pattern` (or `mtp_layers_block_type`) is the MTP
     block's stack.
+  - deepseek_v4 (DeepSeek-V4 Flash and Pro; Megatron-Bridge's DeepSeekV4Bridge reads the same keys): every layer is
+    DeepSeek-V4's hybrid attention (`CsaSpec`) with its compress ratio from `compress_ratios` (decoder layers, then
+    MTP layers; newer configs: `layer_types` sliding_attention / compressed_sparse_attention /
+    heavily_compressed_attention with `compress_rates`), an MoE FFN whose first `num_hash_layers` layers route by
+    token id (the same expert work), `hc_mult` residual streams mixed by hyper-connections around each sublayer,
+    and the router's expert bias (aux-loss-free balancing, a buffer).
   - llama4 / llama4_text (Llama 4 Scout, Maverick; HF Llama4TextConfig): `intermediate_size` is the routed
     experts' and the shared expert's FFN (every Llama4TextMoe has one ungated shared expert of that size), the
     dense layers' FFN is `intermediate_size_mlp` (HF default 16384); MoE layers are `moe_layers` or, without
@@ -28,11 +34,12 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 
-__all__ = ["normalise", "PATTERN_SYMBOLS", "FULL", "SLIDING", "LINEAR", "MAMBA", "NONE"]
+__all__ = ["normalise", "PATTERN_SYMBOLS", "FULL", "SLIDING", "LINEAR", "MAMBA", "NONE", "CSA"]
 
 # token-mixer kinds of a layer (ModelSpec.layer_types); model.py re-exports them
 FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
 MAMBA, NONE = "mamba", "none"  # a Mamba2 mixer; no token mixer (an FFN-only layer of a hybrid pattern)
+CSA = "dsv4_attention"  # DeepSeek-V4's hybrid attention: a window plus compressed KV, per the layer's compress ratio
 
 # Megatron's mamba_hybrid_layer_allocation.Symbols that a checkpoint's pattern uses, as HF NemotronH reads them
 PATTERN_SYMBOLS = {"M": "Mamba2 mixer", "*": "attention", "-": "MLP", "E": "MoE"}
@@ -65,10 +72,10 @@ def _block_types(cfg: dict, where: str, key: str = "layers_block_type") -> str:
     return "".join(_BLOCK_NAMES[t] for t in types)
 
 
-def _positive(cfg: dict, key: str, where: str, default: int | None = None) -> int:
+def _positive(cfg: dict, key: str, where: str, default: int | None = None, kind: str = "a Mamba2 layer") -> int:
     value = cfg.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{where}: field {key!r} must be a positive integer for a Mamba2 layer, got {value!r}; "
+        raise ConfigError(f"{where}: field {key!r} must be a positive integer for {kind}, got {value!r}; "
                           "add it from the model's config.json")
     return value
 
@@ -156,6 +163,54 @@ def _llama4(cfg: dict, where: str) -> tuple[dict, dict]:
     return cfg, {"dense_layers": dense}
 
 
+_DSV4_RATIOS = {"sliding_attention": 0, "compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+_DSV4_KEYS = ("q_lora_rank", "head_dim", "qk_rope_head_dim", "o_groups", "o_lora_rank", "sliding_window",
+              "index_n_heads", "index_head_dim", "index_topk")
+
+
+def _deepseek_v4(cfg: dict, where: str) -> tuple[dict, dict]:
+    n = cfg.get("num_hidden_layers")
+    n = n if isinstance(n, int) and n > 0 else 0  # from_hf_config reports a missing num_hidden_layers
+    mtp = cfg.get("num_nextn_predict_layers") or 0
+    for key in _DSV4_KEYS:
+        _positive(cfg, key, where, kind="a deepseek_v4 attention layer")
+    ratios = cfg.get("compress_ratios")
+    if ratios is None and isinstance(cfg.get("layer_types"), list):
+        rates = {**_DSV4_RATIOS, **(cfg.get("compress_rates") or {})}
+        unknown = sorted({t for t in cfg["layer_types"] if t not in rates})
+        if unknown:
+            raise ConfigError(f"{where}: field 'layer_types' has unknown DeepSeek-V4 type(s) {unknown}; allowed: "
+                              f"{', '.join(_DSV4_RATIOS)}")
+        ratios = [rates[t] for t in cfg["layer_types"]]
+    if not isinstance(ratios, list) or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ratios):
+        raise ConfigError(f"{where}: a deepseek_v4 config needs 'compress_ratios' (one non-negative integer per layer: "
+                          f"0 window only, 4 CSA, 128 HCA), got {ratios!r}; add it from the model's config.json")
+    if len(ratios) < n:
+        raise ConfigError(f"{where}: field 'compress_ratios' lists {len(ratios)} layers but num_hidden_layers is {n}; "
+                          "make them agree")
+    if 1 in ratios:
+        raise ConfigError(f"{where}: field 'compress_ratios' has a ratio of 1; a ratio is 0 (window only) or >= 2")
+    ratios = list(ratios) + [0] * max(0, n + mtp - len(ratios))  # MTP layers unlisted: window only (Megatron-Bridge)
+    hash_layers = cfg.get("num_hash_layers")
+    if hash_layers is None:
+        kinds = cfg.get("mlp_layer_types") or []
+        hash_layers = next((i for i, k in enumerate(kinds) if k != "hash_moe"), len(kinds))
+    heads = cfg["num_attention_heads"] if isinstance(cfg.get("num_attention_heads"), int) else 0
+    head_dim = cfg["head_dim"]
+    if heads and (heads * head_dim) % cfg["o_groups"]:
+        raise ConfigError(f"{where}: o_groups {cfg['o_groups']} does not divide num_attention_heads x head_dim "
+                          f"({heads * head_dim}); check the config.json")
+    cfg = {k: v for k, v in cfg.items() if k not in ("layer_types", "kv_lora_rank")}
+    cfg["num_key_value_heads"] = 1  # one KV head of head_dim, shared by every query head
+    csa = dict(q_lora_rank=cfg["q_lora_rank"], head_dim=head_dim, rope_dim=cfg["qk_rope_head_dim"],
+               o_groups=cfg["o_groups"], o_lora_rank=cfg["o_lora_rank"], window=cfg["sliding_window"],
+               ratios=tuple(int(r) for r in ratios[:n + mtp]), index_heads=cfg["index_n_heads"],
+               index_head_dim=cfg["index_head_dim"], index_topk=cfg["index_topk"])
+    cfg = {k: v for k, v in cfg.items() if k != "sliding_window"}  # the window is the CSA's, not a sliding layer's
+    return cfg, {"layer_types": (CSA,) * n, "csa": csa, "hc_streams": int(cfg.get("hc_mult") or 1),
+                 "hash_layers": int(hash_layers), "router_bias": True}
+
+
 def normalise(cfg: dict, model_type: str, where: str) -> tuple[dict, dict]:
     """(config with common keys, ModelSpec/MoeSpec fields this family fixes; "mamba" as MambaSpec kwargs)."""
     if model_type == "nemotron_h":
@@ -166,4 +221,6 @@ def normalise(cfg: dict, model_type: str, where: str) -> tuple[dict, dict]:
         return cfg, {"gated_mlp": False, "norm_bias": True}
     if model_type in ("llama4", "llama4_text"):
         return _llama4(cfg, where)
+    if model_type == "deepseek_v4":
+        return _deepseek_v4(cfg, where)
     return cfg, {}

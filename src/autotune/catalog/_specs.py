@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec"]
+__all__ = ["LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec", "CsaSpec"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,33 @@ class MlaSpec:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+
+
+@dataclass(frozen=True)
+class CsaSpec:
+    """DeepSeek-V4's hybrid attention (megatron-core's DSv4HybridAttention, --experimental-attention-variant
+    dsv4_hybrid). Queries come through a low-rank path (hidden -> q_lora_rank -> heads x head_dim); one shared KV
+    head of `head_dim` (hidden -> head_dim) serves every head as key and value; the output runs a grouped low-rank
+    projection (heads x head_dim in `o_groups` groups -> o_groups x o_lora_rank -> hidden). Each layer attends over a
+    sliding window of `window` tokens plus compressed KV entries, per its compress ratio (`ratios`, one per decoder
+    layer then one per MTP layer): 0 the window alone; 4 (CSA) a learned compressor pools every 4 tokens (two
+    overlapping projections) and an indexer (`index_heads` x `index_head_dim`, queries from the q latent) picks the
+    top `index_topk` compressed entries; 128 (HCA) every 128 tokens pool into one entry, all of them attended."""
+
+    q_lora_rank: int
+    head_dim: int  # query, key and value width per head (the rotary part is rope_dim of it)
+    rope_dim: int
+    o_groups: int
+    o_lora_rank: int
+    window: int
+    ratios: tuple[int, ...]
+    index_heads: int
+    index_head_dim: int
+    index_topk: int
+
+    def ratio(self, i: int) -> int:
+        """Layer i's compress ratio (i >= the decoder's layers: the MTP layers'; past the list: 0)."""
+        return self.ratios[i] if i < len(self.ratios) else 0
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,15 @@ class HFConfig(BaseModel):
     tie_word_embeddings: _Flag | None = None
     attn_output_gate: _Flag | None = None
     attention_bias: _Flag | None = None
+    # DeepSeek-V4 (deepseek_v4)
+    compress_ratios: list[Annotated[int, Field(strict=True, ge=0, le=2**20)]] | None = None
+    o_groups: _Dim | None = None
+    o_lora_rank: _Dim | None = None
+    index_n_heads: _Dim | None = None
+    index_head_dim: _Dim | None = None
+    index_topk: _Dim | None = None
+    hc_mult: _Dim | None = None
+    num_hash_layers: _Count | None = None
     mtp_num_hidden_layers: _Count | None = None
     num_nextn_predict_layers: _Count | None = None
     # Nemotron-H (see _families.py): the hybrid pattern, Mamba2 sizes, LatentMoE, the MTP block's pattern

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ._families import FULL, LINEAR, MAMBA, NONE, SLIDING, normalise
-from ._specs import LinearAttentionSpec, MambaSpec, MlaSpec, MoeSpec
+from ._families import CSA, FULL, LINEAR, MAMBA, NONE, SLIDING, normalise
+from ._specs import CsaSpec, LinearAttentionSpec, MambaSpec, MlaSpec, MoeSpec
 from .hf_schema import check_hf_config
 
-__all__ = ["ModelSpec", "LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec", "from_hf_config", "FULL", "SLIDING",
-           "LINEAR", "MAMBA", "NONE"]
+__all__ = ["ModelSpec", "LinearAttentionSpec", "MambaSpec", "MlaSpec", "MoeSpec", "CsaSpec", "from_hf_config", "FULL",
+           "SLIDING", "LINEAR", "MAMBA", "NONE", "CSA"]
 
 QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"}
 GATED_ATTENTION_TYPES = {"qwen3_next"}  # gated by construction, no config key
@@ -76,11 +76,20 @@ class ModelSpec:
     mlp_bias: bool = False  # biases on the dense MLP's fc1 and fc2 (GPT-3)
     norm_bias: bool = False  # LayerNorm with a bias (GPT-3, Nemotron-4) rather than RMSNorm
     learned_positions: int = 0  # rows of a learned absolute position embedding (0: rotary)
+    csa: CsaSpec | None = None  # DeepSeek-V4's hybrid attention (every layer's mixer is CSA)
+    hc_streams: int = 1  # residual streams hyper-connections mix around each sublayer (DeepSeek-V4's hc_mult); 1: none
+    hash_layers: int = 0  # leading MoE layers that route by token id (DeepSeek-V4): the same expert work
     source: str = field(default="", compare=False)
 
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
+
+    @property
+    def latent_attention(self) -> bool:
+        """Megatron's multi-latent-attention path: MLA, or DeepSeek-V4's attention built on it (its q up projection is
+        what selective recompute's mla_up_proj re-runs; its heads need no KV-group split)."""
+        return self.mla is not None or self.csa is not None
 
     @property
     def bias_linear(self) -> bool:
@@ -120,7 +129,13 @@ class ModelSpec:
                          f"{self.num_layers - len(self.ffn_free)} FFN layers")
         if self.count(SLIDING):
             parts.append(f"{self.count(SLIDING)} sliding-window ({self.sliding_window}) + {self.count(FULL)} full")
-        if self.mla:
+        if self.csa:
+            r = self.csa.ratios[:self.num_layers]
+            parts.append(f"DeepSeek-V4 attention: {r.count(4)} CSA + {r.count(128)} HCA + {r.count(0)} window-only, "
+                         f"{self.num_heads} heads x {self.csa.head_dim}")
+            if self.hc_streams > 1:
+                parts.append(f"{self.hc_streams} hyper-connection streams")
+        elif self.mla:
             parts.append("MLA")
         else:
             parts.append(f"{self.num_heads} heads / {self.num_kv_heads} KV")
@@ -194,6 +209,8 @@ def from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     moe_fam = {k: fam.pop(k) for k in ("dense_layers", "router_bias", "sigmoid_router", "latent_size") if k in fam}
     if "mamba" in fam:
         fam["mamba"] = MambaSpec(**fam["mamba"])
+    if "csa" in fam:
+        fam["csa"] = CsaSpec(**fam["csa"])
 
     hidden = _get(cfg, "hidden_size", where)
     n_layers = _get(cfg, "num_hidden_layers", where)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import FULL, LINEAR, MAMBA, NONE, SLIDING, ModelSpec
+from .model import CSA, FULL, LINEAR, MAMBA, NONE, SLIDING, ModelSpec
 
 __all__ = ["ParamItem", "ParamCounts", "layer_items", "mtp_items", "param_counts", "padded_vocab"]
 
@@ -47,10 +47,56 @@ def _mamba_items(m: ModelSpec) -> list[ParamItem]:
     ]
 
 
-def _attention_items(m: ModelSpec, kind: str) -> list[ParamItem]:
+def _csa_items(m: ModelSpec, ratio: int) -> list[ParamItem]:
+    """DeepSeek-V4's hybrid attention at one compress ratio (megatron-core DSv4HybridAttention, Megatron-Bridge's
+    DeepSeekV4Bridge mapping: wq_a / wq_b, wkv, wo_a / wo_b, attn_sink, compressor.*, indexer.*). The main compressor
+    (ratio > 0) projects hidden -> coff x head_dim twice (KV and gate; coff 2 at ratio 4, whose windows overlap, else
+    1) and adds a per-position bias `ape` (ratio x coff x head_dim); ratio-4 layers add the indexer: its query
+    projection from the q latent, its per-head weights from the hidden state, and a compressor of its own at
+    index_head_dim. Megatron builds this attention at TP 1 only; "rep" says so."""
+    a, h, nh = m.csa, m.hidden_size, m.num_heads
+    assert a is not None
+    items = [
+        ParamItem("csa.q_down", h * a.q_lora_rank, "rep", True),
+        ParamItem("csa.q_norm", a.q_lora_rank, "rep", False),
+        ParamItem("csa.q_up", a.q_lora_rank * nh * a.head_dim, "tp", True),
+        ParamItem("csa.kv_proj", h * a.head_dim, "rep", True),
+        ParamItem("csa.kv_norm", a.head_dim, "rep", False),
+        ParamItem("csa.o_group_proj", nh * a.head_dim * a.o_lora_rank, "tp", True),
+        ParamItem("csa.o_proj", a.o_groups * a.o_lora_rank * h, "tp", True),
+        ParamItem("csa.sinks", nh, "tp", False),
+    ]
+    if ratio:
+        coff = 2 if ratio == 4 else 1
+        items += [ParamItem("csa.compressor", 2 * h * coff * a.head_dim, "rep", True),
+                  ParamItem("csa.compressor_ape_norm", (ratio * coff + 1) * a.head_dim, "rep", False)]
+    if ratio == 4:
+        d = a.index_head_dim
+        items += [ParamItem("csa.indexer_q", a.q_lora_rank * a.index_heads * d, "rep", True),
+                  ParamItem("csa.indexer_weights", h * a.index_heads, "rep", True),
+                  ParamItem("csa.indexer_compressor", 2 * h * 2 * d, "rep", True),
+                  ParamItem("csa.indexer_ape_norm", (4 * 2 + 1) * d, "rep", False)]
+    return items
+
+
+def _hc_items(m: ModelSpec, sublayers: int) -> list[ParamItem]:
+    """Hyper-connections (megatron-core HyperConnectionModule, one per sublayer): a projection of the n streams
+    (n x hidden) to the n pre-mix, n post-mix and n x n residual-mix logits, their bias and three scales."""
+    n = m.hc_streams
+    if n <= 1:
+        return []
+    mix = 2 * n + n * n
+    return [ParamItem("hc.mapping_proj", sublayers * n * m.hidden_size * mix, "rep", True),
+            ParamItem("hc.bias_scales", sublayers * (mix + 3), "rep", False)]
+
+
+def _attention_items(m: ModelSpec, kind: str, i: int = 0) -> list[ParamItem]:
+    """Layer i's token mixer of `kind` (i picks a DeepSeek-V4 layer's compress ratio: decoder layers, then MTP)."""
     h = m.hidden_size
     if kind == NONE:
         return []
+    if kind == CSA:
+        return _csa_items(m, m.csa.ratio(i))
     if kind == MAMBA:
         return _mamba_items(m)
     if kind == LINEAR:
@@ -151,7 +197,8 @@ def _ffn_kind(m: ModelSpec, i: int) -> str:
 def layer_items(m: ModelSpec, i: int) -> list[ParamItem]:
     """Every parameter tensor of decoder layer i (0-based), with its sharding."""
     norms = ParamItem("norms", m.norms_per_layer * m.norm_size, "rep", False)
-    return _attention_items(m, m.layer_types[i]) + _ffn_items(m, _ffn_kind(m, i)) + [norms]
+    return (_attention_items(m, m.layer_types[i], i) + _ffn_items(m, _ffn_kind(m, i)) + [norms]
+            + _hc_items(m, m.norms_per_layer))
 
 
 _SYMBOL = {"M": (MAMBA, "none"), "*": (FULL, "none"), "-": (NONE, "dense"), "E": (NONE, "moe")}
@@ -167,6 +214,10 @@ def mtp_items(m: ModelSpec) -> list[tuple[str, str, list[ParamItem]]]:
         norm = ParamItem("norms", m.norm_size, "rep", False)
         body = [(_SYMBOL[c][0], _SYMBOL[c][1], _attention_items(m, _SYMBOL[c][0]) + _ffn_items(m, _SYMBOL[c][1])
                  + [norm]) for c in m.mtp_pattern]
+    elif m.csa is not None:  # the MTP layer's own compress ratio (DeepSeek-V4: listed after the decoder's)
+        last, norm = m.num_layers - 1, ParamItem("norms", m.norms_per_layer * m.norm_size, "rep", False)
+        body = [(CSA, _ffn_kind(m, last), _attention_items(m, CSA, m.num_layers) + _ffn_items(m, _ffn_kind(m, last))
+                 + [norm] + _hc_items(m, m.norms_per_layer))]
     else:
         last = m.num_layers - 1
         body = [(m.layer_types[last], _ffn_kind(m, last), layer_items(m, last))]
@@ -202,7 +253,7 @@ class ParamCounts:
 def _kind_key(m: ModelSpec, i: int) -> str:
     kind = m.layer_types[i]
     attn = {LINEAR: "gdn", SLIDING: "sliding_attention", FULL: "mla" if m.mla else "attention", MAMBA: "mamba",
-            NONE: "none"}[kind]
+            NONE: "none", CSA: f"csa{m.csa.ratio(i) if m.csa else 0}"}[kind]
     return f"{attn}+{_ffn_kind(m, i)}"
 
 

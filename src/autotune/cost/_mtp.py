@@ -20,7 +20,7 @@ import numpy as np
 from ..catalog import ModelSpec, Workload
 from ..catalog.params import mtp_items
 from ..layout import LayoutTable
-from .layers import BF16, PART_CLASS, PARTS, attention_parts, ffn_parts, flops_of
+from .layers import BF16, PART_CLASS, PARTS, attention_parts, ffn_parts, flops_of, layer_norm_parts
 
 __all__ = ["MtpBlock", "mtp_block", "mtp_passes", "mtp_stage_params", "mtp_stage_activations"]
 
@@ -46,7 +46,7 @@ def mtp_block(m: ModelSpec) -> MtpBlock | None:
     for mixer, ffn, items in subs[1:-1]:  # the block's decoder layers
         for it in items:
             params[it.shard] += it.count
-        parts = {"ln": BF16 * m.norms_per_layer * m.hidden_size, **attention_parts(m, mixer), **ffn_parts(m, ffn)}
+        parts = {**layer_norm_parts(m), **attention_parts(m, mixer, m.num_layers), **ffn_parts(m, ffn)}
         for name, v in parts.items():
             act[PARTS.index(name)] += v
         flops += flops_of(m, items, mixer)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..catalog import ModelSpec
 from ..layout.core import OFFLOAD_MODULES
-from .layers import BF16, KIND_ATTENTION, PARTS, fold_activations, layer_tables, stage_sums_by_pair
+from .layers import BF16, KIND_ATTENTION, KIND_MIXER, PARTS, fold_activations, layer_tables, stage_sums_by_pair
 
 __all__ = ["module_tables", "offloaded_per_token"]
 
@@ -41,10 +41,12 @@ def module_tables(model: ModelSpec) -> np.ndarray:
     L, P = lt.act.shape
     out = np.zeros((len(OFFLOAD_MODULES), L, P))
     h = model.hidden_size
-    mixer = lt.kind <= 3  # attention-like mixers of a TransformerLayer (softmax, sliding, GDN, MLA)
+    mixer = np.isin(lt.kind, KIND_MIXER)  # attention-like mixers of a TransformerLayer (softmax, sliding, GDN, MLA, CSA)
     softmax = np.isin(lt.kind, KIND_ATTENTION)
     ffn = np.array([model.has_ffn(i) for i in range(L)])
-    if model.mla is not None:
+    if model.csa is not None:  # DeepSeek-V4: the grouped output projection's input, the core's output
+        proj_in = BF16 * model.num_heads * model.csa.head_dim
+    elif model.mla is not None:
         proj_in = BF16 * model.num_heads * model.mla.v_head_dim
     else:
         proj_in = BF16 * model.num_heads * model.head_dim

@@ -47,7 +47,7 @@ from ..errors import BadInput
 from ..layout import SELECTIVE_MODULES, Recompute
 from ..layout.splits import layout_vpp, parse_pipeline_layout
 from ._presets import row_settings
-from ._sources import known_regression, source_settings
+from ._sources import known_regression, source_settings, unpriced
 from .flops import train_flops_per_token
 
 __all__ = ["REQUIRED_COLUMNS", "map_row", "catalog_name", "gpu_kind", "gpu_variant", "precision_of",
@@ -73,6 +73,9 @@ _NAMES = [
     # DeepSeek-R1 is DeepSeek-V3's network trained further: the same config.json (DeepseekV3ForCausalLM, 61 layers,
     # hidden 7,168, 256 routed experts). Its "Distill" models are Qwen and Llama dense models: not read as V3
     (r"^deepseek ?r1(?! ?distill)(?!.*distill)", "DeepSeek-V3"),
+    # DeepSeek-V4 Flash / Pro, and their -Base checkpoints (the same networks; Megatron-Bridge's page: "DeepSeekV4 Flash")
+    (r"^deepseek ?v4 ?flash", "DeepSeek-V4-Flash"),
+    (r"^deepseek ?v4 ?pro", "DeepSeek-V4-Pro"),
     # Kimi K2 (Base, Instruct, -0905, Thinking: one network, 1,026,408,232,448 parameters); K2.5 on adds a vision tower
     (r"^kimi ?k2(?! ?\.? ?[5-9])", "Kimi-K2-Instruct"),
     # GLM-4.6 and GLM-4.7 are GLM-4.5's network (358,337,791,296 tensors on the Hub for 4.5 and 4.7); GLM-4.7-Flash
@@ -496,7 +499,7 @@ def map_row(row: dict) -> dict | str:
         "layout": layout,
         "measurement": dict(model=name, gpu=kind, gpu_variant=variant, count=count, gpus_per_node=per_node or 8,
                             seq_len=seq, global_batch=gb, load_balancing_loss=True, precision=precision,
-                            tokens_per_s_per_gpu=tps or 1.0, regression=regression,
+                            tokens_per_s_per_gpu=tps or 1.0, regression=regression, unpriced=unpriced(name),
                             **{**stack, **training, **settings["workload"]}),
         "tflops": tflops if tps is None else None,
         "recipe_layout": settings.get("recipe_layout"),

@@ -7,7 +7,8 @@ moe/shared_experts.py, core_v0.15 to v0.17):
   core_attn       the attention kernel: one more forward of flash attention (and, under CP, its ring pass)
   layernorm       input_layernorm and pre_mlp_layernorm (output-discarding checkpoint): the norms' forward
   moe_act         the routed experts' activation (output-discarding): its elementwise forward
-  mla_up_proj     MLA's q / kv up projections and RoPE (output-discarding): their GEMMs and RoPE
+  mla_up_proj     MLA's q / kv up projections and RoPE (output-discarding): their GEMMs and RoPE (DeepSeek-V4: q up)
+  mhc             hyper-connections' mixing (output-discarding; DeepSeek-V4): their small projections and traffic
   mlp             the dense MLP, only in layers that are not MoE layers (TransformerLayer: `not is_moe_layer`)
   moe             the whole MoE layer: router, dispatch, routed experts, combine, shared experts
   shared_experts  the shared experts' MLP
@@ -36,7 +37,7 @@ from .memory import SELECTIVE_DROPS, selected_modules
 __all__ = ["SelectiveRecompute", "selective_recompute", "module_gemm_flops"]
 
 # module -> the catalog's parameter items whose GEMMs it re-runs (catalog/params.py names; routed experts apart)
-_GEMMS = {"mla_up_proj": ("mla.q_up", "mla.kv_up"), "mlp": ("mlp.",), "moe": ("moe.",), "shared_experts": ("moe.shared",)}
+_GEMMS = {"mla_up_proj": ("mla.q_up", "mla.kv_up", "csa.q_up"), "mhc": ("hc.",), "mlp": ("mlp.",), "moe": ("moe.",), "shared_experts": ("moe.shared",)}
 _BIT = {m: 1 << b for b, m in enumerate(SELECTIVE_MODULES)}
 
 
@@ -113,7 +114,7 @@ def _selective_rows(model: ModelSpec, t: LayoutTable, S: int, per_pair: np.ndarr
     gem = module_gemm_flops(model)
     dense_all = np.maximum(stage_sums(lt.flops_dense, t.pp, t.vpp, S, t.split), 1.0)
     dense = zero.copy()
-    for mod in ("mla_up_proj", "mlp", "shared_experts"):
+    for mod in ("mla_up_proj", "mhc", "mlp", "shared_experts"):
         if has(mod).any():
             dense += has(mod) * stage_sums(gem[:, SELECTIVE_MODULES.index(mod)], t.pp, t.vpp, S, t.split)
     moe = has("moe")

@@ -16,7 +16,7 @@ import numpy as np
 from ..catalog import ModelSpec, Workload, padded_vocab, param_counts
 from ..layout import LayoutTable
 from ._mtp import mtp_block, mtp_passes
-from .layers import layer_tables, stage_sums, vocab_per_row
+from .layers import attention_flops, csa_attention_flops, layer_tables, stage_sums, vocab_per_row
 
 __all__ = ["StageFlops", "stage_flops", "model_flops_per_token", "mfu", "mfu_of", "usd_per_million_tokens",
            "train_flops_per_token"]
@@ -43,8 +43,7 @@ def stage_flops(model: ModelSpec, workload: Workload, t: LayoutTable) -> StageFl
     share = (1.0 / (t.tp * t.cp))[:, None]
     tok = tokens[:, None]
     span = workload.attention_span  # packed rows attend within each document
-    ctx = np.where(lt.kind == 1, np.minimum(model.sliding_window or span, span / 2), span / 2)  # mean causal context
-    attn = stage_sums(lt.flops_attn_quadratic * ctx, t.pp, t.vpp, S, t.split)
+    attn = stage_sums(attention_flops(model, lt, span), t.pp, t.vpp, S, t.split)
     last = np.arange(S)[None, :] == (t.pp - 1)[:, None]
     vocab = vocab_per_row(model, t.tp).astype(float)[:, None]
     dense = stage_sums(lt.flops_dense, t.pp, t.vpp, S, t.split)
@@ -54,7 +53,7 @@ def stage_flops(model: ModelSpec, workload: Workload, t: LayoutTable) -> StageFl
     if passes:  # the MTP block's layers on the last stage, each pass attending over the whole (causal) row
         d, q, e, li = mtp_block(model).flops
         dense, lin, experts = (a + np.where(last, passes * v, 0.0) for a, v in ((dense, d), (lin, li), (experts, e)))
-        attn = attn + np.where(last, passes * q * span / 2, 0.0)
+        attn = attn + np.where(last, passes * mtp_attention(model, q, span), 0.0)
     return StageFlops(
         dense=dense * tok * share,
         attention=attn * tok * share,
@@ -63,6 +62,14 @@ def stage_flops(model: ModelSpec, workload: Workload, t: LayoutTable) -> StageFl
         output=np.where(last, (1 + passes) * 2.0 * model.hidden_size * vocab * tok * share, 0.0),
         tokens=tokens,
     )
+
+
+def mtp_attention(model: ModelSpec, per_context: float, span: float, causal: bool = True) -> float:
+    """Forward attention FLOPs per token of one MTP pass (its layer attends like the model's full-attention layers,
+    or, in DeepSeek-V4, per the MTP layer's own compress ratio)."""
+    if model.csa is not None:
+        return csa_attention_flops(model, model.csa.ratio(model.num_layers), span)
+    return per_context * (span / 2 if causal else span)
 
 
 def model_flops_per_token(model: ModelSpec) -> float:
@@ -88,14 +95,18 @@ def usd_per_million_tokens(usd_per_gpu_hour: float, tokens_per_s_per_gpu):
         return np.where(tps > 0, usd_per_gpu_hour / (np.maximum(tps, 1e-300) * 3600.0) * 1e6, np.inf)
 
 
-def train_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -> float:
+def train_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True, mtp_passes: int = 0) -> float:
     """Forward + backward FLOPs per token (3x forward): every matmul, causal attention over half the
     context (sliding windows capped; `causal=False`: the whole row, as Megatron-LM's older count has it), the
-    GDN / Mamba2 scans, the output layer. Close to Megatron's own count, which is what the TFLOP/s columns of
-    Megatron-based sources use; others differ by a few %."""
+    GDN / Mamba2 scans, the output layer, and `mtp_passes` passes of the MTP block (its layer, its 2h -> h
+    projection, the output layer again), as Megatron's num_floating_point_operations counts a run that trains MTP.
+    Close to Megatron's own count, which is what the TFLOP/s columns of Megatron-based sources use; others differ by
+    a few %."""
     lt = layer_tables(model)
-    full = seq_len / 2 if causal else seq_len
-    ctx = np.where(lt.kind == 1, min(model.sliding_window or seq_len, full), full)
+    out = 2.0 * model.hidden_size * padded_vocab(model, 1)
     fwd = (lt.flops_dense.sum() + lt.flops_expert.sum() + lt.flops_linear_attn.sum()
-           + (lt.flops_attn_quadratic * ctx).sum() + 2.0 * model.hidden_size * padded_vocab(model, 1))
+           + attention_flops(model, lt, seq_len, causal).sum() + out)
+    if mtp_passes and model.mtp_layers:
+        d, q, e, li = mtp_block(model).flops
+        fwd += mtp_passes * (d + e + li + mtp_attention(model, q, seq_len, causal) + out)
     return 3.0 * float(fwd)

@@ -22,12 +22,12 @@ from functools import lru_cache
 import numpy as np
 
 from ..catalog import ModelSpec, padded_vocab
-from ..catalog.model import FULL, LINEAR, MAMBA, NONE, SLIDING
+from ..catalog.model import CSA, FULL, LINEAR, MAMBA, NONE, SLIDING
 from ..catalog.params import layer_items
 from ..layout.table import split_of
 
 __all__ = ["LayerTables", "layer_tables", "PARTS", "PART_CLASS", "stage_sums", "stage_sums_by_pair", "fold_activations",
-           "vocab_per_row"]
+           "vocab_per_row", "attention_flops", "csa_attention_flops"]
 
 BF16 = 2
 FP32 = 4
@@ -35,6 +35,7 @@ FP32 = 4
 # part name -> divisor class
 PART_CLASS = {
     "ln": "seq",  # RMSNorm inputs (2 per layer)
+    "hc": "seq",  # hyper-connections' saves: each sublayer's residual streams and its output (DeepSeek-V4)
     "attn_in": "seq",  # input of the QKV / in_proj linear (saved by column-parallel linear)
     "attn_core": "tp",  # attention kernel: q, k, v (flash; its output is the o_proj input); GDN, Mamba2: kernel in/out
     "attn_other": "tp",  # qk-norm inputs, output gate, projections' inputs inside attention
@@ -59,11 +60,13 @@ class LayerTables:
     params_exp_ep: np.ndarray  # (L,) expert parameters split over EP only (row-parallel fc2 biases)
     act: np.ndarray  # (L, P) activation bytes per token by part
     is_moe: np.ndarray  # (L,) bool
-    kind: np.ndarray  # (L,) 0 full attention, 1 sliding, 2 linear (GDN), 3 MLA, 4 Mamba2, 5 no mixer (FFN only)
+    kind: np.ndarray  # (L,) 0 full attention, 1 sliding, 2 linear (GDN), 3 MLA, 4 Mamba2, 5 no mixer (FFN only),
+    #                   6 DeepSeek-V4's hybrid attention (CSA; its compress ratio in `ratio`)
     flops_dense: np.ndarray  # (L,) forward matmul FLOPs per token outside attention scores/experts
     flops_attn_quadratic: np.ndarray  # (L,) forward FLOPs per token per token of context (scores + AV)
     flops_expert: np.ndarray  # (L,) forward FLOPs per token for the k routed experts
     flops_linear_attn: np.ndarray  # (L,) forward FLOPs per token of the GDN / Mamba2 (SSD) chunked scans
+    ratio: np.ndarray  # (L,) a CSA layer's compress ratio (0 elsewhere)
 
     @property
     def is_attention(self) -> np.ndarray:
@@ -71,8 +74,40 @@ class LayerTables:
         return np.isin(self.kind, KIND_ATTENTION)
 
 
-KIND = {FULL: 0, SLIDING: 1, LINEAR: 2, MAMBA: 4, NONE: 5}  # MLA (3) is full attention of an MLA model
-KIND_ATTENTION = (0, 1, 3)
+KIND = {FULL: 0, SLIDING: 1, LINEAR: 2, MAMBA: 4, NONE: 5, CSA: 6}  # MLA (3) is full attention of an MLA model
+KIND_ATTENTION = (0, 1, 3, 6)
+KIND_MIXER = (0, 1, 2, 3, 6)  # the token mixers a TransformerLayer builds (softmax, sliding, GDN, MLA, CSA)
+
+
+def csa_attention_flops(m: ModelSpec, ratio: int, span: float) -> float:
+    """Forward FLOPs per token of a DeepSeek-V4 attention layer's scores and values, and of its indexer's scores,
+    for rows of `span` tokens: megatron-core's own count (training.py _dsv4_hybrid_self_attention_flops, whose
+    TFLOP/s Megatron's recipes print). Each query attends over the window and the compressed entries its layer
+    keeps: at ratio 4 the indexer's top k of the span / 4 (k x (1 - 4k / 2 span) on average over a causal row), at
+    ratio 128 all span / 128 of them, causally half; ratio-4 layers also score every query against the span / 4
+    compressed keys with the indexer's heads."""
+    a = m.csa
+    keys = min(a.window, span)
+    indexer = 0.0
+    if ratio == 4:
+        k = min(a.index_topk, span // 4)
+        keys += k * (1.0 - 4.0 * k / (2.0 * span)) if span else 0.0
+        indexer = 2.0 * a.index_heads * a.index_head_dim * span / 4.0
+    elif ratio:
+        keys += span / (2.0 * ratio)
+    return 2.0 * m.num_heads * 2 * a.head_dim * keys + indexer
+
+
+def attention_flops(m: ModelSpec, lt: "LayerTables", span: float, causal: bool = True) -> np.ndarray:
+    """(L,) forward FLOPs per token of each layer's attention scores and values at rows of `span` tokens: half the
+    span on average under a causal mask (`causal=False`: the whole row, Megatron-LM's older count), sliding windows
+    capped, DeepSeek-V4's layers per their compress ratio (csa_attention_flops)."""
+    full = span / 2 if causal else span
+    out = lt.flops_attn_quadratic * np.where(lt.kind == 1, min(m.sliding_window or span, full), full)
+    if m.csa is not None:
+        csa = lt.kind == KIND[CSA]
+        out = np.where(csa, [csa_attention_flops(m, int(r), span) for r in lt.ratio], out)
+    return out
 
 
 GDN_CHUNK = 64  # FLA's chunk length: the WY matrix A the delta-rule kernel saves has one row of 64 per token and head
@@ -118,10 +153,37 @@ def _mamba_parts(m: ModelSpec) -> dict[str, float]:
     }
 
 
-def attention_parts(m: ModelSpec, kind: str) -> dict[str, float]:
+def _csa_parts(m: ModelSpec, ratio: int) -> dict[str, float]:
+    """Bytes DeepSeek-V4's hybrid attention saves for backward: the input of its projections (q down, KV, the
+    compressors); the q latent (its norm's output, the q up projection's and the indexer's input), q, the shared KV
+    head and fp32 softmax statistics per head (the up projections' outputs: what mla_up_proj recomputes); the KV
+    norm's input, the core's output (the grouped output projection's input) and that projection's output (the
+    output linear's input); on ratio-4 layers the indexer's queries and weights and its top-k indices (int32)."""
+    a, nh = m.csa, m.num_heads
+    other = BF16 * (a.head_dim + nh * a.head_dim + a.o_groups * a.o_lora_rank)
+    if ratio == 4:
+        other += BF16 * (a.index_heads * a.index_head_dim + a.index_heads) + 4 * a.index_topk
+    return {"attn_in": BF16 * m.hidden_size, "attn_other": other,
+            "attn_core": BF16 * (a.q_lora_rank + nh * a.head_dim + a.head_dim) + FP32 * nh}
+
+
+def layer_norm_parts(m: ModelSpec) -> dict[str, float]:
+    """Bytes per token a layer's norms keep (`ln`): each sublayer's norm input; with hyper-connections (n residual
+    streams, `hc`) also the n streams each sublayer's mixing reads and the sublayer's output the post-mix adds back
+    (megatron-core HyperConnectionModule: the aggregate and the post-mix save their inputs; selective recompute's
+    `mhc` re-runs them instead, an output-discarding checkpoint)."""
+    ln = BF16 * m.norms_per_layer * m.hidden_size
+    if m.hc_streams <= 1:
+        return {"ln": ln}
+    return {"ln": ln, "hc": ln * (m.hc_streams + 1)}
+
+
+def attention_parts(m: ModelSpec, kind: str, i: int = 0) -> dict[str, float]:
     h = m.hidden_size
     if kind == NONE:
         return {}
+    if kind == CSA:
+        return _csa_parts(m, m.csa.ratio(i))
     if kind == MAMBA:
         return _mamba_parts(m)
     if kind == LINEAR:
@@ -214,6 +276,8 @@ def flops_of(m: ModelSpec, items, kind: str) -> tuple[float, float, float, float
         dense += 2 * mb.conv_dim * mb.conv_kernel
     elif kind == NONE:
         pass
+    elif kind == CSA:  # per context token: QK and PV over the shared head's width (csa_attention_flops has the rest)
+        quad = 2 * m.num_heads * 2 * m.csa.head_dim
     elif m.mla is not None:
         a = m.mla
         quad = 2 * m.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
@@ -229,21 +293,23 @@ def layer_tables(m: ModelSpec) -> LayerTables:
     act = np.zeros((L, len(PARTS)))
     kind = np.zeros(L, dtype=np.int8)
     fl = np.zeros((L, 4))
+    ratio = np.zeros(L, dtype=np.int64)
     for i in range(L):
         for it in layer_items(m, i):
             if it.shard != "buffer":  # buffers are no parameters of megatron's (params.py)
                 {"tp": ptp, "rep": prep, "expert": pexp, "expert_ep": pexp_ep}[it.shard][i] += it.count
-        parts = {"ln": BF16 * m.norms_per_layer * m.hidden_size, **attention_parts(m, m.layer_types[i]),
-                 **ffn_parts(m, ffn_kind(m, i))}
+        parts = {**layer_norm_parts(m), **attention_parts(m, m.layer_types[i], i), **ffn_parts(m, ffn_kind(m, i))}
         for name, v in parts.items():
             act[i, PARTS.index(name)] += v
         t = m.layer_types[i]
         kind[i] = 3 if (t == FULL and m.mla) else KIND[t]
+        ratio[i] = m.csa.ratio(i) if t == CSA else 0
         fl[i] = flops_of(m, layer_items(m, i), t)
     return LayerTables(
         n_layers=L, params_tp=ptp, params_rep=prep, params_exp=pexp, params_exp_ep=pexp_ep, act=act,
         is_moe=np.array([m.is_moe_layer(i) for i in range(L)]), kind=kind,
         flops_dense=fl[:, 0], flops_attn_quadratic=fl[:, 1], flops_expert=fl[:, 2], flops_linear_attn=fl[:, 3],
+        ratio=ratio,
     )
 
 

@@ -25,6 +25,7 @@ from ..errors import BadInput, ConfigError
 from ..layout import Layout, Recompute, violations
 from ..layout.splits import legal_splits, split_flags
 from ..layout import LayoutTable
+from ._mtp import mtp_passes
 from ._published import REQUIRED_COLUMNS, map_row, train_flops_per_token
 from .memory import estimate_memory
 
@@ -71,6 +72,8 @@ class Measurement:
     # the publisher's record that the row measured a performance regression of its release (_sources.known_regression):
     # kept and predicted, left out of the calibration fit (calibrate.fit_kinds)
     regression: str = ""
+    # why the time model cannot yet price this row's model (_sources.unpriced): kept and predicted, left out of the fit
+    unpriced: str = ""
     # the part that ran when it differs from the kind's catalog figures (catalog.GPU_VARIANTS, e.g. torchtitan's
     # Grand Teton H100 with 96 GB HBM2e at 2.4 TB/s and 500 W): its figures for the time and memory models, the
     # kind's calibration
@@ -223,7 +226,8 @@ def _represent(row: dict, line: int, retry: bool = True) -> Measurement | str:
     if bad:
         return "illegal for Megatron-core's rules: " + "; ".join(v.message for v in bad)
     if got.get("tflops"):
-        tps = got["tflops"] * 1e12 / train_flops_per_token(model, m.seq_len)  # derived: trusted less
+        # derived: trusted less. Megatron's count (the TFLOP/s Megatron-based pages print) includes a trained MTP block
+        tps = got["tflops"] * 1e12 / train_flops_per_token(model, m.seq_len, mtp_passes=mtp_passes(model, m.workload))
         try:
             m = replace(m, tokens_per_s_per_gpu=tps, weight=0.5,
                         source=m.source + f"; tokens/s derived from {got['tflops']:g} TFLOP/s/GPU")

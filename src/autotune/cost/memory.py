@@ -73,6 +73,7 @@ SELECTIVE_DROPS = {
     # does what the up projections' fused norms save (the normalized latents, counted with q, k, v); the latents it
     # starts from and the attention output (linear_proj's input) stay
     "mla_up_proj": ("attn_core",),
+    "mhc": ("hc",),
 }
 
 
@@ -98,7 +99,7 @@ def selected_modules(model: ModelSpec, t: LayoutTable) -> np.ndarray:
     """(n,) bitmask over SELECTIVE_MODULES of the selective-recompute modules that act on `model`: Megatron's default
     (core_attn) when none is named; mla_up_proj only where attention is MLA (multi_latent_attention.py alone reads it)."""
     mods = np.where((t.rc_gran == 1) & (t.rc_modules == 0), 1, t.rc_modules)
-    return mods if model.mla is not None else mods & ~_MLA_BIT
+    return mods if model.latent_attention else mods & ~_MLA_BIT
 
 
 # FP8: share of each activation part's BF16 bytes still saved. TE saves a linear's quantised input (1 B

@@ -24,6 +24,12 @@ YaRN through --rope-type yarn, --rotary-scaling-factor, --mscale and --mscale-al
 replace MLATransformerConfig's (40, 1, 0); its original positions, beta_fast and beta_slow have no flag (4096, 32, 1
 from MLATransformerConfig). An MLA model without rope scaling takes --rope-type rope (with --no-rope-fusion, which
 MLATransformerConfig requires beside it).
+
+DeepSeek-V4 (`_csa_args`) is Megatron-LM's dsv4_hybrid attention variant (dev branch, 2026-08:
+examples/moe_recipes/deepseek_v4_*), later than slime's pin: MLA with --o-groups / --o-lora-rank, the per-layer
+--csa-compress-ratios, the indexer's --dsa-indexer-*, hyper-connections (--enable-hyper-connections
+--num-residual-streams), hash routing (--moe-n-hash-layers) and its sqrtsoftplus router; its YaRN (factor, original
+positions, the compressed layers' rope base) as those recipes pass it. `model_notes` says which Megatron it needs.
 """
 
 from __future__ import annotations
@@ -174,6 +180,10 @@ def rope_args(model: ModelSpec) -> tuple[list[str], list[str]]:
     kind, scaling = _rope_scaling(_hf_config(model))
     if model.learned_positions or not model.rotary_fraction:  # no rotary embedding to scale
         return [], []
+    if model.csa is not None:  # its own YaRN flags (_csa_args), on a later Megatron-LM than the pin
+        return [], [f"{model.name}'s attention (DeepSeek-V4's dsv4_hybrid, hyper-connections, hash routing) needs a "
+                    "Megatron-LM with --experimental-attention-variant dsv4_hybrid (the dev branch of 2026-08 on), "
+                    "not slime's pin 1dcf0daf: run the recipe on such a Megatron-LM"]
     if model.mla:
         # MLA's rope_type defaults to yarn: say rope, which MLATransformerConfig takes only with rope fusion off
         if kind is None:
@@ -252,6 +262,36 @@ def model_notes(model: ModelSpec) -> list[str]:
     return rope_args(model)[1] + _llama4_args(model, _hf_config(model))[1]
 
 
+def _csa_args(model: ModelSpec, cfg: dict) -> list[str]:
+    """DeepSeek-V4's attention, hyper-connections and hash routing as Megatron-LM's dsv4_hybrid recipes pass them."""
+    c = model.csa
+    _, scaling = _rope_scaling(cfg)
+    a = ["--multi-latent-attention", "--experimental-attention-variant", "dsv4_hybrid", "--q-lora-rank",
+         str(c.q_lora_rank), "--qk-pos-emb-head-dim", str(c.rope_dim), "--v-head-dim", str(c.head_dim),
+         "--o-groups", str(c.o_groups), "--o-lora-rank", str(c.o_lora_rank), "--csa-window-size", str(c.window),
+         "--csa-compress-ratios", "[" + ",".join(str(r) for r in c.ratios) + "]",
+         "--dsa-indexer-n-heads", str(c.index_heads), "--dsa-indexer-head-dim", str(c.index_head_dim),
+         "--dsa-indexer-topk", str(c.index_topk),
+         # DSv4's rope is a pure rotation (mscale 1 on both, as Megatron-Bridge's DeepSeekV4Bridge sets them)
+         "--rotary-scaling-factor", _num(_value(scaling, "factor", 1.0)), "--original-max-position-embeddings",
+         str(int(_value(scaling, "original_max_position_embeddings", 4096))), "--mscale", "1", "--mscale-all-dim", "1"]
+    if cfg.get("compress_rope_theta"):
+        a += ["--csa-compress-rotary-base", _num(cfg["compress_rope_theta"])]
+    if model.hc_streams > 1:
+        a += ["--enable-hyper-connections", "--num-residual-streams", str(model.hc_streams),
+              "--mhc-sinkhorn-iterations", str(int(cfg.get("hc_sinkhorn_iters") or 20))]
+    if model.hash_layers:
+        a += ["--moe-n-hash-layers", str(model.hash_layers)]
+    return a
+
+
+def _score_function(model: ModelSpec, cfg: dict) -> str:
+    """--moe-router-score-function: the config's sqrtsoftplus (DeepSeek-V4), else sigmoid or softmax."""
+    if str(cfg.get("scoring_func", "")).lower() == "sqrtsoftplus":
+        return "sqrtsoftplus"
+    return "sigmoid" if model.moe.sigmoid_router else "softmax"
+
+
 def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[str]:
     """MODEL_ARGS tokens for `model`. `aux_loss_coeff` 0 is the seed's load-balancing loss off."""
     cfg = _hf_config(model)
@@ -267,12 +307,13 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
             a.append("--disable-bias-linear")
         if model.attention_bias:  # gpt-oss: on with every linear's; Qwen2: on QKV alone
             a.append("--add-qkv-bias")
-    if model.qk_norm or model.mla:  # MLA's q_a / kv_a latent norms exist only with it (gpt_layer_specs, slime's scripts)
+    if model.qk_norm or model.latent_attention:  # MLA's q_a / kv_a latent norms exist only with it (gpt_layer_specs, slime's scripts)
         a.append("--qk-layernorm")
-    if model.num_kv_heads < model.num_heads:
+    gqa = model.num_kv_heads < model.num_heads and model.csa is None  # DSv4's one KV head is MLA's, not GQA's
+    if gqa:
         a.append("--group-query-attention")
     a += ["--num-attention-heads", str(model.num_heads)]
-    if model.num_kv_heads < model.num_heads:
+    if gqa:
         a += ["--num-query-groups", str(model.num_kv_heads)]
     a += ["--kv-channels", str(model.head_dim), "--num-layers", str(model.num_layers),
           "--hidden-size", str(model.hidden_size), "--ffn-hidden-size", str(model.ffn_hidden_size)]
@@ -306,6 +347,8 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
         # HF's sliding_window counts the query itself; Megatron's (TE's) left window does not
         a += ["--window-size", f"{model.sliding_window - 1},0", "--window-attn-skip-freq",
               _layer_freq(model.layer_types, SLIDING)]
+    if model.csa:
+        a += _csa_args(model, cfg)
     if model.mla:
         m = model.mla
         a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_nope_head_dim),
@@ -318,7 +361,7 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
         a += ["--moe-ffn-hidden-size", str(e.ffn_hidden_size)]
         if e.shared_ffn_hidden_size:
             a += ["--moe-shared-expert-intermediate-size", str(e.shared_ffn_hidden_size)]
-        a += ["--moe-router-score-function", "sigmoid" if e.sigmoid_router else "softmax", "--moe-token-dispatcher-type",
+        a += ["--moe-router-score-function", _score_function(model, cfg), "--moe-token-dispatcher-type",
               "alltoall", "--moe-router-topk", str(e.top_k)]
         groups, group_topk = int(cfg.get("n_group") or 1), int(cfg.get("topk_group") or 1)
         if groups > 1:  # DeepSeek-V3's node-limited routing: the top-k experts come from the best topk_group groups
@@ -327,7 +370,7 @@ def slime_model_args(model: ModelSpec, *, aux_loss_coeff: float = 0.0) -> list[s
             a += ["--moe-layer-freq", _layer_pattern([int(model.is_moe_layer(i)) for i in range(model.num_layers)])]
         a += ["--num-experts", str(e.num_experts), "--moe-grouped-gemm", "--moe-token-drop-policy", "probs",
               "--moe-router-dtype", "fp32", "--moe-permute-fusion", "--moe-aux-loss-coeff", _num(aux_loss_coeff)]
-        if e.router_bias and e.sigmoid_router:
+        if e.router_bias and _score_function(model, cfg) != "softmax":
             a.append("--moe-router-enable-expert-bias")
         if cfg.get("routed_scaling_factor") and float(cfg["routed_scaling_factor"]) != 1.0:  # DeepSeek 2.5, Kimi 2.827
             a += ["--moe-router-topk-scaling-factor", _num(cfg["routed_scaling_factor"])]

@@ -11,7 +11,8 @@ moe_pad_expert_input_to_capacity not on the flex dispatcher's deepep backend), a
 arguments.py (full-iteration graphs are --cuda-graph-impl local); selective recompute's modules
 (recompute_modules: moe_act needs grouped GEMM, which autotune sets for every MoE model and no dense one;
 mla_up_proj needs multi-latent attention; shared_experts not beside --moe-shared-expert-overlap; moe_act and
-layernorm not under delayed FP8 scaling). A dropless MoE layer has data-dependent
+layernorm not under delayed FP8 scaling; mhc, in the later megatron-core that has hyper-connections, needs them, not
+beside mlp, and not beside offloading attn_norm or mlp_norm). A dropless MoE layer has data-dependent
 shapes (tokens per expert), which a graph of the whole step cannot capture: full graphs of an MoE model need
 token drop with padding, or (megatron-core after 0.16, Megatron-LM PR #4247) the paged stash: HybridEP receives into
 a static per-rank budget (--moe-expert-rank-capacity-factor, which needs --use-transformer-engine-op-fuser's fused
@@ -73,9 +74,15 @@ SETTING_RULES = [
     ("recompute_moe", lambda m, w, t: _no(_module(t, "moe") | _module(t, "shared_experts"), np.full(len(t), m.is_moe)),
      lambda m, w, l: f"selective recompute of moe / shared_experts needs an MoE model; {m.name} has no experts: "
                      "drop them from the modules"),
-    ("recompute_mla_up_proj", lambda m, w, t: _no(_module(t, "mla_up_proj"), np.full(len(t), m.mla is not None)),
+    ("recompute_mla_up_proj", lambda m, w, t: _no(_module(t, "mla_up_proj"), np.full(len(t), m.latent_attention)),
      lambda m, w, l: f"selective recompute of mla_up_proj needs multi-latent attention; {m.name} has none: drop "
                      "mla_up_proj from the modules"),
+    ("recompute_mhc", lambda m, w, t: _no(_module(t, "mhc"), np.full(len(t), m.hc_streams > 1)),
+     lambda m, w, l: f"selective recompute of mhc needs hyper-connections (residual streams); {m.name} has none: drop "
+                     "mhc from the modules"),
+    ("recompute_mhc_mlp", lambda m, w, t: ~(_module(t, "mhc") & _module(t, "mlp")),
+     lambda m, w, l: "selective recompute of mhc and mlp cannot run together (megatron-core: their checkpoints "
+                     "conflict); drop one of them"),
     ("recompute_shared_experts_overlap",
      lambda m, w, t: _no(_module(t, "shared_experts"),
                          ~t.shared_overlap | np.full(len(t), not (m.moe and m.moe.shared_ffn_hidden_size))),
@@ -157,6 +164,10 @@ SETTING_RULES = [
      lambda m, w, t: ((t.off_modules & _MOE_OFF) == 0) | ~((t.cuda_graphs == _FULL_GRAPHS) & (t.capacity == 0) & m.is_moe),
      lambda m, w, l: "the paged stash of full-iteration CUDA graphs keeps the experts' activations itself; drop "
                      "expert_fc1 / moe_act from --offload-modules or use partial graphs"),
+    ("fine_offload_mhc", lambda m, w, t: ((t.off_modules & (_OFF["attn_norm"] | _OFF["mlp_norm"])) == 0)
+     | ~_module(t, "mhc"),
+     lambda m, w, l: "offloading attn_norm or mlp_norm cannot run with selective recompute of mhc (megatron-core: "
+                     "the mHC replay starts before their reload); drop those modules or mhc"),
     ("fine_offload_full_recompute", lambda m, w, t: (t.off_modules == 0) | (t.rc_gran != 2),
      lambda m, w, l: f"{l.recompute.describe()} keeps only each group's input: there is nothing left for "
                      "--offload-modules to offload; use selective recompute or none"),

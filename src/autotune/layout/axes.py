@@ -25,7 +25,8 @@ def recompute_axis(vals, model, cluster):
     model's moe_act, a model without MLA's mla_up_proj): they could only be counted as illegal."""
     def fits(v: str) -> bool:
         mods = set(Recompute.parse(v).modules)
-        return not ((mods & _MOE_MODULES and not model.is_moe) or ("mla_up_proj" in mods and model.mla is None))
+        return not ((mods & _MOE_MODULES and not model.is_moe) or ("mla_up_proj" in mods and not model.latent_attention)
+                    or ("mhc" in mods and model.hc_streams <= 1))
     return [v for v in vals if fits(v)] or vals
 
 

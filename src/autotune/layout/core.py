@@ -37,7 +37,9 @@ def dispatcher_config(dispatcher: str) -> dict:
 
 GRANULARITIES = ("none", "selective", "full")
 METHODS = ("uniform", "block")
-SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
+# (mhc: megatron-core's hyper-connections' intermediates, models with residual streams: DeepSeek-V4; later releases
+# than slime's pin, as that model's attention is)
+SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj", "mhc")
 # megatron-core's fine-grained activation offloading (--fine-grained-activation-offloading --offload-modules ...):
 # the submodules whose input activation goes to host memory in forward and comes back before backward
 # (TransformerConfig.offload_modules at Megatron-LM 1dcf0daf, slime's pin; later releases add "fused_group_mlp", which

@@ -99,7 +99,7 @@ def _divisor_below(l: Layout, w: Workload) -> int:
 
 
 def _mla(m: ModelSpec) -> bool:
-    return m.mla is not None
+    return m.latent_attention
 
 
 RULES: list[Rule] = [
@@ -109,6 +109,12 @@ RULES: list[Rule] = [
          lambda m, w, l: f"EP x ETP x PP = {l.ep * l.etp * l.pp} does not divide the {l.world} GPUs"),
     Rule("heads_tp", lambda m, w, t: _div(m.num_heads, t.tp),
          lambda m, w, l: f"num_attention_heads {m.num_heads} is not a multiple of TP {l.tp}"),
+    Rule("csa_tp", lambda m, w, t: np.full(len(t), True) if m.csa is None else t.tp == 1,
+         lambda m, w, l: f"DeepSeek-V4's attention runs at TP 1 only (megatron-core DSv4HybridAttention); {m.name} at "
+                         f"TP {l.tp}: use TP 1 and EP for the experts"),
+    Rule("csa_cp", lambda m, w, t: np.full(len(t), True) if m.csa is None else t.cp == 1,
+         lambda m, w, l: f"DeepSeek-V4's attention takes CP only on packed (THD) rows, which autotune's trials do not "
+                         f"run; {m.name} at CP {l.cp}: use CP 1"),
     Rule("query_groups_tp",
          lambda m, w, t: np.full(len(t), True) if _mla(m) else (_div(m.num_kv_heads, t.tp) | _div(t.tp, m.num_kv_heads)),
          lambda m, w, l: f"num_query_groups {m.num_kv_heads} is neither a multiple nor a divisor of TP {l.tp}"),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..catalog.model import LINEAR, SLIDING
+from ..catalog.model import FULL, LINEAR, SLIDING
 from ..catalog.params import padded_vocab
 from ..launch import AUX_LOSS_ON, mlp_activation, norm_epsilon
 from ..layout.core import dispatcher_config
@@ -38,9 +38,10 @@ def _recompute(plan: TrialPlan, moe_grouped_gemm: bool, notes: list[str]) -> dic
     if rc.granularity == "full":
         return dict(recompute_granularity="full", recompute_method=rc.method, recompute_num_layers=rc.num_layers)
     modules = list(rc.modules) or ["core_attn"]
-    dropped = [m for m in modules if (m == "moe_act" and not moe_grouped_gemm) or (m == "mla_up_proj" and not plan.model.mla)]
+    dropped = [m for m in modules if (m == "moe_act" and not moe_grouped_gemm) or (m == "mla_up_proj" and not plan.model.mla)
+               or (m == "mhc" and plan.model.hc_streams <= 1)]
     if dropped:
-        notes.append(f"selective recompute without {', '.join(dropped)} (needs grouped GEMM / MLA)")
+        notes.append(f"selective recompute without {', '.join(dropped)} (needs grouped GEMM / MLA / hyper-connections)")
     return dict(recompute_granularity="selective", recompute_modules=[m for m in modules if m not in dropped])
 
 
@@ -183,6 +184,13 @@ def build(plan: TrialPlan, cuda: bool, dtype: torch.dtype) -> Built:
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     notes: list[str] = []
+    if plan.model.csa is not None:
+        # DeepSeek-V4's dsv4_hybrid attention and hyper-connections exist only in Megatron-LM's dev branch (2026-08 on),
+        # not in the megatron-core this runner builds on: its layers stand in as standard attention, one stream
+        notes.append("DeepSeek-V4's attention ran as standard attention, without hyper-connections: this megatron-core "
+                     "has no dsv4_hybrid variant (a later Megatron-LM does); the trial times a stand-in of its layers")
+        m = plan.model
+        plan = replace(plan, model=replace(m, csa=None, hc_streams=1, hash_layers=0, layer_types=(FULL,) * m.num_layers))
     if plan.model.mla and not (cuda and has_module("transformer_engine")):
         # megatron-core 0.16.1 builds MLASelfAttention only with TE: the local DotProductAttention
         # takes no k_channels / v_channels (TypeError when the layer is built).
