@@ -153,7 +153,7 @@ def test_mamba_and_ffn_only_layers_in_the_tables():
     # depthwise conv, an elementwise filter, is counted as 2 x channels x kernel in either)
     active = sum(round(it.count * it.active) for i in range(m.num_layers) for it in layer_items(m, i) if it.matrix)
     assert lt.flops_dense.sum() + lt.flops_expert.sum() == pytest.approx(2 * active)
-    assert KIND_ATTENTION == (0, 1, 3)
+    assert KIND_ATTENTION == (0, 1, 3, 6)
 
 
 def test_mamba_layer_saves_what_the_fused_scan_and_linears_keep():
