@@ -43,7 +43,8 @@ RELEASES = ("v0.2.0", "v0.2.2", "v0.3.0", "v0.3.1", "v0.4.0", "v0.4.1", "v0.4.2"
 MODELS = {"DEEPSEEK_V3": "DeepSeek-V3", "GPT_OSS_120B": "gpt-oss-120b", "QWEN3_30B_A3B": "Qwen3-30B-A3B",
           "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B", "LLAMA3_8B": "Llama-3.1-8B",
           "NEMOTRON_3_NANO": "NVIDIA-Nemotron-3-Nano-30B-A3B", "NEMOTRON_3_SUPER": "NVIDIA-Nemotron-3-Super-120B-A12B",
-          "KIMI_K2": "Kimi-K2-Instruct", "QWEN3_NEXT_80B_A3B": "Qwen3-Next-80B-A3B-Instruct"}
+          "KIMI_K2": "Kimi-K2-Instruct", "QWEN3_NEXT_80B_A3B": "Qwen3-Next-80B-A3B-Instruct",
+          "NEMOTRONH_56B": "Nemotron-H-56B-Base-8K"}
 PRECISIONS = {"BF16": "bf16", "FP8_CS": "fp8-tensorwise", "FP8_MX": "mxfp8", "FP8_SC": "fp8-blockwise",
               "FP8_DS": "fp8-delayed", "NVFP4": "nvfp4"}
 NAME = re.compile(r"^(?P<m>[A-Z0-9_]+?)_(?:(?P<task>PRETRAIN|SFT|LORA)_CONFIG_)?(?P<gpu>GB300|GB200|B300|B200|H100)_"

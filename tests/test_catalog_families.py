@@ -108,7 +108,7 @@ def test_nemotron_h_block_type_lists_read_as_the_patterns(tmp_path):
     ("Megatron-GPT-1.7B", 1.7), ("Megatron-GPT-7.1B", 7.1), ("Megatron-GPT-16B", 16), ("Megatron-GPT-32B", 32),
     ("Megatron-GPT-70B", 70), ("Megatron-GPT-119B", 119), ("Megatron-GPT-177B", 177), ("Megatron-GPT-314B", 314),
     ("Megatron-GPT-462B", 462), ("NeMo-GPT3-5B", 5), ("NeMo-GPT3-20B", 20), ("NeMo-GPT3-175B", 175),
-    ("Nemotron-4-340B", 340),
+    ("Nemotron-4-340B", 340), ("Nemotron-H-56B-Base-8K", 56),
 ])
 def test_sizes_only_named_match_the_name(name, billions):
     """Only the name is published: the count is within its rounding (3.5% covers '1.7B' for 1.75B)."""
@@ -363,3 +363,15 @@ def test_router_arguments_follow_the_config(name, score, scale, groups):
     assert (val("--moe-router-num-groups"), val("--moe-router-group-topk")) == (groups or (None, None))
     # the correction bias rides on a sigmoid router that has one (Llama 4's has none; gpt-oss's bias is a linear one)
     assert ("--moe-router-enable-expert-bias" in a) == (score == "sigmoid" and not name.startswith("Llama-4"))
+
+
+def test_nemotron_h_56b_is_the_papers_stack():
+    """Nemotron-H (arXiv:2504.03624): 118 layers, 54 Mamba-2, 54 MLP and 10 attention layers evenly dispersed, hidden
+    8,192, 64 query heads over 8 KV groups; Megatron-Bridge's recipe (recipes/nemotronh/h100/nemotronh.py at v0.6.0) gives
+    the pattern, the 32,768 squared-ReLU FFN and Mamba's 256 heads x 64 with state 256 in 8 groups."""
+    m = load_model("Nemotron-H-56B-Base-8K")
+    assert (m.num_layers, m.count(MAMBA), m.count(FULL), m.hidden_size) == (118, 54, 10, 8192)
+    assert len(m.ffn_free) == 64 and not m.gated_mlp and m.ffn_hidden_size == 32768 and m.moe is None
+    assert (m.num_heads, m.num_kv_heads, m.mamba.num_heads, m.mamba.state_dim) == (64, 8, 256, 256)
+    args = slime_model_args(m)
+    assert args[args.index("--hybrid-override-pattern") + 1] == m.hybrid_pattern and "--squared-relu" in args

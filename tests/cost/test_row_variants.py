@@ -45,6 +45,7 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("QWEN3.5-VL-397B-A17B", "Qwen3.5-397B-A17B"),
     ("Nemotron_3_Ultra", "NVIDIA-Nemotron-3-Ultra-550B-A55B"),
     ("DeepSeekV4 Flash", "DeepSeek-V4-Flash"), ("deepseek-ai/DeepSeek-V4-Pro-Base", "DeepSeek-V4-Pro"),
+    ("NemotronH 56B", "Nemotron-H-56B-Base-8K"), ("NEMOTRONH_56B", "Nemotron-H-56B-Base-8K"),
     ("Nemotron V3 Ultra 550B (26.04)", "NVIDIA-Nemotron-3-Ultra-550B-A55B"),
     # a name that stops at its total size: the one catalog model of that family and size
     ("Qwen3.5-VL 397B", "Qwen3.5-397B-A17B"), ("Qwen3.5 35B", "Qwen3.5-35B-A3B"), ("Qwen3 235B", "Qwen3-235B-A22B"),

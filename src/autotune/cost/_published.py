@@ -73,6 +73,8 @@ _NAMES = [
     # DeepSeek-R1 is DeepSeek-V3's network trained further: the same config.json (DeepseekV3ForCausalLM, 61 layers,
     # hidden 7,168, 256 routed experts). Its "Distill" models are Qwen and Llama dense models: not read as V3
     (r"^deepseek ?r1(?! ?distill)(?!.*distill)", "DeepSeek-V3"),
+    # Nemotron-H 56B (Megatron-Bridge's "NemotronH 56B", nemotronh_56b recipes): the base checkpoint's network
+    (r"^nemotron ?h ?56b", "Nemotron-H-56B-Base-8K"),
     # DeepSeek-V4 Flash / Pro, and their -Base checkpoints (the same networks; Megatron-Bridge's page: "DeepSeekV4 Flash")
     (r"^deepseek ?v4 ?flash", "DeepSeek-V4-Flash"),
     (r"^deepseek ?v4 ?pro", "DeepSeek-V4-Pro"),
