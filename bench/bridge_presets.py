@@ -131,7 +131,8 @@ _FAMILY_LAYOUTS = {
 # MTP layers a family's model recipe trains (DeepSeek-V3's recipe: mtp_num_layers=1 in every release read, the 25.11
 # page's GB200 / GB300 rows say "w/o MTP", which the row reader honours; Qwen3-Next's recipes/qwen/qwen3_next.py:
 # mtp_num_layers = 1, its perf layouts end in 'tmL')
-_FAMILY_MTP = {"deepseek": 1, "qwen3_next": 1, "deepseek_v4": 1}  # DeepSeek-V4: the HF config's num_nextn_predict_layers
+_FAMILY_MTP = {"deepseek": 1, "qwen3_next": 1, "deepseek_v4": 1,  # DeepSeek-V4: the HF config's num_nextn_predict_layers
+               "nemotron_lightning": 2}  # Lightning's perf recipes: mtp_num_layers 2, one repeated "*E" block
 
 
 def _pp_layout(family: str, b: _Base) -> str:

@@ -375,3 +375,15 @@ def test_nemotron_h_56b_is_the_papers_stack():
     assert (m.num_heads, m.num_kv_heads, m.mamba.num_heads, m.mamba.state_dim) == (64, 8, 256, 256)
     args = slime_model_args(m)
     assert args[args.index("--hybrid-override-pattern") + 1] == m.hybrid_pattern and "--squared-relu" in args
+
+
+def test_nemotron_3_5_lightning_is_the_perf_recipes_network():
+    """Megatron-Bridge's Lightning perf recipes (perf_recipes/nemotronh/*/nemotronh.py at v0.6.0) build Nemotron 3
+    Nano's model and add an MTP block ('*E', mtp_num_layers 2 with one repeated layer). The 26.08 page agrees: its
+    TFLOP/s over tokens/s is 28.15 GFLOP per token for Lightning (807 at 28,672) and 22.56 for Nano (901 at 39,936),
+    a difference of 5.59 GFLOP: two passes of that block."""
+    from autotune.cost.flops import train_flops_per_token
+    nano, light = load_model(NANO), load_model("NVIDIA-Nemotron-3.5-Lightning-30B-A3B")
+    assert param_counts(light).total == param_counts(nano).total and light.mtp_pattern == "*E"
+    extra = (train_flops_per_token(light, 8192, mtp_passes=2) - train_flops_per_token(nano, 8192)) / 1e9
+    assert extra == pytest.approx(807e12 / 28672 / 1e9 - 901e12 / 39936 / 1e9, rel=0.1)

@@ -97,7 +97,7 @@ def test_source_names_and_gpus_map_onto_the_catalog():
         assert catalog_name(src) == (want, None), src
     assert catalog_name("Qwen3_30B_a3B (tokendrop)")[0] == "Qwen3-30B-A3B"  # token drop is a Layout setting now
     assert catalog_name("DeepSeekV4 Flash") == ("DeepSeek-V4-Flash", None)
-    assert "not in the catalog" in catalog_name("Nemotron_3_5_Lightning")[1]
+    assert "not in the catalog" in catalog_name("DeepSeek-V3.2-Exp")[1]
     assert gpu_kind("H100 (Grand Teton, 96GB HBM2e, 500W power limit)") == ("H100", None)
     assert gpu_kind("H200 (4 per node)") == ("H200", 4)
     assert gpu_kind("GB200") == ("GB200", None)

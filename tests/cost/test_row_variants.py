@@ -46,6 +46,7 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("Nemotron_3_Ultra", "NVIDIA-Nemotron-3-Ultra-550B-A55B"),
     ("DeepSeekV4 Flash", "DeepSeek-V4-Flash"), ("deepseek-ai/DeepSeek-V4-Pro-Base", "DeepSeek-V4-Pro"),
     ("NemotronH 56B", "Nemotron-H-56B-Base-8K"), ("NEMOTRONH_56B", "Nemotron-H-56B-Base-8K"),
+    ("Nemotron_3_5_Lightning", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B"),
     ("Nemotron V3 Ultra 550B (26.04)", "NVIDIA-Nemotron-3-Ultra-550B-A55B"),
     # a name that stops at its total size: the one catalog model of that family and size
     ("Qwen3.5-VL 397B", "Qwen3.5-397B-A17B"), ("Qwen3.5 35B", "Qwen3.5-35B-A3B"), ("Qwen3 235B", "Qwen3-235B-A22B"),
@@ -54,7 +55,7 @@ def test_new_source_names_map_onto_the_catalog(source, want):
     assert catalog_name(source) == (want, None)
 
 
-@pytest.mark.parametrize("source", ["Nemotron_3_5_Lightning", "Llama-3-style 13B (14.84B)",
+@pytest.mark.parametrize("source", ["Llama-3-style 13B (14.84B)",
                                     "DeepSeek-R1-Distill-Llama-70B",  # a dense Llama, not V3's network
                                     "DeepSeek-V3.2-Exp",  # V3 with a sparse-attention indexer the catalog lacks
                                     "Kimi K2.5", "Kimi_K2_5",  # K2's language model with a vision tower

@@ -73,6 +73,8 @@ _NAMES = [
     # DeepSeek-R1 is DeepSeek-V3's network trained further: the same config.json (DeepseekV3ForCausalLM, 61 layers,
     # hidden 7,168, 256 routed experts). Its "Distill" models are Qwen and Llama dense models: not read as V3
     (r"^deepseek ?r1(?! ?distill)(?!.*distill)", "DeepSeek-V3"),
+    # Nemotron 3.5 Lightning: the network Megatron-Bridge's perf recipes train under that name (see the catalog README)
+    (r"^(nvidia )?nemotron ?3 ?\.? ?5 ?lightning", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B"),
     # Nemotron-H 56B (Megatron-Bridge's "NemotronH 56B", nemotronh_56b recipes): the base checkpoint's network
     (r"^nemotron ?h ?56b", "Nemotron-H-56B-Base-8K"),
     # DeepSeek-V4 Flash / Pro, and their -Base checkpoints (the same networks; Megatron-Bridge's page: "DeepSeekV4 Flash")
@@ -135,6 +137,9 @@ _TRAINING_PRESETS = [
      "MTP trained, the one MTP block run twice (Megatron-Bridge Super recipe: mtp_num_layers 2, repeated layer)"),
     ("Megatron-Bridge perf", "NVIDIA-Nemotron-3-Ultra-550B-A55B", {"train_mtp": True, "mtp_passes": 2},
      "MTP trained, the one MTP block run twice (Megatron-Bridge Ultra recipe: mtp_num_layers 2, repeated layer)"),
+    ("Megatron-Bridge perf", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B", {"train_mtp": True, "mtp_passes": 2},
+     "MTP trained, the one MTP block run twice (Megatron-Bridge Lightning perf recipes: mtp_num_layers 2, repeated "
+     "layer)"),
 ]
 
 
