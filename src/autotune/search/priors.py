@@ -54,11 +54,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.1392, "feature": 0.0444, "interaction": 0.0775, "noise": 0.0699, "tp": 0.0452, "pp": 0.0606,
-    "vpp": 0.0389, "cp": 0.061, "ep": 0.0409, "recompute": 0.0428, "recompute_1": 0.0434, "dispatcher": 0.0381,
-    "max_tokens_per_gpu": 0.0432, "precision_aware_optimizer": 0.0432, "moe_shared_expert_overlap": 0.041,
-    "ep_overlap": 0.0463, "tp_comm_overlap": 0.0441, "cuda_graphs": 0.0451, "moe_capacity_factor": 0.0415,
-    "layer_split": 0.0402, "ep_x_nodes": 0.0636, "pp_x_recompute": 0.0755, "tp_x_hidden": 0.081, "scale_sd": 1.096,
+    "intercept": 0.1393, "feature": 0.0442, "interaction": 0.0776, "noise": 0.0698, "tp": 0.045, "pp": 0.0602,
+    "vpp": 0.0387, "cp": 0.0606, "ep": 0.0408, "recompute": 0.0429, "recompute_1": 0.0433, "dispatcher": 0.0378,
+    "max_tokens_per_gpu": 0.0429, "precision_aware_optimizer": 0.0429, "moe_shared_expert_overlap": 0.0407,
+    "ep_overlap": 0.0458, "tp_comm_overlap": 0.0438, "cuda_graphs": 0.045, "moe_capacity_factor": 0.0412,
+    "layer_split": 0.04, "ep_x_nodes": 0.0638, "pp_x_recompute": 0.0755, "tp_x_hidden": 0.0809, "scale_sd": 1.0832,
 }
 
 
