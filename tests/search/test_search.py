@@ -326,6 +326,25 @@ def test_local_backend_checks_this_machine_before_any_trial(tmp_path, capsys, mo
     assert "has_paged_stash" not in plan.local_software()
 
 
+def test_local_backend_refuses_gpu_ranks_this_machine_does_not_have(tmp_path, capsys, monkeypatch):
+    """--backend local with 8 x H100 on a machine without 8 GPUs would start 8 CPU processes, each with its full
+    shard of the model, until the OOM killer ends them: refused in one line, exit 2, before a study exists. CPU
+    ranks, and GPU ranks the machine has, pass."""
+    from autotune.trials import plan
+
+    assert "no GPU" in plan.local_capacity_refusal("H100", True, 8, gpus=0)
+    assert "has 4 GPUs" in plan.local_capacity_refusal("H100", True, 8, gpus=4)
+    assert plan.local_capacity_refusal("H100", True, 8, gpus=8) is None
+    assert plan.local_capacity_refusal("cpu", False, 8, gpus=0) is None
+    monkeypatch.setattr(plan, "local_gpus", lambda: 0)
+    capsys.readouterr()
+    rc = main(["search", "--model", "tiny-moe", "--gpu", "H100", "--count", "8", "--backend", "local",
+               "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "8 x H100 needs 8" in err and "--backend ray" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_search_says_what_missing_software_took_out_of_the_space(tmp_path, capsys):
     """--no-deepep (or a machine without DeepEP under --backend local) narrows the space; the search's notes say
     so, as `autotune space` does (they were never shown by search)."""

@@ -148,6 +148,12 @@ def search(
     m, cluster, workload = resolve(model, gpu, count, gpus_per_node, seq_len, global_batch, grads, precision,
                                    notes=notes, routing=routing, fp8_attention=fp8_attention,
                                    fp8_output_proj=fp8_output_proj, **software)
+    if backend == "local":
+        from ..trials.plan import local_capacity_refusal
+
+        why = local_capacity_refusal(cluster.gpu.name, cluster.gpu.is_accelerator, cluster.count)
+        if why:
+            raise BadInput(why)
     sp = load_space(space_file, m)
     gates = RecipeGates(reference_recipe=str(input_file("--reference", reference)) if reference else None)
     gates.check(m, cluster, workload)  # a --reference the gates cannot use is refused before any trial is spent

@@ -51,6 +51,31 @@ def local_software() -> dict[str, bool]:
     return kw
 
 
+def local_gpus() -> int:
+    """CUDA devices this machine has (0 without torch, CUDA or a GPU)."""
+    if not has_module("torch"):
+        return 0
+    import torch
+
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def local_capacity_refusal(gpu_name: str, accelerator: bool, count: int, gpus: int | None = None) -> str | None:
+    """Why `--backend local` cannot host `count` ranks of `gpu_name` here (one line with the numbers), or None: GPU
+    ranks need this machine's GPUs, one each (a CPU-only machine runs such a layout on its cores, every rank with
+    its full shard of the model, and the kernel's OOM killer ends it); CPU ranks are screened per trial against free
+    memory (backends/local.host_memory_refusal)."""
+    if not accelerator:
+        return None
+    gpus = local_gpus() if gpus is None else gpus
+    if count <= gpus:
+        return None
+    here = f"this machine has {gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "this machine has no GPU"
+    return (f"--backend local runs one rank per GPU on this machine, but {count} x {gpu_name} needs {count} and "
+            f"{here}: use --backend ray (a cluster), --backend simulate (predictions), or --gpu cpu with a --count "
+            "this machine can host")
+
+
 def megatron_has_paged_stash() -> bool:
     """Whether the installed megatron-core has the paged stash (TransformerConfig.moe_paged_stash, after 0.16): read
     from its transformer_config.py without importing megatron.core (which imports torch): find_spec of the package
