@@ -176,3 +176,19 @@ def test_published_rows_are_read_predicted_and_kept_out_of_the_fit():
     a = fit_kinds(others, ["GB200"])["GB200"].time.scale
     b = fit_kinds(others + rows, ["GB200"])["GB200"].time.scale
     assert a == b
+
+
+def test_estimate_says_its_tokens_per_second_are_an_upper_bound(capsys):
+    """The rows the fit leaves out are what a user needs to know: estimate (and space, search) print it once."""
+    from autotune.cli.main import main
+
+    argv = ["estimate", "--gpu", "GB200", "--count", "128", "--layout", "TP1 PP1 EP64 DP128", "--precision", "mxfp8"]
+    def said() -> str:
+        got = capsys.readouterr()
+        return " ".join((got.out + got.err).split())  # notes go to stderr on a terminal, else with the output
+
+    assert main(argv[:1] + ["--model", FLASH] + argv[1:]) == 0
+    text = said()
+    assert text.count("upper bound") == 1 and "24-36%" in text
+    assert main(argv[:1] + ["--model", "DeepSeek-V3"] + argv[1:]) == 0
+    assert "upper bound" not in said()

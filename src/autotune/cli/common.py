@@ -235,6 +235,11 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
         notes.append(f"{m.name}'s router balances its experts with a bias that pretraining updates (aux-loss-free "
                      "balancing); if your run updates it, --routing aux-loss estimates the busiest expert rank more "
                      "closely than the default natural routing")
+    if notes is not None:
+        from ..cost._sources import unpriced_note
+
+        if unpriced_note(m.name):
+            notes.append(unpriced_note(m.name))
     workload = Workload(seq_len=seq_len, global_batch=global_batch, grads_fp32=grads == "fp32", precision=precision,
                         fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention,
                         fp8_output_proj=fp8_output_proj, load_balancing_loss=m.is_moe and routing == "aux-loss",

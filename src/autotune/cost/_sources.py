@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["source_settings", "known_regression"]
+__all__ = ["source_settings", "known_regression", "unpriced", "unpriced_note"]
 
 _LAUNCHER = "NeMo-Framework-Launcher 24.07 launcher_scripts/conf/training"
 # (source prefix, precision filter: "fp8" = any FP8/FP4 recipe, None = any; catalog model or None, settings, reading)
@@ -141,9 +141,22 @@ _UNPRICED = {
     for name in ("DeepSeek-V4-Flash", "DeepSeek-V4-Pro")}
 
 
+# what a user of estimate / space / search is told about such a model's predictions
+_UNPRICED_NOTE = {
+    name: f"{name}: part of its step (DeepSeek-V4's sparse attention and hyper-connections) is priced by FLOPs and "
+          "bytes alone; its published runs (128 GB200 / GB300) measured 24-36% below the model's tokens/s: read "
+          "the predictions as an upper bound (their ranking of layouts is still the model's best)"
+    for name in _UNPRICED}
+
+
 def unpriced(model: str) -> str:
     """Why `model`'s rows stay out of the calibration fit (the time model lacks a cost they show), or ""."""
     return _UNPRICED.get(model, "")
+
+
+def unpriced_note(model: str) -> str:
+    """The note estimate, space and search print for such a model's predictions, or ""."""
+    return _UNPRICED_NOTE.get(model, "")
 
 
 def known_regression(source: str, model: str, gpu: str) -> str:
