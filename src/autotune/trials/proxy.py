@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, fields, is_dataclass, replace
 
 from ..catalog import ModelSpec, Workload
-from ..catalog.model import FULL, LinearAttentionSpec, MlaSpec, MoeSpec
+from ..catalog.model import FULL, CsaSpec, LinearAttentionSpec, MlaSpec, MoeSpec
 from ..errors import ConfigError, IllegalLayout
 from ..layout import Layout, violations
 
@@ -25,7 +25,7 @@ _WORKLOAD_RULES = {"dp_batch", "interleaved_microbatches", "cp_seq", "row_fits_t
 _CPU_LAYERS_PER_CHUNK = 2  # enough for a layer-to-layer boundary inside each chunk
 _GPU_EXPERTS_PER_RANK = 4
 _CPU_TOP_K = 4  # routing work on a CPU is toy-sized anyway
-_NESTED = {"moe": MoeSpec, "linear": LinearAttentionSpec, "mla": MlaSpec}
+_NESTED = {"moe": MoeSpec, "linear": LinearAttentionSpec, "mla": MlaSpec, "csa": CsaSpec}
 
 
 def _round_up(x: int, unit: int) -> int:
@@ -79,6 +79,9 @@ def _shrunk(model: ModelSpec, layout: Layout, target: str) -> dict:
         if model.mla:
             o["mla"] = {"q_lora_rank": 32 if model.mla.q_lora_rank else None, "kv_lora_rank": 32,
                         "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}
+        if model.csa:  # DeepSeek-V4's attention at the proxy's widths (the CPU runner builds a stand-in of it)
+            o["csa"] = {"q_lora_rank": 32, "head_dim": 16, "rope_dim": 8, "o_groups": 2, "o_lora_rank": 16,
+                        "window": 16, "index_heads": 2, "index_head_dim": 16, "index_topk": 16}
     if model.moe:
         m = model.moe
         top_k = min(m.top_k, _CPU_TOP_K) if cpu else m.top_k
