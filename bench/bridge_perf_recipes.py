@@ -43,7 +43,9 @@ MODELS = {"deepseek_v3": ("DeepSeek-V3", "deepseek"), "gpt_oss_120b": ("gpt-oss-
           "qwen35_vl_397b_a17b": ("Qwen3.5-397B-A17B", "qwen35_vl"),
           "deepseek_v4_flash": ("DeepSeek-V4-Flash", "deepseek_v4"), "deepseek_v4_pro": ("DeepSeek-V4-Pro", "deepseek_v4"),
           "nemotronh_56b": ("Nemotron-H-56B-Base-8K", "nemotronh"),
-          "nemotron_3_5_lightning": ("NVIDIA-Nemotron-3.5-Lightning-30B-A3B", "nemotron_lightning")}
+          "nemotron_3_5_lightning": ("NVIDIA-Nemotron-3.5-Lightning-30B-A3B", "nemotron_lightning"),
+          # Qwen3-VL: the recipes load Qwen/Qwen3-VL-*-Instruct; the catalog's entries are their language models
+          "qwen3_vl_30b_a3b": ("Qwen3-VL-30B-A3B-Instruct", "qwen3_vl"), "qwen3_vl_235b_a22b": ("Qwen3-VL-235B-A22B-Instruct", "qwen3_vl")}
 PRECISIONS = {"bf16": "bf16", "fp8cs": "fp8-tensorwise", "fp8mx": "mxfp8", "fp8sc": "fp8-blockwise", "nvfp4": "nvfp4"}
 NAME = re.compile(r"^(?P<m>[a-z0-9_]+?)_(?P<task>pretrain|sft|lora)_(?P<n>\d+)gpu_(?P<gpu>gb300|gb200|b300|b200|h100)_"
                   r"(?P<p>bf16|fp8cs|fp8mx|fp8sc|nvfp4)(?:_(?P<v>\w+?))?_config$")

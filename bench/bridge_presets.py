@@ -44,7 +44,8 @@ MODELS = {"DEEPSEEK_V3": "DeepSeek-V3", "GPT_OSS_120B": "gpt-oss-120b", "QWEN3_3
           "QWEN3_235B_A22B": "Qwen3-235B-A22B", "LLAMA3_70B": "Llama-3.1-70B", "LLAMA31_405B": "Llama-3.1-405B", "LLAMA3_8B": "Llama-3.1-8B",
           "NEMOTRON_3_NANO": "NVIDIA-Nemotron-3-Nano-30B-A3B", "NEMOTRON_3_SUPER": "NVIDIA-Nemotron-3-Super-120B-A12B",
           "KIMI_K2": "Kimi-K2-Instruct", "QWEN3_NEXT_80B_A3B": "Qwen3-Next-80B-A3B-Instruct",
-          "NEMOTRONH_56B": "Nemotron-H-56B-Base-8K"}
+          "NEMOTRONH_56B": "Nemotron-H-56B-Base-8K", "QWEN3_VL_30B_A3B": "Qwen3-VL-30B-A3B-Instruct",
+          "QWEN3_VL_235B_A22B": "Qwen3-VL-235B-A22B-Instruct"}
 PRECISIONS = {"BF16": "bf16", "FP8_CS": "fp8-tensorwise", "FP8_MX": "mxfp8", "FP8_SC": "fp8-blockwise",
               "FP8_DS": "fp8-delayed", "NVFP4": "nvfp4"}
 NAME = re.compile(r"^(?P<m>[A-Z0-9_]+?)_(?:(?P<task>PRETRAIN|SFT|LORA)_CONFIG_)?(?P<gpu>GB300|GB200|B300|B200|H100)_"
@@ -121,7 +122,11 @@ def _recompute(family: str, b: _Base) -> str:
 # (DeepSeek-V3: src/megatron/bridge/recipes/deepseek/deepseek_v3.py set_deepseek_v3_pipeline_model_parallel_layout, the
 # same map v0.1.0rc4 to v0.6.0, its last stage carrying the MTP layer: the recipe trains mtp_num_layers=1; Kimi-K2:
 # recipes/kimi/kimi_k2.py _get_kimi_k2_pipeline_layout, v0.4.0 on, no MTP), written as layout strings
+# Qwen3-VL 235B-A22B's GB200 / B200 recipes put 10 layers on the first stage and 12 on the last
+# (cfg.model.num_layers_in_first_pipeline_stage / _last_, perf configs qwen_vl/qwen3_vl_pretrain.py v0.3.0 to v0.5.1,
+# perf_recipes/qwen_vl/{gb200,b200}/qwen3_vl.py v0.6.0): at PP 8 the six middle stages take 12 each
 _FAMILY_LAYOUTS = {
+    "qwen3_vl": {(8, 1): "Et*10|(t*12|)*6t*12L"},
     "deepseek": {(4, 1): "Et*16|t*16|t*16|t*13mL", (8, 1): "Et*8|(t*8|)*6t*5mL", (4, 2): "Et*8|(t*8|)*6t*5mL",
                  (16, 1): "Et*4|(t*4|)*14tmL", (8, 2): "Et*4|(t*4|)*14tmL", (4, 4): "Et*4|(t*4|)*14tmL"},
     "kimi": {(4, 1): "Et*16|t*16|t*16|t*13L", (8, 1): "Et*8|(t*8|)*6t*5L", (4, 2): "Et*8|(t*8|)*6t*5L",
@@ -152,7 +157,8 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
         return None
     family = {"DEEPSEEK_V3": "deepseek", "GPT_OSS_120B": "gpt_oss", "QWEN3_30B_A3B": "qwen3",
               "QWEN3_235B_A22B": "qwen3", "NEMOTRON_3_SUPER": "nemotron_super",
-              "KIMI_K2": "kimi", "QWEN3_NEXT_80B_A3B": "qwen3_next"}.get(m.group("m"), "llama")
+              "KIMI_K2": "kimi", "QWEN3_NEXT_80B_A3B": "qwen3_next", "QWEN3_VL_30B_A3B": "qwen3_vl",
+              "QWEN3_VL_235B_A22B": "qwen3_vl"}.get(m.group("m"), "llama")
     prec = PRECISIONS[m.group("p")]
     task = (m.group("task") or m.group("task2") or "PRETRAIN").lower()
     if task == "lora":  # not modelled: no row can use the preset

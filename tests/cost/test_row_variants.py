@@ -47,6 +47,8 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("DeepSeekV4 Flash", "DeepSeek-V4-Flash"), ("deepseek-ai/DeepSeek-V4-Pro-Base", "DeepSeek-V4-Pro"),
     ("NemotronH 56B", "Nemotron-H-56B-Base-8K"), ("NEMOTRONH_56B", "Nemotron-H-56B-Base-8K"),
     ("Nemotron_3_5_Lightning", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B"),
+    # Qwen3-VL: the catalog's entries are its language models (the vision encoder's work is left out)
+    ("Qwen3-VL-30B-A3B", "Qwen3-VL-30B-A3B-Instruct"), ("QWEN3_VL_235B_A22B", "Qwen3-VL-235B-A22B-Instruct"),
     ("Nemotron V3 Ultra 550B (26.04)", "NVIDIA-Nemotron-3-Ultra-550B-A55B"),
     # a name that stops at its total size: the one catalog model of that family and size
     ("Qwen3.5-VL 397B", "Qwen3.5-397B-A17B"), ("Qwen3.5 35B", "Qwen3.5-35B-A3B"), ("Qwen3 235B", "Qwen3-235B-A22B"),
@@ -60,7 +62,6 @@ def test_new_source_names_map_onto_the_catalog(source, want):
                                     "DeepSeek-V3.2-Exp",  # V3 with a sparse-attention indexer the catalog lacks
                                     "Kimi K2.5", "Kimi_K2_5",  # K2's language model with a vision tower
                                     "GLM-4.7-Flash", "GLM-4.6V", "GLM-5",  # MLA, vision, sparse attention
-                                    "Qwen3-VL-30B-A3B",  # a language model the catalog has not verified
                                     "Qwen3 32B", "Qwen3.5 30B"])  # no catalog model of that family and size
 def test_models_left_out_say_why(source):
     name, why = catalog_name(source)
@@ -290,3 +291,14 @@ def test_a_qwen35_vl_row_is_the_catalog_checkpoint_and_says_the_vision_encoder_i
     assert vl["model"] == "Qwen3.5-122B-A10B" and "vision encoder's work" in vl["source"]
     assert vl["layout"]["dispatcher"] == "hybridep"  # its v0.6.0 recipe's (qwen35_vl GB300, EP32 on HybridEP)
     assert "vision encoder" not in map_row({**row, "model": "Qwen3.5-122B-A10B"})["source"]
+
+
+def test_qwen3_vl_rows_read_as_their_language_model_with_their_recipe():
+    """A Megatron-Bridge Qwen3-VL row: the catalog's language model, its recipe's settings (the 235B GB200 recipes put
+    10 layers on the first stage and 12 on the last), and the vision encoder's work said to be left out."""
+    row = {**ROW, "model": "Qwen3_VL_235B_A22B", "gpu": "GB200", "seq_len": "4096", "global_batch": "1024",
+           "micro_batch": "1", "pp": "8", "ep": "8", "precision": "MXFP8", "source": "Megatron-Bridge perf summary:26.02"}
+    got = map_row(row)
+    assert got["model"] == "Qwen3-VL-235B-A22B-Instruct"
+    assert tuple(got["layout"]["layer_split"][:2]) == (10, 12) and sum(got["layout"]["layer_split"]) == 94
+    assert "vision encoder's work" in got["source"]
