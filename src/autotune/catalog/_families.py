@@ -200,13 +200,13 @@ def _deepseek_v4(cfg: dict, where: str) -> tuple[dict, dict]:
     if heads and (heads * head_dim) % cfg["o_groups"]:
         raise ConfigError(f"{where}: o_groups {cfg['o_groups']} does not divide num_attention_heads x head_dim "
                           f"({heads * head_dim}); check the config.json")
-    cfg = {k: v for k, v in cfg.items() if k not in ("layer_types", "kv_lora_rank")}
-    cfg["num_key_value_heads"] = 1  # one KV head of head_dim, shared by every query head
     csa = dict(q_lora_rank=cfg["q_lora_rank"], head_dim=head_dim, rope_dim=cfg["qk_rope_head_dim"],
                o_groups=cfg["o_groups"], o_lora_rank=cfg["o_lora_rank"], window=cfg["sliding_window"],
                ratios=tuple(int(r) for r in ratios[:n + mtp]), index_heads=cfg["index_n_heads"],
                index_head_dim=cfg["index_head_dim"], index_topk=cfg["index_topk"])
-    cfg = {k: v for k, v in cfg.items() if k != "sliding_window"}  # the window is the CSA's, not a sliding layer's
+    # the layer kinds and the window are the CSA's (not sliding layers'); one KV head of head_dim serves every head
+    cfg = {**{k: v for k, v in cfg.items() if k not in ("layer_types", "kv_lora_rank", "sliding_window")},
+           "num_key_value_heads": 1}
     return cfg, {"layer_types": (CSA,) * n, "csa": csa, "hc_streams": int(cfg.get("hc_mult") or 1),
                  "hash_layers": int(hash_layers), "router_bias": True}
 

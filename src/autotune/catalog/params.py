@@ -194,10 +194,11 @@ def _ffn_kind(m: ModelSpec, i: int) -> str:
     return "moe" if m.is_moe_layer(i) else ("dense" if m.has_ffn(i) else "none")
 
 
-def layer_items(m: ModelSpec, i: int) -> list[ParamItem]:
-    """Every parameter tensor of decoder layer i (0-based), with its sharding."""
+def layer_items(m: ModelSpec, i: int, at: int | None = None) -> list[ParamItem]:
+    """Every parameter tensor of decoder layer i (0-based), with its sharding; `at`: the stack position whose
+    DeepSeek-V4 compress ratio its attention takes (default i; an MTP layer's is after the decoder's)."""
     norms = ParamItem("norms", m.norms_per_layer * m.norm_size, "rep", False)
-    return (_attention_items(m, m.layer_types[i], i) + _ffn_items(m, _ffn_kind(m, i)) + [norms]
+    return (_attention_items(m, m.layer_types[i], i if at is None else at) + _ffn_items(m, _ffn_kind(m, i)) + [norms]
             + _hc_items(m, m.norms_per_layer))
 
 
@@ -214,13 +215,9 @@ def mtp_items(m: ModelSpec) -> list[tuple[str, str, list[ParamItem]]]:
         norm = ParamItem("norms", m.norm_size, "rep", False)
         body = [(_SYMBOL[c][0], _SYMBOL[c][1], _attention_items(m, _SYMBOL[c][0]) + _ffn_items(m, _SYMBOL[c][1])
                  + [norm]) for c in m.mtp_pattern]
-    elif m.csa is not None:  # the MTP layer's own compress ratio (DeepSeek-V4: listed after the decoder's)
-        last, norm = m.num_layers - 1, ParamItem("norms", m.norms_per_layer * m.norm_size, "rep", False)
-        body = [(CSA, _ffn_kind(m, last), _attention_items(m, CSA, m.num_layers) + _ffn_items(m, _ffn_kind(m, last))
-                 + [norm] + _hc_items(m, m.norms_per_layer))]
-    else:
+    else:  # a layer like the last, at the MTP's position (DeepSeek-V4 lists the MTP layer's compress ratio there)
         last = m.num_layers - 1
-        body = [(m.layer_types[last], _ffn_kind(m, last), layer_items(m, last))]
+        body = [(m.layer_types[last], _ffn_kind(m, last), layer_items(m, last, at=m.num_layers))]
     tail = [ParamItem("mtp.final_norm", m.norm_size, "rep", False)]
     return [(NONE, "none", head), *body, (NONE, "none", tail)]
 

@@ -225,9 +225,9 @@ def _norm(text: str) -> str:
 # 'Qwen3.5-VL 122B-A10B' (Megatron-Bridge's qwen35_vl recipes load Qwen/Qwen3.5-122B-A10B): every Qwen3.5 checkpoint is
 # the vision-language model (its config.json has the vision tower), so VL names the catalog's own model
 _QWEN35_VL = re.compile(r"^qwen3\.5 vl ")
-# Qwen3-VL's rows (Megatron-Bridge's qwen3_vl recipes load Qwen/Qwen3-VL-*-Instruct): the catalog's Qwen3-VL models are
-# their language models (catalog README), the vision encoder's work is left out as for Qwen3.5-VL
-_QWEN3_VL = re.compile(r"^qwen3 vl ")
+# a Qwen3.5-VL or Qwen3-VL row (Megatron-Bridge's qwen3_vl recipes load Qwen/Qwen3-VL-*-Instruct, whose catalog entries
+# are their language models): the vision encoder's work on the row's mock image is left out
+_VL_ROW = re.compile(r"^qwen3(\.5)? vl ")
 
 
 def _spelt(text: str) -> str:
@@ -490,7 +490,7 @@ def map_row(row: dict) -> dict | str:
         assumed.append(f"recompute {preset[3]} ({preset[4]})")
     fsdp_on = bool(layout["fsdp"])
     assumed += settings["read"] + ([row["_reading"]] if row.get("_reading") else [])
-    if _QWEN35_VL.match(_spelt(row.get("model", ""))) or _QWEN3_VL.match(_spelt(row.get("model", ""))):
+    if _VL_ROW.match(_spelt(row.get("model", ""))):
         assumed.append("the vision encoder's work (one mock image per row in Megatron-Bridge's MockVLMSFTDataset, "
                        "the rest of the row text and padding) not counted: the language model's alone")
     training, training_how = training_of(name, row)

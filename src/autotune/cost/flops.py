@@ -16,7 +16,7 @@ import numpy as np
 from ..catalog import ModelSpec, Workload, padded_vocab, param_counts
 from ..layout import LayoutTable
 from ._mtp import mtp_block, mtp_passes
-from .layers import attention_flops, csa_attention_flops, layer_tables, stage_sums, vocab_per_row
+from .layers import attention_flops, csa_context, layer_tables, stage_sums, vocab_per_row
 
 __all__ = ["StageFlops", "stage_flops", "model_flops_per_token", "mfu", "mfu_of", "usd_per_million_tokens",
            "train_flops_per_token"]
@@ -68,7 +68,8 @@ def mtp_attention(model: ModelSpec, per_context: float, span: float, causal: boo
     """Forward attention FLOPs per token of one MTP pass (its layer attends like the model's full-attention layers,
     or, in DeepSeek-V4, per the MTP layer's own compress ratio)."""
     if model.csa is not None:
-        return csa_attention_flops(model, model.csa.ratio(model.num_layers), span)
+        keys, indexer = csa_context(model, model.csa.ratio(model.num_layers), span)
+        return per_context * keys + indexer
     return per_context * (span / 2 if causal else span)
 
 

@@ -27,7 +27,7 @@ from ..catalog.params import layer_items
 from ..layout.table import split_of
 
 __all__ = ["LayerTables", "layer_tables", "PARTS", "PART_CLASS", "stage_sums", "stage_sums_by_pair", "fold_activations",
-           "vocab_per_row", "attention_flops", "csa_attention_flops"]
+           "vocab_per_row", "attention_flops", "csa_context"]
 
 BF16 = 2
 FP32 = 4
@@ -79,13 +79,14 @@ KIND_ATTENTION = (0, 1, 3, 6)
 KIND_MIXER = (0, 1, 2, 3, 6)  # the token mixers a TransformerLayer builds (softmax, sliding, GDN, MLA, CSA)
 
 
-def csa_attention_flops(m: ModelSpec, ratio: int, span: float) -> float:
-    """Forward FLOPs per token of a DeepSeek-V4 attention layer's scores and values, and of its indexer's scores,
-    for rows of `span` tokens: megatron-core's own count (training.py _dsv4_hybrid_self_attention_flops, whose
-    TFLOP/s Megatron's recipes print). Each query attends over the window and the compressed entries its layer
-    keeps: at ratio 4 the indexer's top k of the span / 4 (k x (1 - 4k / 2 span) on average over a causal row), at
-    ratio 128 all span / 128 of them, causally half; ratio-4 layers also score every query against the span / 4
-    compressed keys with the indexer's heads."""
+def csa_context(m: ModelSpec, ratio: int, span: float) -> tuple[float, float]:
+    """(keys each query attends on average, forward FLOPs per token of the indexer's scores) of a DeepSeek-V4
+    attention layer at rows of `span` tokens, as megatron-core counts them (training.py
+    _dsv4_hybrid_self_attention_flops, whose TFLOP/s Megatron's recipes print). Each query attends over the window
+    and the compressed entries its layer keeps: at ratio 4 the indexer's top k of the span / 4 (k x (1 - 4k / 2 span)
+    on average over a causal row), at ratio 128 all span / 128 of them, causally half; ratio-4 layers also score
+    every query against the span / 4 compressed keys with the indexer's heads. The attention's FLOPs are the keys
+    times the layer's FLOPs per context token (LayerTables.flops_attn_quadratic)."""
     a = m.csa
     keys = min(a.window, span)
     indexer = 0.0
@@ -95,19 +96,21 @@ def csa_attention_flops(m: ModelSpec, ratio: int, span: float) -> float:
         indexer = 2.0 * a.index_heads * a.index_head_dim * span / 4.0
     elif ratio:
         keys += span / (2.0 * ratio)
-    return 2.0 * m.num_heads * 2 * a.head_dim * keys + indexer
+    return keys, indexer
 
 
 def attention_flops(m: ModelSpec, lt: "LayerTables", span: float, causal: bool = True) -> np.ndarray:
     """(L,) forward FLOPs per token of each layer's attention scores and values at rows of `span` tokens: half the
     span on average under a causal mask (`causal=False`: the whole row, Megatron-LM's older count), sliding windows
-    capped, DeepSeek-V4's layers per their compress ratio (csa_attention_flops)."""
+    capped, DeepSeek-V4's layers per their compress ratio with their indexer's scores (csa_context)."""
     full = span / 2 if causal else span
-    out = lt.flops_attn_quadratic * np.where(lt.kind == 1, min(m.sliding_window or span, full), full)
+    ctx = np.where(lt.kind == 1, min(m.sliding_window or span, full), full)
+    extra = 0.0
     if m.csa is not None:
+        keys, index = (np.array(v) for v in zip(*(csa_context(m, int(r), span) for r in lt.ratio)))
         csa = lt.kind == KIND[CSA]
-        out = np.where(csa, [csa_attention_flops(m, int(r), span) for r in lt.ratio], out)
-    return out
+        ctx, extra = np.where(csa, keys, ctx), np.where(csa, index, 0.0)
+    return lt.flops_attn_quadratic * ctx + extra
 
 
 GDN_CHUNK = 64  # FLA's chunk length: the WY matrix A the delta-rule kernel saves has one row of 64 per token and head
@@ -276,7 +279,7 @@ def flops_of(m: ModelSpec, items, kind: str) -> tuple[float, float, float, float
         dense += 2 * mb.conv_dim * mb.conv_kernel
     elif kind == NONE:
         pass
-    elif kind == CSA:  # per context token: QK and PV over the shared head's width (csa_attention_flops has the rest)
+    elif kind == CSA:  # per context token: QK and PV over the shared head's width (csa_context: how many tokens)
         quad = 2 * m.num_heads * 2 * m.csa.head_dim
     elif m.mla is not None:
         a = m.mla

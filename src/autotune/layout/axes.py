@@ -92,14 +92,13 @@ def offload_text(bits: int) -> str:
 def offload_modules_axis(vals, model, cluster):
     """The space's fine-grained offload choices less those this model or cluster cannot run: expert modules in a
     dense model, and any without Transformer Engine (megatron-core asserts transformer_impl TE for it)."""
+    moe_bits = sum(1 << OFFLOAD_MODULES.index(m) for m in MOE_OFFLOAD_MODULES)
     keep = []
     for v in vals:
-        mods = [] if v in ("none", "") else v.split(",")
-        if mods and not cluster.has_te:
+        bits = offload_bits(v)
+        if (bits and not cluster.has_te) or (bits & moe_bits and not model.is_moe):
             continue
-        if not model.is_moe and any(m in MOE_OFFLOAD_MODULES for m in mods):
-            continue
-        keep.append(offload_text(offload_bits(v)))
+        keep.append(offload_text(bits))
     return list(dict.fromkeys(keep)) or ["none"]
 
 

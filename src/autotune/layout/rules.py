@@ -98,7 +98,8 @@ def _divisor_below(l: Layout, w: Workload) -> int:
     return max(k for k in range(1, min(rows, l.rows_per_microbatch(w.seq_len)) + 1) if rows % k == 0)
 
 
-def _mla(m: ModelSpec) -> bool:
+def _latent(m: ModelSpec) -> bool:
+    """MLA or DeepSeek-V4's attention: heads need no KV-group split."""
     return m.latent_attention
 
 
@@ -116,10 +117,10 @@ RULES: list[Rule] = [
          lambda m, w, l: f"DeepSeek-V4's attention takes CP only on packed (THD) rows, which autotune's trials do not "
                          f"run; {m.name} at CP {l.cp}: use CP 1"),
     Rule("query_groups_tp",
-         lambda m, w, t: np.full(len(t), True) if _mla(m) else (_div(m.num_kv_heads, t.tp) | _div(t.tp, m.num_kv_heads)),
+         lambda m, w, t: np.full(len(t), True) if _latent(m) else (_div(m.num_kv_heads, t.tp) | _div(t.tp, m.num_kv_heads)),
          lambda m, w, l: f"num_query_groups {m.num_kv_heads} is neither a multiple nor a divisor of TP {l.tp}"),
     Rule("gate_query_groups_tp",
-         lambda m, w, t: np.full(len(t), True) if not m.attn_output_gate or _mla(m) else (t.tp <= m.num_kv_heads),
+         lambda m, w, t: np.full(len(t), True) if not m.attn_output_gate or _latent(m) else (t.tp <= m.num_kv_heads),
          lambda m, w, l: f"the attention output gate with TP {l.tp} above the {m.num_kv_heads} query groups crashes "
                          f"megatron-core 0.16 (fixed upstream later); use TP <= {m.num_kv_heads}"),
     Rule("linear_heads_tp",
