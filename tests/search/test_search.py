@@ -51,6 +51,10 @@ def test_readme_search_finds_a_legal_fitting_layout_at_least_as_fast_as_the_seed
     for t in out["trials"]:
         d = tmp_path / out["study"] / "trials" / str(t["number"])
         assert (d / "trial_spec.json").exists() and (d / "trial_result.json").exists()
+        # a GPU trial runs in its recipe's environment (the allocator the memory model assumes), less the launch
+        # script's shell expressions
+        env = json.loads((d / "trial_spec.json").read_text())["env"]
+        assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True" and "NCCL_NVLS_ENABLE" not in env
     assert len(out["recipes"]) == 3 and all(Path(p).exists() for p in out["recipes"])
     # where the best layout's step goes, by the model's terms at the study's calibration (the same as estimate's)
     step = out["best"]["step"]

@@ -21,6 +21,7 @@ from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..catalog.hardware import custom_gpu
 from ..errors import BadInput
 from ..killpoints import kill_point
+from ..launch import run_env
 from ..layout import Layout
 from ..layout.describe import settings_label
 from ..layout.dimensions import layout_key
@@ -357,6 +358,9 @@ class SearchDriver:
             steps=steps, warmup_steps=warmup, seed=self.cfg.seed,
             timeout_s=self.cfg.timeout_s, predicted=prediction,
         )
+        if self.cluster.gpu.is_accelerator:  # a GPU trial runs in the recipe's environment (its allocator, its CUDA
+            # connections), which the memory model assumes; a shell expression (NVLS's) is the launch script's to run
+            spec.env = {k: v for k, v in run_env(lay).items() if not v.startswith("$(")}
         if self.backend.measured:  # a real trial may end once its step time is steady, or once clearly losing
             best = self.best()
             spec.early_stop = EarlyStop(incumbent_tokens_per_s_per_gpu=best.value if best and best.source == "measured"
