@@ -116,7 +116,15 @@ class MemoryCoefficients:
 
     cuda_context: float = 0.8 * GiB  # context + cuBLAS/cuDNN workspaces
     nccl_per_group: float = 0.25 * GiB  # buffers per communicator kind in use
-    fragmentation: float = 0.08  # share of activation bytes lost to the caching allocator
+    # share of activation bytes the caching allocator reserves beyond what it hands out. Every run this model prices
+    # sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the recipes and trials autotune writes (launch.SEED_ENV),
+    # the seed's, Megatron-Bridge's perf runs (scripts/performance/utils/executors.py, v0.4.0 on; the v0.6.0 perf
+    # recipes' env_vars) and torchtitan's run_train.sh. Expandable segments grow one mapped range page by page, so
+    # what is reserved follows what is allocated (PyTorch PR 96995). The recipes NVIDIA runs bound what is left: Llama
+    # 3.1 405B's BF16 recipe on 256 GB200 (TP4 PP16 VPP8 DP4, Megatron-Bridge v0.3.0 to v0.6.0) fits only at a share
+    # under 0.3% (bench/bridge_recipes_fit.py). The 8% this was before (the default allocator's rounding into fixed
+    # segments) put that recipe and 15 others NVIDIA ships out of memory.
+    fragmentation: float = 0.0
     # hottest of 8 EP ranks' token load at 32 experts per rank, load-balancing loss off / on (_comm.routing_load)
     imbalance_off: float = 1.3
     imbalance_on: float = 1.1
