@@ -302,3 +302,10 @@ def test_qwen3_vl_rows_read_as_their_language_model_with_their_recipe():
     assert got["model"] == "Qwen3-VL-235B-A22B-Instruct"
     assert tuple(got["layout"]["layer_split"][:2]) == (10, 12) and sum(got["layout"]["layer_split"]) == 94
     assert "vision encoder's work" in got["source"]
+    # its perf recipes freeze the language model (the pretrain mock config): forward and data gradient, no weight
+    # gradient, no optimizer state; Qwen3.5-VL's recipes unfreeze theirs, and another source's row says nothing
+    assert got["measurement"]["lora"] and "frozen language model" in got["source"]
+    q35 = map_row({**row, "model": "Qwen3.5-VL 122B-A10B", "pp": "1", "ep": "8"})
+    assert not q35["measurement"].get("lora") and "frozen" not in q35["source"]
+    other = map_row({**row, "source": "NeMo AutoModel perf summary (PyTorch/FSDP2 backend)"})
+    assert not isinstance(other, dict) or not other["measurement"].get("lora")

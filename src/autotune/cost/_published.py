@@ -140,6 +140,15 @@ _TRAINING_PRESETS = [
     ("Megatron-Bridge perf", "NVIDIA-Nemotron-3.5-Lightning-30B-A3B", {"train_mtp": True, "mtp_passes": 2},
      "MTP trained, the one MTP block run twice (Megatron-Bridge Lightning perf recipes: mtp_num_layers 2, repeated "
      "layer)"),
+    # Qwen3-VL's perf recipes build on qwen3_vl_*_pretrain_mock_config, which freezes the language and vision models
+    # and trains the vision projection alone (freeze_language_model=True, freeze_vision_model=True: recipes/qwen_vl/
+    # qwen3_vl.py v0.4.2 to v0.5.1, recipes/qwen_vl/h100/qwen3_vl.py v0.6.0); no qwen3_vl perf config unfreezes them
+    # (Qwen3.5-VL's do: _qwen35_vl_common). The projection's gradient crosses the whole language model: forward and
+    # data gradient, no weight gradient, no gradients or optimizer state for its weights: Workload.lora's frozen base
+    *[("Megatron-Bridge perf", vl, {"lora": True},
+       "frozen language model, the vision projection trained (Megatron-Bridge's qwen3_vl pretrain mock config: "
+       "freeze_language_model, freeze_vision_model)")
+      for vl in ("Qwen3-VL-30B-A3B-Instruct", "Qwen3-VL-235B-A22B-Instruct")],
 ]
 
 
