@@ -116,6 +116,13 @@ def test_sizes_only_named_match_the_name(name, billions):
     assert abs(total - billions) <= 0.035 * billions
 
 
+def test_nemotron_4_15b_has_the_papers_embedding_and_non_embedding_split():
+    """Nemotron-4 15B (arXiv:2402.16819): 3.2B embedding parameters (input and output, untied) and 12.5B others."""
+    m = load_model("Nemotron-4-15B")
+    emb = 2 * m.vocab_size * m.hidden_size
+    assert abs(emb / 1e9 - 3.2) < 0.06 and abs((param_counts(m).total - emb) / 1e9 - 12.5) < 0.05  # 3.15B, 12.48B
+
+
 def test_untied_embeddings_are_what_reproduce_the_readme_sizes():
     m = load_model("Megatron-GPT-1.7B")
     tied = param_counts(m).total - m.vocab_size * m.hidden_size

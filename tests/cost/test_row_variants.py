@@ -31,6 +31,8 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("LLAMA2-13B", "Llama-2-13b-hf"), ("LLAMA2-70B", "Llama-2-70b-hf"), ("GPT3-5B", "NeMo-GPT3-5B"),
     ("GPT3-175B", "NeMo-GPT3-175B"), ("GPT 1.7B (dense)", "Megatron-GPT-1.7B"), ("GPT 462B (dense)", "Megatron-GPT-462B"),
     ("Nemotron-8B", "Nemotron-3-8B"), ("Nemotron-22B", "Nemotron-3-22B"), ("Nemotron-340B", "Nemotron-4-340B"),
+    ("Nemotron4 340B", "Nemotron-4-340B"), ("Nemotron4_340B", "Nemotron-4-340B"), ("Nemotron4 15B", "Nemotron-4-15B"),
+    ("nvidia/Nemotron-4-15B-Base", "Nemotron-4-15B"),
     ("GPT-OSS 20B", "gpt-oss-20b"), ("DeepSeekV3 (w/ MTP)", "DeepSeek-V3"),
     ("LLAMA3_70B [LoRA (fine-tuning)]", "Llama-3.1-70B"),  # the model; LoRA is a training setting (test_lora.py)
     ("LLAMA4-Scout-LLM", "Llama-4-Scout-17B-16E"), ("Llama4 Scout", "Llama-4-Scout-17B-16E"),

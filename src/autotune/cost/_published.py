@@ -100,10 +100,12 @@ _NAMES = [
     (r"^nemotron ?v?3 nano", "NVIDIA-Nemotron-3-Nano-30B-A3B"),
     (r"^nemotron ?v?3 super", "NVIDIA-Nemotron-3-Super-120B-A12B"),
     (r"^nemotron ?v?3 ultra", "NVIDIA-Nemotron-3-Ultra-550B-A55B"),
-    # NeMo 24.07's Nemotron-8B / -22B are NeMo's Nemotron3Config8B / 22B; Nemotron-340B is Nemotron-4 340B
+    # NeMo 24.07's Nemotron-8B / -22B are NeMo's Nemotron3Config8B / 22B; Nemotron-340B and -15B are Nemotron-4's
+    # (NeMo's later tables and config names write "Nemotron4 340B", "Nemotron4_15B")
     (r"^nemotron 8b", "Nemotron-3-8B"),
     (r"^nemotron 22b", "Nemotron-3-22B"),
-    (r"^nemotron (4 )?340b", "Nemotron-4-340B"),
+    (r"^nemotron ?4? ?340b", "Nemotron-4-340B"),
+    (r"^nemotron ?4? ?15b", "Nemotron-4-15B"),
     # NeMo's GPT3 configs (GPTConfig5B / 20B / 175B) and the Megatron-LM README's weak-scaling GPT models
     (r"^gpt3 5b", "NeMo-GPT3-5B"),
     (r"^gpt3 20b", "NeMo-GPT3-20B"),
