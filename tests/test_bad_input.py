@@ -105,6 +105,10 @@ CASES = {
     "config hybrid pattern length": [*EST, "--model", "cfg_pattern_len.json"],
     "nvfp4 on hopper": ["estimate", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "8", "--layout", "TP1",
                         "--precision", "nvfp4"],
+    # a learned absolute position table has a row per position: Megatron asserts max positions >= sequence length
+    "rows past learned positions": ["estimate", "--model", "NeMo-GPT3-5B", "--gpu", "H100", "--count", "8", "--layout",
+                                    "TP1", "--seq-len", "4096"],
+    "search rows past learned positions": ["search", "--model", "NeMo-GPT3-5B", "--gpu", "H100", "--count", "8"],
     "config binary": [*EST, "--model", "binary.json"],
     "config is a directory": [*EST, "--model", "adir"],
     "gpus per node 0": [*TINY_EST, "--gpus-per-node", "0"],

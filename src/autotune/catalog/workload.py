@@ -198,6 +198,13 @@ class Workload:
             raise BadInput(f"--precision {self.precision}: {gpu.name} has no FP4 tensor cores (Blackwell only); "
                            + ("use fp8-tensorwise" if gpu.fp8_tflops else "use bf16"))
 
+    def check_model(self, model) -> None:
+        """BadInput when the model cannot take rows this long: a learned absolute position table has one row per
+        position, and Megatron asserts --max-position-embeddings >= --seq-length (training/arguments.py)."""
+        if model.learned_positions and self.seq_len > model.learned_positions:
+            raise BadInput(f"--seq-len {self.seq_len}: {model.name} has learned position embeddings for "
+                           f"{model.learned_positions:,} positions only; use --seq-len {model.learned_positions} or less")
+
     def rows(self) -> dict:
         """rows_of(self): {seq_len, global_batch, precision, routing}."""
         return rows_of(self)

@@ -245,6 +245,7 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
                         fp8_output_proj=fp8_output_proj, load_balancing_loss=m.is_moe and routing == "aux-loss",
                         force_balance=m.is_moe and routing == "forced")
     workload.check_gpu(cluster.gpu)
+    workload.check_model(m)
     return m, cluster, workload
 
 
@@ -265,7 +266,9 @@ def recipe_inputs(path: str) -> tuple[dict, ModelSpec, ClusterSpec, Workload, La
         raise UnknownName(f"recipe {path!r}: GPU {recipe.gpu.type!r} is not in the catalog (a GPU file's?); estimate "
                           f"its layout with --model, --gpu FILE.yaml, --count and --layout instead") from None
     doc = recipe.model_dump(mode="json")
-    return doc, model, cluster, workload_of(recipe), run_layout(recipe)
+    workload = workload_of(recipe)
+    workload.check_model(model)
+    return doc, model, cluster, workload, run_layout(recipe)
 
 
 def layout_options(layout: str, count: int, recompute: str | None, dispatcher: str, max_tokens: int | None,
