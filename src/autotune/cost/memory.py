@@ -17,8 +17,9 @@ Terms (each an array of shape (n_layouts, n_stages), bytes per GPU):
   dispatcher   token-dispatch buffers: all-to-all receive copies, all-gather of the EP x TP group, or DeepEP's
                preallocated NVLink/RDMA buffers for flex (DeepEP: a fixed size; HybridEP: sized by the group's worst
                case, see hybridep_buffer); EP overlap keeps two micro-batches' buffers at once (not HybridEP's one)
-  overhead     CUDA context, cuBLAS workspaces, NCCL communicators, allocator fragmentation; CUDA graphs' private
-               memory pool (an assumption: `cuda_graph_pool`, more for a whole-step graph)
+  overhead     CUDA context, cuBLAS workspaces, NCCL communicators; CUDA graphs' private memory pool (an
+               assumption: `cuda_graph_pool`, more for a whole-step graph). The caching allocator adds nothing on
+               top: every run priced grows expandable segments (MemoryCoefficients.fragmentation)
 Routed experts' activations and buffers scale with the hottest rank's load (_comm.routing_load); under the paged stash
 (a dropless MoE model with full-iteration CUDA graphs, _comm.paged_stash) the activations fill a page pool of
 _comm.PAGED_STASH_POOL x their even share whatever the load (pages beyond it spill to host). Activation offload
