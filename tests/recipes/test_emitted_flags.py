@@ -310,6 +310,22 @@ def test_megatron_fsdp_gets_its_checkpoint_format_and_connections():
     assert plain.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and "--ckpt-format" not in plain.run  # the seed's
 
 
+def test_ep_overlap_runs_on_more_than_one_cuda_connection():
+    """arguments.py: --overlap-moe-expert-parallel-comm "requires setting a larger CUDA_DEVICE_MAX_CONNECTIONS"; the
+    recipes that run it set 32 (Megatron-LM's moe_recipes, Megatron-Bridge's perf recipes). The seed's 1 stays where
+    nothing overlaps on streams of its own."""
+    text, run, meg = _accepted("Qwen3-30B-A3B", "B200", 16, dict(tp=1, pp=1, ep=4, ep_overlap=True,
+                               max_tokens_per_gpu=8192), dict())
+    assert "--overlap-moe-expert-parallel-comm" in run and "export CUDA_DEVICE_MAX_CONNECTIONS=32\n" in text
+    layout, recipe = _recipe("Qwen3-30B-A3B", "B200", 16, dict(tp=1, pp=1, ep=4, ep_overlap=True,
+                                                                max_tokens_per_gpu=8192), dict())
+    assert recipe.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32" and check_recipe(recipe) == []
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=32" in megatron_args(recipe, "x").split("MEGATRON_ARGS=(")[0]  # said up front
+    _, both = _recipe("Qwen3-30B-A3B", "B200", 16, dict(tp=1, pp=1, ep=4, ep_overlap=True, fsdp=True,
+                                                       max_tokens_per_gpu=8192), dict())
+    assert both.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"  # above 1: FSDP's assertion holds too
+
+
 def test_optimizer_offload_comes_with_the_precision_aware_optimizer():
     """arguments.py:1188-1192: --optimizer-cpu-offload asserts --use-precision-aware-optimizer."""
     m, _, layout, work = _build("Llama-3.1-70B", "H100", 32, dict(tp=4, pp=4, optimizer_offload=0.5,

@@ -20,8 +20,8 @@ from ..errors import BadInput
 from ..layout import Layout, format_args, layout_args
 from ..layout.args import fp8_module_args, precision_args
 
-__all__ = ["SEED_ENV", "FSDP_MAX_CONNECTIONS", "ENTRY_PLACEHOLDER", "run_env", "build_run_block", "workload_args", "num",
-           "loss_mask_for"]
+__all__ = ["SEED_ENV", "FSDP_MAX_CONNECTIONS", "EP_OVERLAP_MAX_CONNECTIONS", "ENTRY_PLACEHOLDER", "run_env",
+           "build_run_block", "workload_args", "num", "loss_mask_for"]
 
 ENTRY_PLACEHOLDER = "<slime entry module>"  # what a launcher replaces with slime's entry point
 
@@ -40,13 +40,20 @@ SEED_ENV = {
 # the variable unset. 8 is CUDA's default, written out so that a launcher's own 1 (slime's test launcher sets it)
 # does not win.
 FSDP_MAX_CONNECTIONS = "8"
+# EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's all-to-alls beside another's compute on
+# streams of their own, which one connection serialises: Megatron's arguments.py says it "requires setting a larger
+# CUDA_DEVICE_MAX_CONNECTIONS", and the recipes that run it set 32 (Megatron-LM examples/moe_recipes, TP2 on H100
+# included; Megatron-Bridge's perf recipes)
+EP_OVERLAP_MAX_CONNECTIONS = "32"
 
 
 def run_env(layout: Layout) -> dict[str, str]:
     """The run block's (and the recipe's env:) variables for a layout: the seed's, with more than one CUDA
-    connection under Megatron FSDP and TE's activation offload path for fine-grained offloading."""
+    connection under EP overlap or Megatron FSDP, and TE's activation offload path for fine-grained offloading."""
     env = dict(SEED_ENV)
-    if layout.fsdp:
+    if layout.ep_overlap:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = EP_OVERLAP_MAX_CONNECTIONS
+    elif layout.fsdp:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = FSDP_MAX_CONNECTIONS
     if layout.offload_modules:  # Megatron asserts it for fine-grained offloading under TE >= 2.10 (arguments.py)
         env["NVTE_CPU_OFFLOAD_V1"] = "1"
