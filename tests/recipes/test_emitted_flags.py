@@ -306,24 +306,28 @@ def test_megatron_fsdp_gets_its_checkpoint_format_and_connections():
     assert recipe.env["CUDA_DEVICE_MAX_CONNECTIONS"] != "1" and check_recipe(recipe) == []  # env agrees with run
     assert run_layout(recipe) == layout
     assert "CUDA_DEVICE_MAX_CONNECTIONS" in megatron_args(recipe, "x").split("MEGATRON_ARGS=(")[0]  # said up front
-    _, plain = _recipe("Qwen3-30B-A3B", "B200", 16, dict(tp=1, pp=2, ep=4, max_tokens_per_gpu=8192), dict())
+    _, plain = _recipe("Qwen3-30B-A3B", "H100", 16, dict(tp=1, pp=2, ep=4, max_tokens_per_gpu=8192), dict())
     assert plain.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and "--ckpt-format" not in plain.run  # the seed's
 
 
-def test_ep_overlap_runs_on_more_than_one_cuda_connection():
-    """arguments.py: --overlap-moe-expert-parallel-comm "requires setting a larger CUDA_DEVICE_MAX_CONNECTIONS"; the
-    recipes that run it set 32 (Megatron-LM's moe_recipes, Megatron-Bridge's perf recipes). The seed's 1 stays where
-    nothing overlaps on streams of its own."""
-    text, run, meg = _accepted("Qwen3-30B-A3B", "B200", 16, dict(tp=1, pp=1, ep=4, ep_overlap=True,
-                               max_tokens_per_gpu=8192), dict())
+def test_ep_overlap_and_blackwell_run_on_more_than_one_cuda_connection():
+    """arguments.py: --overlap-moe-expert-parallel-comm "requires setting a larger CUDA_DEVICE_MAX_CONNECTIONS", and
+    the one-connection requirement of TP and CP "no longer exists since the Blackwell architecture". The recipes
+    that run the overlap set 32 (Megatron-LM's moe_recipes, TP2 on H100 included), as every Megatron-Bridge perf
+    recipe on Blackwell does. The seed's 1 stays on Hopper where nothing overlaps on streams of its own."""
+    lay = dict(tp=1, pp=1, ep=4, ep_overlap=True, max_tokens_per_gpu=8192)
+    text, run, meg = _accepted("Qwen3-30B-A3B", "H100", 16, lay, dict())
     assert "--overlap-moe-expert-parallel-comm" in run and "export CUDA_DEVICE_MAX_CONNECTIONS=32\n" in text
-    layout, recipe = _recipe("Qwen3-30B-A3B", "B200", 16, dict(tp=1, pp=1, ep=4, ep_overlap=True,
-                                                                max_tokens_per_gpu=8192), dict())
+    layout, recipe = _recipe("Qwen3-30B-A3B", "H100", 16, lay, dict())
     assert recipe.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32" and check_recipe(recipe) == []
     assert "CUDA_DEVICE_MAX_CONNECTIONS=32" in megatron_args(recipe, "x").split("MEGATRON_ARGS=(")[0]  # said up front
-    _, both = _recipe("Qwen3-30B-A3B", "B200", 16, dict(tp=1, pp=1, ep=4, ep_overlap=True, fsdp=True,
-                                                       max_tokens_per_gpu=8192), dict())
+    _, both = _recipe("Qwen3-30B-A3B", "H100", 16, {**lay, "fsdp": True}, dict())
     assert both.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"  # above 1: FSDP's assertion holds too
+    tp2 = dict(tp=2, pp=1, ep=4, max_tokens_per_gpu=8192)
+    _, hopper = _recipe("Qwen3-30B-A3B", "H100", 16, tp2, dict())
+    _, blackwell = _recipe("Qwen3-30B-A3B", "B200", 16, tp2, dict())
+    assert hopper.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and blackwell.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    assert check_recipe(blackwell) == [] and "export CUDA_DEVICE_MAX_CONNECTIONS=32" in blackwell.run
 
 
 def test_optimizer_offload_comes_with_the_precision_aware_optimizer():

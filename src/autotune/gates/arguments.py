@@ -109,7 +109,7 @@ def candidate_arguments(model, cluster, layout, workload) -> dict[str, str | Non
 
     run = build_run_block(layout, workload, cluster, loss_mask=loss_mask_for(model.name), moe=model.is_moe)
     margs = slime_model_args(model, aux_loss_coeff=AUX_LOSS_ON if workload.load_balancing_loss else 0.0)
-    out: dict[str, str | None] = dict(run_env(layout))
+    out: dict[str, str | None] = dict(run_env(layout, cluster.gpu))
     out.update(parse_arguments(run, margs))
     for flag, value in parse_arguments(precision_arguments(workload.precision)).items():
         out.setdefault(flag, value)

@@ -20,7 +20,7 @@ from ..errors import BadInput
 from ..layout import Layout, format_args, layout_args
 from ..layout.args import fp8_module_args, precision_args
 
-__all__ = ["SEED_ENV", "FSDP_MAX_CONNECTIONS", "EP_OVERLAP_MAX_CONNECTIONS", "ENTRY_PLACEHOLDER", "run_env",
+__all__ = ["SEED_ENV", "FSDP_MAX_CONNECTIONS", "MANY_CONNECTIONS", "ENTRY_PLACEHOLDER", "run_env",
            "build_run_block", "workload_args", "num", "loss_mask_for"]
 
 ENTRY_PLACEHOLDER = "<slime entry module>"  # what a launcher replaces with slime's entry point
@@ -40,19 +40,22 @@ SEED_ENV = {
 # the variable unset. 8 is CUDA's default, written out so that a launcher's own 1 (slime's test launcher sets it)
 # does not win.
 FSDP_MAX_CONNECTIONS = "8"
-# EP overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's all-to-alls beside another's compute on
-# streams of their own, which one connection serialises: Megatron's arguments.py says it "requires setting a larger
-# CUDA_DEVICE_MAX_CONNECTIONS", and the recipes that run it set 32 (Megatron-LM examples/moe_recipes, TP2 on H100
-# included; Megatron-Bridge's perf recipes)
-EP_OVERLAP_MAX_CONNECTIONS = "32"
+# Connections where overlapped work runs on streams of its own. EP overlap (--overlap-moe-expert-parallel-comm) runs
+# one micro-batch's all-to-alls beside another's compute, which one connection serialises: Megatron's arguments.py
+# says it "requires setting a larger CUDA_DEVICE_MAX_CONNECTIONS", and the recipes that run it set 32 (Megatron-LM
+# examples/moe_recipes, TP2 on H100 included; Megatron-Bridge's perf recipes). Blackwell: run_env
+MANY_CONNECTIONS = "32"
 
 
-def run_env(layout: Layout) -> dict[str, str]:
-    """The run block's (and the recipe's env:) variables for a layout: the seed's, with more than one CUDA
-    connection under EP overlap or Megatron FSDP, and TE's activation offload path for fine-grained offloading."""
+def run_env(layout: Layout, gpu=None) -> dict[str, str]:
+    """The run block's (and the recipe's env:) variables for a layout on `gpu`: the seed's, with more than one CUDA
+    connection under EP overlap, Megatron FSDP or on Blackwell, and TE's activation offload path for fine-grained
+    offloading. One connection keeps TP and CP communication ordered before Blackwell (Megatron asserts it there);
+    from Blackwell on that need is gone (arguments.py: "no longer exists since the Blackwell architecture") and every
+    Megatron-Bridge perf recipe on B200, B300, GB200 and GB300 sets 32. Blackwell: the GPU has MXFP8 tensor cores."""
     env = dict(SEED_ENV)
-    if layout.ep_overlap:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = EP_OVERLAP_MAX_CONNECTIONS
+    if layout.ep_overlap or (gpu is not None and gpu.mxfp8):
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = MANY_CONNECTIONS
     elif layout.fsdp:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = FSDP_MAX_CONNECTIONS
     if layout.offload_modules:  # Megatron asserts it for fine-grained offloading under TE >= 2.10 (arguments.py)
@@ -108,7 +111,7 @@ def build_run_block(
         raise BadInput(f"workload task {workload.task!r}: recipes emit slime SFT run blocks only; use task sft")
     if layout.world != cluster.count:
         raise BadInput(f"layout {layout.label()} is for {layout.world} GPUs but the cluster has {cluster.count}")
-    env = run_env(layout) if env is None else env
+    env = run_env(layout, cluster.gpu) if env is None else env
     lay = layout_args(layout, "slime", workload.seq_len, moe=moe)
     pick = lambda flags: [p for p in lay if p[0] in flags]  # noqa: E731 - keeps layout_args' order
     gb = str(workload.global_batch)

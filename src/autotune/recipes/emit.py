@@ -151,7 +151,7 @@ def recipe_from_candidate(
         "layout": _layout_section(layout, workload, moe),
         "result": result,
         "correctness": dict(gates) if gates is not None else dict(NOT_RUN),
-        "env": run_env(layout),
+        "env": run_env(layout, gpu),
         "patches": [],
         "run": build_run_block(layout, workload, cluster, loss_mask=_loss_mask(model, dataset), moe=moe),
         "notes": notes or None,

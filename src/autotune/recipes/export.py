@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import BadInput, ConfigError
 from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
-from ..launch.run_block import EP_OVERLAP_MAX_CONNECTIONS, FSDP_MAX_CONNECTIONS
+from ..launch.run_block import FSDP_MAX_CONNECTIONS
 from ..layout import layout_args
 from ..layout.args import MULTI_WORD, fp8_module_args, precision_switches
 from .convert import is_moe, run_layout, workload_of
@@ -140,12 +140,13 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
         if model_lines else "# Add the model's architecture arguments (slime's MODEL_ARGS), checkpoint and data paths.",
     ]
     lines += model_lines
+    connections = (recipe.env or {}).get("CUDA_DEVICE_MAX_CONNECTIONS", FSDP_MAX_CONNECTIONS)
     if lay.ep_overlap:  # its all-to-alls run beside another micro-batch's compute on streams of their own
-        lines.append(f"# EP overlap: launch with CUDA_DEVICE_MAX_CONNECTIONS={EP_OVERLAP_MAX_CONNECTIONS} (autotune's run "
-                     "blocks set it; Megatron-LM's and Megatron-Bridge's recipes do): one connection serialises it.")
+        lines.append(f"# EP overlap: launch with CUDA_DEVICE_MAX_CONNECTIONS={connections} (the recipe's env; "
+                     "Megatron-LM's and Megatron-Bridge's recipes set 32): one connection serialises the overlap.")
     elif lay.fsdp:  # arguments.py asserts it: FSDP overlaps its gathers on more than one CUDA connection
-        lines.append(f"# Megatron FSDP: launch with CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (autotune's run blocks "
-                     f"set {FSDP_MAX_CONNECTIONS}); Megatron refuses 1.")
+        lines.append(f"# Megatron FSDP: launch with CUDA_DEVICE_MAX_CONNECTIONS unset or above 1 (the recipe's env "
+                     f"sets {connections}); Megatron refuses 1.")
     lines.append("MEGATRON_ARGS=(")
     for flag, value in pairs:
         vals = value.split(" ") if value is not None and flag in MULTI_WORD else ([value] if value is not None else [])

@@ -360,7 +360,7 @@ class SearchDriver:
         )
         if self.cluster.gpu.is_accelerator:  # a GPU trial runs in the recipe's environment (its allocator, its CUDA
             # connections), which the memory model assumes; a shell expression (NVLS's) is the launch script's to run
-            spec.env = {k: v for k, v in run_env(lay).items() if not v.startswith("$(")}
+            spec.env = {k: v for k, v in run_env(lay, self.cluster.gpu).items() if not v.startswith("$(")}
         if self.backend.measured:  # a real trial may end once its step time is steady, or once clearly losing
             best = self.best()
             spec.early_stop = EarlyStop(incumbent_tokens_per_s_per_gpu=best.value if best and best.source == "measured"
