@@ -123,6 +123,14 @@ def test_nemotron_4_15b_has_the_papers_embedding_and_non_embedding_split():
     assert abs(emb / 1e9 - 3.2) < 0.06 and abs((param_counts(m).total - emb) / 1e9 - 12.5) < 0.05  # 3.15B, 12.48B
 
 
+def test_kempnerforge_13b_is_the_benchmarks_14_84b():
+    """KempnerForge's M13B (dim 5120, 40 layers, 8 KV heads, vocab 128256, FFN multiplier 1.3 rounded up to 256:
+    17920) is the 14.84B its benchmark names; an FFN of Llama 2 13B's 13824 would make it 13.3B."""
+    m = load_model("Llama-3-Style-13B")
+    assert m.ffn_hidden_size == 256 * -(-int(4 * 5120 * 2 / 3 * 1.3) // 256) == 17920
+    assert round(param_counts(m).total / 1e9, 2) == 14.84
+
+
 def test_untied_embeddings_are_what_reproduce_the_readme_sizes():
     m = load_model("Megatron-GPT-1.7B")
     tied = param_counts(m).total - m.vocab_size * m.hidden_size

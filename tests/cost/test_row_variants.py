@@ -33,6 +33,7 @@ NANO, SUPER = "NVIDIA-Nemotron-3-Nano-30B-A3B", "NVIDIA-Nemotron-3-Super-120B-A1
     ("Nemotron-8B", "Nemotron-3-8B"), ("Nemotron-22B", "Nemotron-3-22B"), ("Nemotron-340B", "Nemotron-4-340B"),
     ("Nemotron4 340B", "Nemotron-4-340B"), ("Nemotron4_340B", "Nemotron-4-340B"), ("Nemotron4 15B", "Nemotron-4-15B"),
     ("nvidia/Nemotron-4-15B-Base", "Nemotron-4-15B"),
+    ("Llama-3-style 13B (14.84B)", "Llama-3-Style-13B"),  # KempnerForge's M13B: no Llama 3 of that size
     ("GPT-OSS 20B", "gpt-oss-20b"), ("DeepSeekV3 (w/ MTP)", "DeepSeek-V3"),
     ("LLAMA3_70B [LoRA (fine-tuning)]", "Llama-3.1-70B"),  # the model; LoRA is a training setting (test_lora.py)
     ("LLAMA4-Scout-LLM", "Llama-4-Scout-17B-16E"), ("Llama4 Scout", "Llama-4-Scout-17B-16E"),
@@ -59,8 +60,7 @@ def test_new_source_names_map_onto_the_catalog(source, want):
     assert catalog_name(source) == (want, None)
 
 
-@pytest.mark.parametrize("source", ["Llama-3-style 13B (14.84B)",
-                                    "DeepSeek-R1-Distill-Llama-70B",  # a dense Llama, not V3's network
+@pytest.mark.parametrize("source", ["DeepSeek-R1-Distill-Llama-70B",  # a dense Llama, not V3's network
                                     "DeepSeek-V3.2-Exp",  # V3 with a sparse-attention indexer the catalog lacks
                                     "Kimi K2.5", "Kimi_K2_5",  # K2's language model with a vision tower
                                     "GLM-4.7-Flash", "GLM-4.6V", "GLM-5",  # MLA, vision, sparse attention

@@ -65,6 +65,8 @@ _NAMES = [
     (r"^llama ?3(\.1| 1)? ?8b", "Llama-3.1-8B"),
     # KempnerForge's "Llama-3-style 7B (8.03B)": 8.03B is Llama 3 8B's count (8,030,261,248), read as that model
     (r"^llama 3 style 7b \(8\.03b\)", "Llama-3.1-8B"),
+    # its "Llama-3-style 13B (14.84B)": KempnerForge's own M13B (no Llama 3 of that size), the catalog's Llama-3-Style-13B
+    (r"^llama 3 style 13b", "Llama-3-Style-13B"),
     (r"^llama ?2 ?7b", "Llama-2-7b-hf"),
     (r"^llama ?2 ?13b", "Llama-2-13b-hf"),
     (r"^llama ?2 ?70b", "Llama-2-70b-hf"),
