@@ -121,8 +121,8 @@ def test_hyper_connections_keep_their_streams_and_mhc_recompute_frees_them():
     mem = estimate_memory(m, w, c, LayoutTable.from_layouts([base, both]))
     freed = mem.terms["activations"][0, 0] - mem.terms["activations"][1, 0]
     assert freed > 0
-    # the streams of every layer, for the one micro-batch in flight (PP 1), at 4,096 tokens, with the allocator's
-    # fragmentation (the workload trains no MTP block)
+    # the streams of every layer, for the one micro-batch in flight (PP 1), at 4,096 tokens, times the allocator's
+    # share (MemoryCoefficients.fragmentation; the workload trains no MTP block)
     assert freed == pytest.approx(hc.sum() * 4096 * (1 + MemoryCoefficients().fragmentation), rel=1e-6)
 
 

@@ -1,6 +1,8 @@
 """The memory model against hand-computed breakdowns, and its behaviour over layouts."""
 
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,11 @@ def test_small_dense_by_hand(tiny_dense):
     assert t["dispatcher"] == 0
     assert t["overhead"] == pytest.approx(C.cuda_context + 3 * C.nccl_per_group)
     assert r.peak[0] == pytest.approx(sum(t.values()))
+    # an allocator share (0 under expandable segments, MemoryCoefficients.fragmentation) scales the activations alone
+    share = estimate_memory(dense, w, ClusterSpec.of("H100", 2), LayoutTable.from_layouts([Layout(
+        world=2, max_tokens_per_gpu=256)]), replace(C, fragmentation=0.1))
+    assert share.terms["activations"][0, 0] == pytest.approx(per_token_layer * 4 * 256 * 1.1)
+    assert share.terms["weights"][0, 0] == t["weights"] and share.terms["logits"][0, 0] == t["logits"]
 
 
 def test_small_moe_by_hand():

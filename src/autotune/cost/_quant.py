@@ -24,7 +24,8 @@ from .layers import stage_sums
 __all__ = ["linear_time_scale", "lowp_copies"]
 
 # module name -> the catalog's parameter items it covers (catalog/params.py)
-_ITEMS = {"attention": ("attn.", "mla.", "csa."), "latent_proj": ("moe.latent_proj",), "mamba_out_proj": ("mamba.out_proj",)}
+_ITEMS = {"attention": ("attn.", "mla.", "csa."), "latent_proj": ("moe.latent_proj",),
+          "mamba_out_proj": ("mamba.out_proj",)}
 assert set(_ITEMS) == set(QUANT_MODULES)
 
 

@@ -37,7 +37,8 @@ from .memory import SELECTIVE_DROPS, selected_modules
 __all__ = ["SelectiveRecompute", "selective_recompute", "module_gemm_flops"]
 
 # module -> the catalog's parameter items whose GEMMs it re-runs (catalog/params.py names; routed experts apart)
-_GEMMS = {"mla_up_proj": ("mla.q_up", "mla.kv_up", "csa.q_up"), "mhc": ("hc.",), "mlp": ("mlp.",), "moe": ("moe.",), "shared_experts": ("moe.shared",)}
+_GEMMS = {"mla_up_proj": ("mla.q_up", "mla.kv_up", "csa.q_up"), "mhc": ("hc.",), "mlp": ("mlp.",), "moe": ("moe.",),
+          "shared_experts": ("moe.shared",)}
 _BIT = {m: 1 << b for b, m in enumerate(SELECTIVE_MODULES)}
 
 

@@ -214,12 +214,12 @@ def fit(measurements: list[Measurement], base: Calibration | None = None, terms=
 
 def fit_kinds(measurements: list[Measurement], kinds: list[str] | None = None, **fit_kw) -> dict[str, Calibration]:
     """One calibration per GPU kind: pooled per family, then refined per kind (see module docstring); only
-    rows of FIT_PRECISIONS, none its publisher filed as a release's performance regression (m.regression), and none of
-    a model the time model cannot yet price (m.unpriced).
+    rows of FIT_PRECISIONS, none kept out (m.kept_out: a release's filed performance regression, or a model the time
+    model cannot yet price).
     `fit_kw` goes to every `fit` (prior_sigma, noise_sigma, terms)."""
     by_kind: dict[str, list[Measurement]] = {}  # Megatron's rows per GPU kind
     by_stack: dict[tuple[str, str], list[Measurement]] = {}  # other stacks' rows per (kind, framework)
-    usable = [m for m in measurements if m.precision in FIT_PRECISIONS and not m.regression and not m.unpriced]
+    usable = [m for m in measurements if m.precision in FIT_PRECISIONS and not m.kept_out]
     for m in usable:
         if m.framework == "megatron":
             by_kind.setdefault(m.gpu, []).append(m)

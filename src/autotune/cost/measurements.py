@@ -121,6 +121,12 @@ class Measurement:
                         attention_kernel=self.attention_kernel, lora=self.lora, packed_doc_len=self.packed_doc_len)
 
     @property
+    def kept_out(self) -> bool:
+        """Predicted and reported, but left out of every fit: a release's filed regression, or a model the time model
+        cannot yet price (calibrate.fit_kinds, search.priors)."""
+        return bool(self.regression or self.unpriced)
+
+    @property
     def cluster(self) -> ClusterSpec:
         return ClusterSpec.of(self.gpu_spec or self.gpu_variant or self.gpu, self.count, self.gpus_per_node)
 

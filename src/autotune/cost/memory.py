@@ -98,8 +98,8 @@ def saved_parts(model: ModelSpec, workload: Workload, t: LayoutTable) -> np.ndar
 
 def selected_modules(model: ModelSpec, t: LayoutTable) -> np.ndarray:
     """(n,) bitmask over SELECTIVE_MODULES of the selective-recompute modules that act on `model`: Megatron's default
-    (core_attn) when none is named; mla_up_proj only where attention is MLA or DeepSeek-V4's, built on it (the MLA modules
-alone read it)."""
+    (core_attn) when none is named; mla_up_proj only where attention is MLA or DeepSeek-V4's, built on it (the MLA
+    modules alone read it)."""
     mods = np.where((t.rc_gran == 1) & (t.rc_modules == 0), 1, t.rc_modules)
     return mods if model.latent_attention else mods & ~_MLA_BIT
 

@@ -78,9 +78,8 @@ def lomo_residuals(rows=None):
 
     if rows is None:
         kept, _ = published_measurements(None)
-        # rows their publisher filed as a release's regression, and rows of a model the time model cannot yet price,
-        # stay out, as out of the calibration fit
-        rows = [m for m in seed_measurements() + kept if m.gpu in HOPPER and not m.regression and not m.unpriced]
+        # the rows the calibration fit leaves out (a filed regression, a model not yet priced) stay out here too
+        rows = [m for m in seed_measurements() + kept if m.gpu in HOPPER and not m.kept_out]
     pred = np.zeros(len(rows))
     for model in sorted({m.model for m in rows}):
         cals = fit_kinds([m for m in rows if m.model != model], sorted({m.gpu for m in rows}))
