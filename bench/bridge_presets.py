@@ -199,15 +199,24 @@ MANUAL = [
     dict(release="v0.1.0rc4", model="DeepSeek-V3", gpu="B200", precision="*", tp=1, pp=16, cp=1, vp=1, ep=8, mbs=1,
          gbs=2048, recompute="selective:mla_up_proj", capacity_factor=1.0, shared_overlap=1,
          pp_layout=_FAMILY_LAYOUTS["deepseek"][16, 1], mtp=1, recipe="perf_matrix.b200.num_gpus_256 (use_tokendrop)", file=_R1.format("deepseek/deepseek_v3_llm_pretrain.yaml")),
-    dict(release="v0.1.0rc4", model="Qwen3-30B-A3B", gpu="*", precision="*", tp="*", pp="*", cp="*", vp="*", ep="*",
-         mbs="*", gbs="*", capacity_factor=1.0, tp_comm_overlap=1, recipe="qwen3_30b_a3b (apply_moe_token_drop)",
-         file=_R1.format("qwen3/qwen3_30b_a3b_llm_pretrain.yaml")),
+    # Qwen3 30B-A3B: its perf matrix sets cuda_graphs: true on GB200 and B200 (false on H100): megatron-core's
+    # per-layer graphs of the whole layer (enable_cuda_graph), which under token drop with padding capture every
+    # kernel of the MoE block too and leave the host no sync: priced as the `full` capture (no launches, no host)
+    *[dict(release="v0.1.0rc4", model="Qwen3-30B-A3B", gpu=_gpu, precision="*", tp="*", pp="*", cp="*", vp="*", ep="*",
+           mbs="*", gbs="*", capacity_factor=1.0, tp_comm_overlap=1, cuda_graphs=_cg,
+           recipe=f"qwen3_30b_a3b (apply_moe_token_drop){' perf_matrix.' + _gpu.lower() + ' cuda_graphs' if _cg != 'none' else ''}",
+           file=_R1.format("qwen3/qwen3_30b_a3b_llm_pretrain.yaml"))
+      for _gpu, _cg in (("H100", "none"), ("GB200", "full"), ("B200", "full"))],
     dict(release="v0.1.0rc4", model="Llama-3.1-405B", gpu="GB200", precision="fp8-tensorwise", tp=2, pp=1, cp=1, vp=1,
          ep=1, mbs=1, gbs=64, fsdp=1, act_offload_layers=95, tp_comm_overlap=1,
          recipe="perf_matrix.gb200.num_gpus_128.fp8_cs", file=_R1.format("llama31/llama31_405b_llm_pretrain.yaml")),
 ]
 # the rest of v0.1.0rc4's Llama perf matrix: layouts as printed there; TP overlap wherever TP > 1 (run_script.py's
-# COMM_OVERLAP_CONFIG_MAP userbuffer configs for llama3_70b / llama31_405b)
+# COMM_OVERLAP_CONFIG_MAP userbuffer configs for llama3_70b / llama31_405b). `cuda_graphs: true` (utils/helpers.py
+# set_cuda_graph_overrides: model.enable_cuda_graph, megatron-core's per-layer graphs of the whole layer) is autotune's
+# `attn` on these dense models: Llama 3 8B on B200 (every precision) and on GB200 in BF16 and MXFP8, 70B on B200 in BF16
+_LAYER_GRAPHS = {("Llama-3.1-8B", "B200", p) for p in ("bf16", "fp8-delayed", "fp8-tensorwise", "mxfp8")} | {
+    ("Llama-3.1-8B", "GB200", "bf16"), ("Llama-3.1-8B", "GB200", "mxfp8"), ("Llama-3.1-70B", "B200", "bf16")}
 for _m, _gpu, _prec, _tp, _pp, _cp, _vp, _mbs, _gbs, _fsdp, _rc, _off, _f in (
         ("Llama-3.1-70B", "H100", "*", 4, 8, 1, 5, 1, 128, 0, "none", 0, "llama3/llama3_70b_llm_pretrain.yaml"),
         ("Llama-3.1-70B", "GB200", "fp8-tensorwise", 1, 1, 1, 1, 2, 128, 1, "none", 40, "llama3/llama3_70b_llm_pretrain.yaml"),
@@ -215,12 +224,21 @@ for _m, _gpu, _prec, _tp, _pp, _cp, _vp, _mbs, _gbs, _fsdp, _rc, _off, _f in (
         ("Llama-3.1-70B", "B200", "fp8-tensorwise", 1, 1, 1, 1, 1, 128, 1, "full:block:5", 0,
          "llama3/llama3_70b_llm_pretrain.yaml"),
         ("Llama-3.1-70B", "B200", "mxfp8", 2, 4, 1, 5, 1, 128, 0, "none", 0, "llama3/llama3_70b_llm_pretrain.yaml"),
+        ("Llama-3.1-70B", "B200", "bf16", 2, 4, 2, 5, 1, 128, 0, "none", 0, "llama3/llama3_70b_llm_pretrain.yaml"),
+        # Llama 3 8B: H100 BF16 with CP 2, its FP8 recipes on Megatron FSDP; B200 and GB200 at two rows per micro-batch
+        ("Llama-3.1-8B", "H100", "bf16", 1, 1, 2, 1, 1, 128, 0, "none", 0, "llama3/llama3_8b_llm_pretrain.yaml"),
+        ("Llama-3.1-8B", "H100", "fp8-delayed", 1, 1, 1, 1, 1, 128, 1, "none", 0, "llama3/llama3_8b_llm_pretrain.yaml"),
+        ("Llama-3.1-8B", "H100", "fp8-tensorwise", 1, 1, 1, 1, 1, 128, 1, "none", 0, "llama3/llama3_8b_llm_pretrain.yaml"),
+        *[("Llama-3.1-8B", _g, _p, 1, 1, 1, 1, 2, 128, 0, "none", 0, "llama3/llama3_8b_llm_pretrain.yaml")
+          for _g in ("B200", "GB200") for _p in ("bf16", "fp8-delayed", "fp8-tensorwise", "mxfp8")],
         ("Llama-3.1-405B", "H100", "*", 8, 8, 2, 8, 1, 512, 0, "none", 0, "llama31/llama31_405b_llm_pretrain.yaml"),
         ("Llama-3.1-405B", "B200", "*", 4, 8, 2, 8, 1, 64, 0, "none", 0, "llama31/llama31_405b_llm_pretrain.yaml"),
         ("Llama-3.1-405B", "GB200", "mxfp8", 4, 8, 2, 8, 1, 64, 0, "none", 0, "llama31/llama31_405b_llm_pretrain.yaml")):
+    _cg = "attn" if (_m, _gpu, _prec) in _LAYER_GRAPHS else "none"
     MANUAL.append(dict(release="v0.1.0rc4", model=_m, gpu=_gpu, precision=_prec, tp=_tp, pp=_pp, cp=_cp, vp=_vp, ep=1,
                        mbs=_mbs, gbs=_gbs, fsdp=_fsdp, recompute=_rc, act_offload_layers=_off, tp_comm_overlap=int(_tp > 1),
-                       recipe=f"perf_matrix.{_gpu.lower()} ({_prec})", file=_R1.format(_f)))
+                       cuda_graphs=_cg, recipe=f"perf_matrix.{_gpu.lower()} ({_prec}{', cuda_graphs' if _cg != 'none' else ''})",
+                       file=_R1.format(_f)))
 # v0.6.0 on: the flat perf_recipes functions, read from their syntax trees by bench/bridge_perf_recipes.py (their
 # settings, helpers and model recipes; every recipe of a catalog model). The 44 v0.6.0 lines read by hand until
 # 6 December agreed with it but for what the hand reading missed (the full-iteration recipes' A2A overlap, CuTe-DSL

@@ -360,13 +360,22 @@ def test_rows_take_the_settings_of_their_sources_recipe():
     # the full-iteration recipes (v0.5.x and v0.6.0, CuTe-DSL fused grouped MLP and A2A overlap): the paged
     # stash (full graphs of dropless experts on HybridEP), FP8 attention and the MXFP8 output layer where they set them
     stash = [m for m in kept if m.source.startswith("Megatron-Bridge perf") and m.layout.cuda_graphs == "full"
-             and m.model in ("gpt-oss-120b", "Qwen3-30B-A3B", "DeepSeek-V3")]
+             and m.model in ("gpt-oss-120b", "Qwen3-30B-A3B", "DeepSeek-V3") and "25.09" not in m.source]
     assert len(stash) >= 15 and all(m.layout.dispatcher == "hybridep" and m.layout.moe_capacity_factor == 0
                                     and m.layout.ep_overlap for m in stash)  # the paged stash's megatron-core
     assert all(m.fp8_attention for m in stash if m.model == "gpt-oss-120b")
     assert any(m.fp8_output_proj for m in stash if m.model == "DeepSeek-V3" and "26.08" in m.source)
     assert not any("read as off" in m.source for m in stash)
     assert not any("paged_stash" in why or "fp8_dot_product_attention" in why for _, why in skipped)
+    # 25.09 (v0.1.0rc4's perf matrix): `cuda_graphs: true` is megatron-core's per-layer graphs of the whole layer:
+    # a dense layer's `attn`; under Qwen3's token drop with padding every MoE kernel too, priced as `full`
+    v09 = {(m.model, m.gpu, m.precision): m.layout for m in kept if "archive:25.09" in m.source}
+    assert v09[("Llama-3.1-8B", "GB200", "mxfp8")].cuda_graphs == "attn"
+    assert v09[("Llama-3.1-8B", "GB200", "fp8-tensorwise")].cuda_graphs == "none"
+    assert v09[("Llama-3.1-8B", "B200", "fp8-tensorwise")].cuda_graphs == "attn"
+    q = v09[("Qwen3-30B-A3B", "B200", "fp8-tensorwise")]
+    assert q.cuda_graphs == "full" and q.moe_capacity_factor == 1.0 and q.dispatcher == "alltoall"
+    assert v09[("Qwen3-30B-A3B", "H100", "fp8-tensorwise")].cuda_graphs == "none"
     auto = [m for m in kept if m.source.startswith("NeMo AutoModel") and m.model != "Llama-3.1-405B"]
     assert auto and all(str(m.layout.recompute) == "full:uniform:1" for m in auto)  # activation_checkpointing
     titan = [m for m in kept if m.source.startswith("torchtitan") and m.layout.pp > 1]
