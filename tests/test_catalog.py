@@ -94,6 +94,9 @@ def test_gpus_and_cluster():
         ClusterSpec.of("H200", 12)
     with pytest.raises(BadInput, match=r"\(96 or 104\)"):  # the two multiples either side
         ClusterSpec.of("H200", 100)
+    # a node size the user gave is not answered with "set --gpus-per-node": the way out names the kind's own
+    with pytest.raises(BadInput, match=r"or a --gpus-per-node that divides 32 \(the H200 default: 8\)"):
+        ClusterSpec.of("H200", 32, gpus_per_node=3)
 
 
 def test_workload_defaults_are_the_seed():

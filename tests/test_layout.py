@@ -78,6 +78,12 @@ def test_rules_that_depend_on_options():
     assert "shared_overlap_alltoall" in {v.code for v in violations(Q, W, seed_layout(dispatcher="allgather", moe_shared_expert_overlap=True))}
     assert "recompute_layers" in {v.code for v in violations(Q, W, seed_layout(recompute=Recompute.parse("full:uniform:13")))}
     assert "row_fits_tokens" in {v.code for v in violations(Q, W, seed_layout(max_tokens_per_gpu=4096))}
+    # a token cap holding more rows than a DP rank gets is named with the most it may be; a global batch that
+    # does not divide over DP is named once, by its own rule, not again as a cap over "0 rows"
+    over = {v.code: v.message for v in violations(Q, Workload(global_batch=8), seed_layout(max_tokens_per_gpu=16384))}
+    assert "tokens_within_rows" in over and "use at most 8,192" in over["tokens_within_rows"]
+    short = {v.code for v in violations(Q, Workload(global_batch=4), seed_layout())}
+    assert "dp_batch" in short and "tokens_within_rows" not in short
 
 
 @pytest.mark.parametrize("dispatcher", ["allgather", "flex", "hybridep"])

@@ -173,7 +173,9 @@ class ClusterSpec:
             raise BadInput(
                 f"--count {self.count} does not divide into nodes of {self.gpus_per_node} GPUs; "
                 f"use a multiple of {self.gpus_per_node} ({self.count - self.count % self.gpus_per_node} or "
-                f"{self.count - self.count % self.gpus_per_node + self.gpus_per_node}) or set --gpus-per-node"
+                f"{self.count - self.count % self.gpus_per_node + self.gpus_per_node}) or "
+                + ("set --gpus-per-node" if self.gpus_per_node == self.gpu.gpus_per_node else
+                   f"a --gpus-per-node that divides {self.count} (the {self.gpu.name} default: {self.gpu.gpus_per_node})")
             )
 
     @property

@@ -81,8 +81,10 @@ def _tokens_within_rows(m: ModelSpec, w: Workload, t: LayoutTable):
     """A token cap packs whole rows per micro-batch (`rows_per_mb`); one that holds more rows than a DP rank gets
     would be costed as rows that do not exist. A cap whose rows do not divide the rank's is fine: slime's dynamic
     batching packs what is left into a last, smaller micro-batch, and the Megatron export takes the largest
-    micro-batch that divides (layout/args.py, export_micro_batch)."""
-    return (t.max_tokens == 0) | (t.rows_per_mb(w.seq_len) <= w.global_batch // np.maximum(t.dp, 1))
+    micro-batch that divides (layout/args.py, export_micro_batch). A global batch that does not divide over DP is
+    its own rule's to name: here it would count a fraction of a row as none."""
+    dp = np.maximum(t.dp, 1)
+    return (t.max_tokens == 0) | (w.global_batch % dp != 0) | (t.rows_per_mb(w.seq_len) <= w.global_batch // dp)
 
 
 def _tokens_message(m: ModelSpec, w: Workload, l: Layout) -> str:
