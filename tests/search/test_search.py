@@ -439,6 +439,11 @@ def test_resume_finds_the_study_by_what_it_was_created_for(tmp_path, capsys):
     assert main([*base[:-1], "3", "--count", "8", "--resume", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["study"] == "mine" and out["dispatched"] == 3
+    # --resume with a --study that does not exist promised a study to continue: refused, nothing created
+    rc = main([*base, "--count", "8", "--study", "mien", "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--resume --study mien: no such study" in err and err.count("\n") == 1
+    assert not (tmp_path / "mien").exists()
 
 
 def test_export_takes_the_newest_study_that_wrote_recipes(tmp_path, capsys, monkeypatch):

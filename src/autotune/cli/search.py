@@ -166,6 +166,9 @@ def search(
                            "run without --resume to start one")
         study = study or f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
     sd = StudyDir(runs, study)  # checks the name, resolved, stays inside --runs-dir
+    if resume and not sd.root.exists():  # --resume --study NAME promises a study to continue: none is an error
+        raise BadInput(f"--resume --study {study}: no such study under {runs}/; run without --resume to start it "
+                       f"(ls {runs} lists the studies there)")
     opts = {"delay_s": sim_delay} if backend == "simulate" else {}
     if backend in ("ray", "slime"):
         opts["address"] = address
