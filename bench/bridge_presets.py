@@ -140,11 +140,17 @@ _FAMILY_MTP = {"deepseek": 1, "qwen3_next": 1, "deepseek_v4": 1,  # DeepSeek-V4:
                "nemotron_lightning": 2}  # Lightning's perf recipes: mtp_num_layers 2, one repeated "*E" block
 
 
-def _pp_layout(family: str, b: _Base) -> str:
+# layouts a release's perf script passes to the model recipe itself (`pretrain_config(layout=...)`), not in the
+# workload base config: v0.2.x's scripts/performance/configs/deepseek/deepseek_llm_pretrain.py gives its H100 recipes
+# (PP8 VP4, no entry in the model recipe's map) "Et|(tt|)*30mL"; from v0.3.0 the base configs carry it themselves
+_SCRIPT_LAYOUTS = {("v0.2.0", "DEEPSEEK_V3", "H100"): "Et|(tt|)*30mL", ("v0.2.2", "DEEPSEEK_V3", "H100"): "Et|(tt|)*30mL"}
+
+
+def _pp_layout(family: str, b: _Base, script: str = "") -> str:
     if b.pp_layout:
         return b.pp_layout
-    return _FAMILY_LAYOUTS.get(family, {}).get((b.pipeline_model_parallel_size,
-                                                b.virtual_pipeline_model_parallel_size or 1), "")
+    return script or _FAMILY_LAYOUTS.get(family, {}).get((b.pipeline_model_parallel_size,
+                                                          b.virtual_pipeline_model_parallel_size or 1), "")
 
 
 # the flex dispatcher's backend -> autotune's dispatcher name (flex runs DeepEP, hybridep HybridEP)
@@ -181,7 +187,7 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
         # DeepSeek-V3's and Kimi-K2's model recipes overlap the shared expert (moe_shared_expert_overlap=True), which
         # Megatron runs on the alltoall dispatcher only
         "shared_overlap": int(family in ("deepseek", "kimi") and not backend and not b.moe_a2a_overlap),
-        "pp_layout": _pp_layout(family, b), "mtp": _FAMILY_MTP.get(family, 0), "kernels": " ".join(kernels), "recipe": name, "file": path,
+        "pp_layout": _pp_layout(family, b, _SCRIPT_LAYOUTS.get((release, m.group("m"), m.group("gpu")), "")), "mtp": _FAMILY_MTP.get(family, 0), "kernels": " ".join(kernels), "recipe": name, "file": path,
     }
 
 

@@ -7,7 +7,9 @@ table at its own GPU count, layout, micro-batch and global batch, in the contain
 (cost/_presets.RELEASES), with force-balanced routing as the pages run it; the row reader then adds what the recipe
 sets (recompute, dispatcher, overlaps, graphs, FSDP, offload, its pipeline layout, MTP). The recipes ran, or were
 written to run, so a row predicted not to fit is a fault of the memory model or a recipe nobody published: the
-script prints how many fit, why the others were not read, and each one predicted not to fit with its peak.
+script prints how many fit, why the others were not read, and each one predicted not to fit with its peak. A recipe
+megatron-core would refuse at start-up (decoder layers that do not divide over PP x VPP with no pipeline layout set:
+TransformerBlock's get_num_layers_to_build) is counted apart as not runnable as written, not as out of memory.
 
 Sequence length: the perf scripts' (8,192 for Llama 3 / 3.1 and Nemotron 3, set in their *_llm_pretrain.py common
 configs; 4,096 elsewhere). Nothing is executed from the checkout but the workload files' dataclass literals, read
@@ -64,7 +66,7 @@ def recipe_rows(repo: Path, releases: tuple[str, ...]):
             if key in seen:
                 continue
             seen.add(key)
-            yield rel, name, dict(
+            yield rel, name, r.get("pp_layout", ""), dict(
                 source=f"Megatron-Bridge perf archive:{container[rel]}", model=r["model"], gpu=r["gpu"],
                 num_gpus=str(num_gpus),
                 seq_len=str(r.get("seq") or (8192 if r["model"] in _SEQ_8K else 4096)),
@@ -72,6 +74,22 @@ def recipe_rows(repo: Path, releases: tuple[str, ...]):
                 cp=str(r["cp"]), vp=str(r["vp"]) if r["vp"] > 1 else "", ep=str(r["ep"]), etp="",
                 precision=_PRECISION[r["precision"]], recompute="", tokens_per_s_per_gpu="1000",
                 tflops_per_gpu="", mfu="", notes=f"force-balanced; FSDP={r['fsdp']}")
+
+
+def _megatron_refuses(m, layout: str) -> str | None:
+    """Why megatron-core refuses the recipe's pipeline split, or None. With no pipeline layout (nor first / last
+    stage sizes, which the readers turn into one), TransformerBlock's get_num_layers_to_build asserts the decoder
+    layers (plus one each for an embedding and a loss counted by --account-for-*-in-pipeline-split, which a recipe
+    may set) divide over PP, and each rank's over VPP. The row reader would give such a published row Megatron's
+    nearest uneven split (_published's reading of a row that names no split); a recipe says what it sets."""
+    L, pp, vpp = m.layout, m.layout.pp, m.layout.vpp
+    if layout or pp == 1:
+        return None
+    n = m.spec.num_layers
+    if any((n + extra) % pp == 0 and ((n + extra) // pp) % vpp == 0 for extra in (0, 1, 2)):
+        return None
+    return (f"{n} decoder layers do not divide over PP {pp}" + (f" x VPP {vpp}" if vpp > 1 else "")
+            + " and the recipe sets no pipeline layout")
 
 
 def main(argv=None) -> int:
@@ -82,10 +100,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     outcome: Counter = Counter()
     tight = []
-    for rel, name, row in recipe_rows(args.repo, tuple(args.releases.split(","))):
+    for rel, name, layout, row in recipe_rows(args.repo, tuple(args.releases.split(","))):
         m = _represent(row, 0)
         if isinstance(m, str):
             outcome["not read: " + m.split(" (")[0][:100]] += 1
+            continue
+        refused = _megatron_refuses(m, layout)
+        if refused:
+            outcome[f"not runnable as written: {refused}"] += 1
             continue
         ev = evaluate(m.spec, m.workload, m.cluster, LayoutTable.from_layouts([m.layout]), load_calibration(m.gpu))
         peak, cap = float(ev.memory.peak[0]), float(ev.memory.capacity_bytes)

@@ -5,6 +5,7 @@ keyword parameters, a helper's `if layout is not None`, the flex-dispatcher and 
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -142,3 +143,27 @@ def test_one_reading_of_the_cuda_graph_settings_for_every_release():
     assert R.graphs_name("transformer_engine", ["attn", "moe_router"]) == "attn"
     assert R.graphs_name("transformer_engine", ["moe_router", "moe_preprocess"]) == "router"
     assert B._graphs(B._base(cuda_graph_impl="none", cuda_graph_scope="full_iteration")) == "none"
+
+
+def test_a_recipe_megatron_would_refuse_is_not_counted_as_out_of_memory():
+    """bench/bridge_recipes_fit.py: a recipe with no pipeline layout whose layers (plus an embedding and a loss
+    counted as layers, which a recipe may ask for) do not divide over PP, and each rank's over VPP, is refused by
+    megatron-core's get_num_layers_to_build before any memory is used; v0.2.x's DeepSeek-V3 H100 recipes take the
+    layout their perf script passes to the model recipe."""
+    import dataclasses
+
+    import bridge_presets as B
+    import bridge_recipes_fit as F
+
+    from autotune.catalog import load_model
+    from autotune.layout import Layout
+
+    m = types.SimpleNamespace(spec=load_model("Qwen3.5-397B-A17B"), layout=Layout.parse("TP2 PP8 VPP4 EP32", world=256))
+    why = F._megatron_refuses(m, "")
+    assert why and "60 decoder layers do not divide over PP 8 x VPP 4" in why
+    assert F._megatron_refuses(m, "Et*2|(t*2|)*30tL") is None  # a layout the recipe sets is Megatron's to place
+    m.layout = dataclasses.replace(m.layout, pp=4, vpp=1)
+    assert F._megatron_refuses(m, "") is None  # 60 / 4
+    m = types.SimpleNamespace(spec=load_model("Llama-3.1-405B"), layout=Layout.parse("TP8 PP8 VPP8 CP2", world=1024))
+    assert F._megatron_refuses(m, "") is None  # 126 + embedding + loss = 128 over PP 8 x VPP 8
+    assert B._SCRIPT_LAYOUTS[("v0.2.0", "DEEPSEEK_V3", "H100")] == "Et|(tt|)*30mL"
