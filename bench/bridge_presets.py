@@ -157,6 +157,14 @@ def _pp_layout(family: str, b: _Base, script: str = "") -> str:
 _DISPATCHER = {"deepep": "flex", "hybridep": "hybridep"}
 
 
+# the family scripts' own switch, outside the base configs: their GB300 / GB200 functions (v0.5.1: DeepSeek-V3's B300
+# one too) run the output layer under MXFP8 when the recipe is MXFP8 (`if cfg.mixed_precision.fp8_recipe == "mxfp8":
+# cfg.model.fp8_output_proj = True`, scripts/performance/configs/{deepseek,gpt_oss}/*_llm_pretrain.py, v0.5.0 and v0.5.1;
+# none before v0.5.0; v0.6.0's perf_recipes set it in the recipes, read by bench/bridge_perf_recipes.py)
+_OUTPUT_PROJ = {"v0.5.0": {"deepseek": ("GB300", "GB200"), "gpt_oss": ("GB300", "GB200")},
+                "v0.5.1": {"deepseek": ("GB300", "GB200", "B300"), "gpt_oss": ("GB300", "GB200")}}
+
+
 def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
     m = NAME.match(name)
     if not m or m.group("m") not in MODELS:
@@ -173,6 +181,8 @@ def _row(release: str, path: str, name: str, b: _Base) -> dict | None:
     tp = b.tensor_model_parallel_size
     tp_overlap = tp > 1 and (family in ("qwen3", "qwen3_next") or prec != "nvfp4") and family not in ("deepseek", "nemotron_super", "kimi")
     kernels = [k for k in ("cutedsl_fused_grouped_mlp", "fp8_dot_product_attention") if b.extra.get(k)]
+    if prec == "mxfp8" and m.group("gpu") in _OUTPUT_PROJ.get(release, {}).get(family, ()):
+        kernels.append("fp8_output_proj")
     if _graphs(b) == "full" and family != "llama":
         kernels.append("paged_stash")  # dropless full-iteration graphs run on paged stash buffers
     return {

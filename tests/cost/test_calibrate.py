@@ -376,6 +376,11 @@ def test_rows_take_the_settings_of_their_sources_recipe():
     q = v09[("Qwen3-30B-A3B", "B200", "fp8-tensorwise")]
     assert q.cuda_graphs == "full" and q.moe_capacity_factor == 1.0 and q.dispatcher == "alltoall"
     assert v09[("Qwen3-30B-A3B", "H100", "fp8-tensorwise")].cuda_graphs == "none"
+    # 26.06 (v0.5.0): DeepSeek-V3's and gpt-oss's family scripts put the output layer under MXFP8 on GB300 / GB200
+    v26 = [m for m in kept if "archive:26.06;" in m.source and m.precision == "mxfp8"
+           and m.model in ("gpt-oss-120b", "DeepSeek-V3")]
+    assert {m.gpu for m in v26 if m.fp8_output_proj} == {"GB300", "GB200"}
+    assert not any(m.fp8_output_proj for m in v26 if m.gpu == "B300")  # v0.5.1 adds DeepSeek-V3's B300, not v0.5.0
     auto = [m for m in kept if m.source.startswith("NeMo AutoModel") and m.model != "Llama-3.1-405B"]
     assert auto and all(str(m.layout.recompute) == "full:uniform:1" for m in auto)  # activation_checkpointing
     titan = [m for m in kept if m.source.startswith("torchtitan") and m.layout.pp > 1]
