@@ -82,7 +82,7 @@ def _megatron_refuses(m, layout: str) -> str | None:
     layers (plus one each for an embedding and a loss counted by --account-for-*-in-pipeline-split, which a recipe
     may set) divide over PP, and each rank's over VPP. The row reader would give such a published row Megatron's
     nearest uneven split (_published's reading of a row that names no split); a recipe says what it sets."""
-    L, pp, vpp = m.layout, m.layout.pp, m.layout.vpp
+    pp, vpp = m.layout.pp, m.layout.vpp
     if layout or pp == 1:
         return None
     n = m.spec.num_layers

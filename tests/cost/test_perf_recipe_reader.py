@@ -166,4 +166,16 @@ def test_a_recipe_megatron_would_refuse_is_not_counted_as_out_of_memory():
     assert F._megatron_refuses(m, "") is None  # 60 / 4
     m = types.SimpleNamespace(spec=load_model("Llama-3.1-405B"), layout=Layout.parse("TP8 PP8 VPP8 CP2", world=1024))
     assert F._megatron_refuses(m, "") is None  # 126 + embedding + loss = 128 over PP 8 x VPP 8
-    assert B._SCRIPT_LAYOUTS[("v0.2.0", "DEEPSEEK_V3", "H100")] == "Et|(tt|)*30mL"
+    # the perf script's own settings, outside the base configs: v0.2.x's DeepSeek-V3 H100 layout (PP8 VP4 has no
+    # entry in the model recipe's map: v0.3.0's base config carries its own), 26.06's MXFP8 output layer
+    ds = B._base(num_gpus=1024, tensor_model_parallel_size=2, pipeline_model_parallel_size=8,
+                 virtual_pipeline_model_parallel_size=4, expert_model_parallel_size=64)
+    assert B._row("v0.2.0", "p", "DEEPSEEK_V3_H100_BF16_BASE_CONFIG", ds)["pp_layout"] == "Et|(tt|)*30mL"
+    assert B._row("v0.3.0", "p", "DEEPSEEK_V3_H100_BF16_BASE_CONFIG", ds)["pp_layout"] == ""
+    oss = B._base(num_gpus=64, expert_model_parallel_size=16)
+    kernels = lambda rel, name: B._row(rel, "p", name, oss)["kernels"].split()  # noqa: E731
+    assert "fp8_output_proj" in kernels("v0.5.0", "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V1")
+    assert "fp8_output_proj" not in kernels("v0.4.0", "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V1")
+    assert "fp8_output_proj" not in kernels("v0.5.0", "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_V1")
+    assert "fp8_output_proj" in kernels("v0.5.1", "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V1")
+    assert "fp8_output_proj" not in kernels("v0.5.0", "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V1")

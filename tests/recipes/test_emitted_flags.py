@@ -321,6 +321,8 @@ def test_ep_overlap_and_blackwell_run_on_more_than_one_cuda_connection():
     layout, recipe = _recipe("Qwen3-30B-A3B", "H100", 16, lay, dict())
     assert recipe.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32" and check_recipe(recipe) == []
     assert "CUDA_DEVICE_MAX_CONNECTIONS=32" in megatron_args(recipe, "x").split("MEGATRON_ARGS=(")[0]  # said up front
+    bare = recipe.model_copy(update={"env": {}})  # a recipe whose env names none: what its layout runs on
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=32" in megatron_args(bare, "x").split("MEGATRON_ARGS=(")[0]
     _, both = _recipe("Qwen3-30B-A3B", "H100", 16, {**lay, "fsdp": True}, dict())
     assert both.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"  # above 1: FSDP's assertion holds too
     tp2 = dict(tp=2, pp=1, ep=4, max_tokens_per_gpu=8192)

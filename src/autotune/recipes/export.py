@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import BadInput, ConfigError
 from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
-from ..launch.run_block import FSDP_MAX_CONNECTIONS
+from ..launch.run_block import FSDP_MAX_CONNECTIONS, MANY_CONNECTIONS
 from ..layout import layout_args
 from ..layout.args import MULTI_WORD, fp8_module_args, precision_switches
 from .convert import is_moe, run_layout, workload_of
@@ -140,7 +140,9 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
         if model_lines else "# Add the model's architecture arguments (slime's MODEL_ARGS), checkpoint and data paths.",
     ]
     lines += model_lines
-    connections = (recipe.env or {}).get("CUDA_DEVICE_MAX_CONNECTIONS", FSDP_MAX_CONNECTIONS)
+    # the recipe's own value; one whose env names none gets what run_env would have set for its layout
+    connections = (recipe.env or {}).get("CUDA_DEVICE_MAX_CONNECTIONS",
+                                         MANY_CONNECTIONS if lay.ep_overlap else FSDP_MAX_CONNECTIONS)
     if lay.ep_overlap:  # its all-to-alls run beside another micro-batch's compute on streams of their own
         lines.append(f"# EP overlap: launch with CUDA_DEVICE_MAX_CONNECTIONS={connections} (the recipe's env; "
                      "Megatron-LM's and Megatron-Bridge's recipes set 32): one connection serialises the overlap.")
