@@ -3,7 +3,9 @@
 Builds >= 100,000 layouts of Qwen3.5-122B-A10B on 1024 H200 with LayoutTable.from_columns (the cross
 product of TP, PP, VPP, EP, ETP, recompute, dispatcher, tokens per GPU, optimizer options; legality is
 not filtered, the models must cope with any row) and prints layouts/s for estimate_memory, the time
-model and the whole `evaluate`. Target: > 100,000 layouts/s for the memory model on a 2-core machine.
+model and the whole `evaluate`. Targets: > 100,000 layouts/s for the memory model and for the whole evaluation
+(memory, time and their breakdowns) on a 2-core machine. Both models price a table this large in groups of equal PP
+(cost/_groups.py).
 
     python bench/memory_speed.py [--n 200000] [--repeat 5]
 """
@@ -75,8 +77,9 @@ def main() -> None:
     print(f"{'model':<16}{'seconds':>10}{'layouts/s':>14}")
     for name, s in (("memory", mem_s), ("time", time_s), ("evaluate", eval_s)):
         print(f"{name:<16}{s:>10.3f}{n / s:>14,.0f}")
-    print(f"fits in memory: {int(mem.fits.sum()):,} of {n:,}; target memory > 100,000 layouts/s: "
-          f"{'met' if n / mem_s > 100_000 else 'NOT met'}")
+    print(f"fits in memory: {int(mem.fits.sum()):,} of {n:,}; targets (> 100,000 layouts/s): memory "
+          f"{'met' if n / mem_s > 100_000 else 'NOT met'}, full evaluation (issue 11) "
+          f"{'met' if n / eval_s > 100_000 else 'NOT met'}")
 
 
 if __name__ == "__main__":

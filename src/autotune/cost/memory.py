@@ -41,6 +41,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..catalog.model import SLIDING
 from ..layout import SELECTIVE_MODULES, LayoutTable
+from ._groups import pp_groups, scatter_rows
 from ._mtp import mtp_stage_activations, mtp_stage_params
 from ._sac import op_sac_kept
 from ._offload import offloaded_per_token
@@ -331,6 +332,24 @@ def _inflight(t: LayoutTable, M: np.ndarray, S: int) -> np.ndarray:
 def estimate_memory(
     model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable,
     coef: MemoryCoefficients = MemoryCoefficients(),
+) -> MemoryResult:
+    """Memory per stage of every layout in `t`. A large table is priced in groups of equal PP (_groups.py: the
+    same numbers, without (n, largest PP) arrays for shallow rows)."""
+    groups = pp_groups(t.pp)
+    if groups is None:
+        return _estimate_memory(model, workload, cluster, t, coef)
+    parts = [_estimate_memory(model, workload, cluster, t.take(g), coef) for g in groups]
+    n, S = len(t), int(t.pp.max())
+    params = None
+    if all(p.params is not None for p in parts):
+        params = tuple(scatter_rows([p.params[j] for p in parts], groups, n, S) for j in range(len(parts[0].params)))
+    return MemoryResult({k: scatter_rows([p.terms[k] for p in parts], groups, n, S) for k in parts[0].terms},
+                        t.pp.copy(), parts[0].capacity_bytes, scatter_rows([p.host_bytes for p in parts], groups, n),
+                        parts[0].host_capacity_bytes, params)
+
+
+def _estimate_memory(
+    model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable, coef: MemoryCoefficients,
 ) -> MemoryResult:
     lt = layer_tables(model)
     n, S = len(t), int(t.pp.max())

@@ -43,7 +43,8 @@ from .flops import mfu, usd_per_million_tokens
 from ._raw import RawTime, host_time, raw_time, step_pieces
 from ._coefficients import TimeCoefficients
 from ._terms import DEPS, DERIVED, MB_TERMS, OVERLAPS, STEP_TERMS, TERM_MEANINGS, WINDOW, microbatch_terms
-from .memory import MemoryCoefficients, MemoryResult
+from ._groups import LazyRows, pp_groups, scatter_rows
+from .memory import MemoryCoefficients, MemoryResult, _rows
 
 _DERIVED_IDX = [MB_TERMS.index(d) for d in DERIVED]
 _DEP_SRC = [MB_TERMS.index(k) for _, k in DEPS]
@@ -233,11 +234,35 @@ def estimate_time(
     mem: MemoryResult | None = None,
 ) -> TimeResult:
     """Predicted step time and tokens/s/GPU of every layout in `t`, with named breakdowns. `mem` (the memory
-    model's result for the same table) lends its parameter shards."""
+    model's result for the same table) lends its parameter shards. A large table is priced in groups of equal PP
+    (_groups.py: the same numbers, without (n, largest PP) arrays for shallow rows)."""
+    params = mem.params if mem is not None else None
+    groups = pp_groups(t.pp)
+    if groups is None:
+        return _estimate_time(model, workload, cluster, t, coef, mcoef, params)
+    parts = []
+    for g in groups:
+        sub = t.take(g)
+        S_g = int(sub.pp.max())
+        p_g = None if params is None else tuple(_rows(p, g)[:, :S_g] for p in params)
+        parts.append(_estimate_time(model, workload, cluster, sub, coef, mcoef, p_g))
+    n, S = len(t), int(t.pp.max())
+    one = lambda name: scatter_rows([getattr(p, name) for p in parts], groups, n)  # noqa: E731
+    return TimeResult(
+        mb_terms=LazyRows([p.mb_terms for p in parts], groups, n, S),
+        step_terms={k: scatter_rows([p.step_terms[k] for p in parts], groups, n) for k in parts[0].step_terms},
+        step_time=one("step_time"), tokens_per_step=parts[0].tokens_per_step, world=t.world,
+        tokens_per_s_per_gpu=one("tokens_per_s_per_gpu"), mfu=one("mfu"),
+        usd_per_million_tokens=one("usd_per_million_tokens"),
+    )
+
+
+def _estimate_time(model: ModelSpec, workload: Workload, cluster: ClusterSpec, t: LayoutTable,
+                   coef: TimeCoefficients, mcoef: MemoryCoefficients, params) -> TimeResult:
     mb, deps, frac = microbatch_terms(model, workload, cluster, t, coef, mcoef)
     S = int(t.pp.max())
     valid = np.arange(S)[None, :] < t.pp[:, None]
-    pieces = step_pieces(model, workload, cluster, t, coef, S, mem.params if mem is not None else None)
+    pieces = step_pieces(model, workload, cluster, t, coef, S, params)
     step, mbs, total = _compose_terms(mb, deps, host_time(model, t, coef, S, frac), pieces, valid,
                                       factor_vector(coef.scale))
     tps = workload.tokens_per_step / total / t.world
