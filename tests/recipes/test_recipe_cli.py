@@ -89,6 +89,20 @@ def test_validate_reports_every_bad_field_and_exits_2(run_cli, tmp_path):
     assert "5 of 6 recipes invalid" in err
 
 
+def test_validate_json_names_each_files_errors_and_keeps_the_exit_code(run_cli, tmp_path):
+    bad = _bad(tmp_path, "derived", lambda d: d["result"].update(mfu=0.2))
+    good = SEED_DIR / "attune-tp1-pp4-ep8.yaml"
+    code, out, err = run_cli("recipes", "validate", "--json", str(bad), str(good))
+    assert code == 2 and "1 of 2 recipes invalid" in err
+    doc = json.loads(out)  # stdout is the JSON alone: no per-file lines around it
+    assert doc["checked"] == 2 and doc["invalid"] == 1
+    by = {r["path"]: r for r in doc["recipes"]}
+    assert by[str(bad)]["status"] == "invalid" and any(e.startswith("result.mfu: ") for e in by[str(bad)]["errors"])
+    assert by[str(good)] == {"path": str(good), "status": "ok", "errors": [], "warnings": []}
+    code, out, _ = run_cli("recipes", "validate", "--json", str(good))
+    assert code == 0 and json.loads(out)["invalid"] == 0
+
+
 def test_validate_exit_code_in_a_real_process(tmp_path):
     bad = _bad(tmp_path, "neg", lambda d: d["result"].update(tokens_per_s_per_gpu=-1.0))
     env = dict(os.environ, COLUMNS="200")

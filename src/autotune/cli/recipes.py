@@ -182,6 +182,8 @@ def show(
 @recipes_app.command("validate")
 def validate(
     paths: Optional[List[Path]] = typer.Argument(None, help="Recipe files or directories; default: all recipes."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object: each file's status, its errors and "
+                                  "warnings (the exit code is the same: 2 when any recipe is invalid)."),
 ) -> None:
     """Validate recipes against the schema and recompute their derived numbers; exit 2 if any is invalid."""
     files = find_recipes(list(paths) if paths else None)
@@ -190,17 +192,23 @@ def validate(
         raise ConfigError(f"{missing[0]}: no such recipe file or directory")
     if not files:
         raise ConfigError("no recipe files found: pass recipe files or directories (recipes/<model>/<gpu>/*.yaml)")
-    bad = 0
+    bad, report = 0, []
     for f in files:
         try:
-            problems = [str(p) if p.level == "error" else f"warning: {p}" for p in check_recipe(load_recipe(f))]
-            errors = sum(1 for p in problems if not p.startswith("warning: "))
+            found = check_recipe(load_recipe(f))
+            errors = [str(p) for p in found if p.level == "error"]
+            warnings = [str(p) for p in found if p.level != "error"]
+            problems = [str(p) if p.level == "error" else f"warning: {p}" for p in found]
         except RecipeInvalid as exc:
-            problems, errors = exc.problems, len(exc.problems)
-        bad += errors > 0
-        console.print(f"{'invalid' if errors else 'ok':<8} {f}", markup=False, soft_wrap=True)
-        for p in problems:
-            console.print(f"  {p}", markup=False, soft_wrap=True)
+            problems, errors, warnings = exc.problems, [str(p) for p in exc.problems], []
+        bad += bool(errors)
+        report.append({"path": str(f), "status": "invalid" if errors else "ok", "errors": errors, "warnings": warnings})
+        if not json_out:
+            console.print(f"{'invalid' if errors else 'ok':<8} {f}", markup=False, soft_wrap=True)
+            for p in problems:
+                console.print(f"  {p}", markup=False, soft_wrap=True)
+    if json_out:
+        print_json({"recipes": report, "checked": len(files), "invalid": bad})
     if bad:
         raise ConfigError(f"{bad} of {count(len(files), 'recipe')} invalid; fix the fields named above")
 
