@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["pp_groups", "scatter_rows", "LazyRows", "GROUP_MIN_ROWS", "GROUP_MIN_SIZE"]
+__all__ = ["pp_groups", "scatter_rows", "per_row_view", "LazyRows", "GROUP_MIN_ROWS", "GROUP_MIN_SIZE"]
 
 GROUP_MIN_ROWS = 4096  # tables smaller than this are priced whole
 GROUP_MIN_SIZE = 1024  # a PP value with fewer rows is priced with the next deeper PP's
@@ -51,7 +51,7 @@ def pp_groups(pp: np.ndarray, min_rows: int | None = None, min_size: int | None 
     return np.split(order, np.cumsum(np.bincount(group_of, minlength=len(bounds)))[:-1])
 
 
-def _per_row(a) -> bool:
+def per_row_view(a) -> bool:
     """A (n, S) array that is one value per row broadcast over the stages (the memory model's views)."""
     return isinstance(a, np.ndarray) and a.ndim == 2 and a.shape[1] > 0 and a.strides[1] == 0
 
@@ -67,7 +67,7 @@ def scatter_rows(parts: list, groups: list[np.ndarray], n: int, S: int | None = 
         for p, g in zip(parts, groups):
             out[g] = p
         return out
-    if all(_per_row(p) for p in parts):
+    if all(per_row_view(p) for p in parts):
         col = np.empty(n)
         for p, g in zip(parts, groups):
             col[g] = p[:, 0]

@@ -41,7 +41,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..catalog.model import SLIDING
 from ..layout import SELECTIVE_MODULES, LayoutTable
-from ._groups import pp_groups, scatter_rows
+from ._groups import per_row_view, pp_groups, scatter_rows
 from ._mtp import mtp_stage_activations, mtp_stage_params
 from ._sac import op_sac_kept
 from ._offload import offloaded_per_token
@@ -215,14 +215,9 @@ class MemoryResult:
         return out
 
 
-def _per_row(a: np.ndarray) -> bool:
-    """Whether a (n, S) term is one value per row broadcast over the stages (the memory model's views)."""
-    return a.ndim == 2 and a.shape[1] > 0 and a.strides[1] == 0
-
-
 def _rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Rows `idx` of a (n, S) term, a per-row term kept as a broadcast view."""
-    if _per_row(a):
+    if per_row_view(a):
         return np.broadcast_to(a[idx, :1], (len(idx), a.shape[1]))
     return a[idx]
 
@@ -231,7 +226,7 @@ def _joined(arrays: list[np.ndarray], S: int) -> np.ndarray:
     """(n, S) terms of different stage widths stacked by rows, each cut or zero-padded to S columns (what lies
     beyond a row's PP is never read); per-row terms stay one value per row."""
     n = sum(len(a) for a in arrays)
-    if all(_per_row(a) for a in arrays):
+    if all(per_row_view(a) for a in arrays):
         return np.broadcast_to(np.concatenate([a[:, :1] for a in arrays]), (n, S))
     out = np.zeros((n, S))
     r = 0
