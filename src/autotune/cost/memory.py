@@ -186,9 +186,9 @@ class MemoryResult:
         """The rows `idx` (an index array), like LayoutTable.take; a term that is one value per row (broadcast over
         the stages) stays that way."""
         idx = np.asarray(idx)
-        return MemoryResult({k: _rows(v, idx) for k, v in self.terms.items()}, self.n_stages[idx],
+        return MemoryResult({k: take_rows(v, idx) for k, v in self.terms.items()}, self.n_stages[idx],
                             self.capacity_bytes, self.host_bytes[idx], self.host_capacity_bytes,
-                            None if self.params is None else tuple(_rows(p, idx) for p in self.params))
+                            None if self.params is None else tuple(take_rows(p, idx) for p in self.params))
 
     @classmethod
     def concat(cls, parts: list["MemoryResult"], stages: int | None = None) -> "MemoryResult":
@@ -215,7 +215,7 @@ class MemoryResult:
         return out
 
 
-def _rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def take_rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Rows `idx` of a (n, S) term, a per-row term kept as a broadcast view."""
     if per_row_view(a):
         return np.broadcast_to(a[idx, :1], (len(idx), a.shape[1]))

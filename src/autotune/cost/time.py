@@ -44,7 +44,7 @@ from ._raw import RawTime, host_time, raw_time, step_pieces
 from ._coefficients import TimeCoefficients
 from ._terms import DEPS, DERIVED, MB_TERMS, OVERLAPS, STEP_TERMS, TERM_MEANINGS, WINDOW, microbatch_terms
 from ._groups import LazyRows, pp_groups, scatter_rows
-from .memory import MemoryCoefficients, MemoryResult, _rows
+from .memory import MemoryCoefficients, MemoryResult, take_rows
 
 _DERIVED_IDX = [MB_TERMS.index(d) for d in DERIVED]
 _DEP_SRC = [MB_TERMS.index(k) for _, k in DEPS]
@@ -244,7 +244,7 @@ def estimate_time(
     for g in groups:
         sub = t.take(g)
         S_g = int(sub.pp.max())
-        p_g = None if params is None else tuple(_rows(p, g)[:, :S_g] for p in params)
+        p_g = None if params is None else tuple(take_rows(p, g)[:, :S_g] for p in params)
         parts.append(_estimate_time(model, workload, cluster, sub, coef, mcoef, p_g))
     n, S = len(t), int(t.pp.max())
     one = lambda name: scatter_rows([getattr(p, name) for p in parts], groups, n)  # noqa: E731
