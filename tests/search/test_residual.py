@@ -31,6 +31,25 @@ def test_shipped_widths_are_the_derivation():
     assert 0.1 < PRIOR_WIDTHS["scale_sd"] < 2.0
 
 
+def test_the_scale_spread_is_not_the_sampling_noise_of_one_row_models():
+    """scale_spread fits how much the size of the error varies between models, with each model's own k integrated
+    out: models measured once, all with the same error size, show no spread (the standard deviation of their log
+    |residual| is about 1.1 from sampling alone), and a real spread between well-measured models is recovered."""
+    from types import SimpleNamespace
+
+    from autotune.search.priors import scale_spread
+
+    rng = np.random.default_rng(3)
+    one = [SimpleNamespace(model=f"m{i}") for i in range(300)]
+    r = rng.normal(0.0, 0.1, len(one))
+    assert np.std(np.log(np.abs(r)), ddof=1) > 0.9  # what the per-model log RMS would have called spread
+    assert scale_spread(one, r) < 0.3
+    k = np.exp(rng.normal(0.0, 0.8, 150))  # each model's own error size
+    many = [SimpleNamespace(model=f"m{i}") for i in range(150) for _ in range(6)]
+    r = np.concatenate([rng.normal(0.0, 0.1 * k[i], 6) for i in range(150)])
+    assert scale_spread(many, r) == pytest.approx(0.8, abs=0.15)
+
+
 def test_group_width_falls_back_to_its_kind():
     w = {"feature": 0.1, "interaction": 0.2, "tp": 0.05}
     assert group_width(w, "tp") == 0.05
