@@ -330,6 +330,11 @@ def test_ep_overlap_and_blackwell_run_on_more_than_one_cuda_connection():
     _, blackwell = _recipe("Qwen3-30B-A3B", "B200", 16, tp2, dict())
     assert hopper.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and blackwell.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
     assert check_recipe(blackwell) == [] and "export CUDA_DEVICE_MAX_CONNECTIONS=32" in blackwell.run
+    # a recipe whose env names none is exported with the run block's value for its layout and GPU: FSDP gets 8 on
+    # Hopper, 32 on Blackwell
+    for gpu, want in (("H100", "8"), ("B200", "32")):
+        _, fsdp = _recipe("Qwen3-30B-A3B", gpu, 16, {**tp2, "fsdp": True}, dict())
+        assert f"sets {want});" in megatron_args(fsdp.model_copy(update={"env": {}}), "x"), gpu
 
 
 def test_optimizer_offload_comes_with_the_precision_aware_optimizer():

@@ -17,10 +17,11 @@ import re
 import shlex
 from pathlib import Path
 
+from ..catalog.hardware import GPU_VARIANTS, GPUS
 from ..errors import BadInput, ConfigError
 from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
-from ..launch.run_block import FSDP_MAX_CONNECTIONS, MANY_CONNECTIONS
+from ..launch.run_block import run_env
 from ..layout import layout_args
 from ..layout.args import MULTI_WORD, fp8_module_args, precision_switches
 from .convert import is_moe, run_layout, workload_of
@@ -108,6 +109,11 @@ def _model_array(recipe: Recipe) -> list[str]:
     return lines + [")"]
 
 
+def _catalog_gpu(name: str):
+    """The catalog's GPU of that name (any case), or None: a recipe's GPU name is never read as a file."""
+    return next((g for k, g in {**GPUS, **GPU_VARIANTS}.items() if k.lower() == name.lower()), None)
+
+
 def megatron_args(recipe: Recipe, name: str = "") -> str:
     """Megatron-core arguments for the recipe: the model's (MODEL_ARGS) and the layout's and workload's
     (MEGATRON_ARGS), as bash arrays."""
@@ -140,9 +146,9 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
         if model_lines else "# Add the model's architecture arguments (slime's MODEL_ARGS), checkpoint and data paths.",
     ]
     lines += model_lines
-    # the recipe's own value; one whose env names none gets what run_env would have set for its layout
-    connections = (recipe.env or {}).get("CUDA_DEVICE_MAX_CONNECTIONS",
-                                         MANY_CONNECTIONS if lay.ep_overlap else FSDP_MAX_CONNECTIONS)
+    # the recipe's own value; one whose env names none gets what the run block sets for its layout and GPU
+    connections = (recipe.env or {}).get("CUDA_DEVICE_MAX_CONNECTIONS") or \
+        run_env(lay, _catalog_gpu(recipe.gpu.type))["CUDA_DEVICE_MAX_CONNECTIONS"]
     if lay.ep_overlap:  # its all-to-alls run beside another micro-batch's compute on streams of their own
         lines.append(f"# EP overlap: launch with CUDA_DEVICE_MAX_CONNECTIONS={connections} (the recipe's env; "
                      "Megatron-LM's and Megatron-Bridge's recipes set 32): one connection serialises the overlap.")
