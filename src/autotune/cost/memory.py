@@ -198,13 +198,21 @@ class MemoryResult:
         if not parts:
             raise ValueError("MemoryResult.concat needs at least one part")
         S = stages if stages is not None else max(next(iter(p.terms.values())).shape[1] for p in parts)
+        ends = np.cumsum([len(p.n_stages) for p in parts])
+        rows = [np.arange(e - len(p.n_stages), e) for p, e in zip(parts, ends)]  # each part's rows, in order
+        return cls.scattered(parts, rows, int(ends[-1]), S)
+
+    @classmethod
+    def scattered(cls, parts: list["MemoryResult"], groups: list[np.ndarray], n: int, S: int) -> "MemoryResult":
+        """One result over n rows from each part's, part i's rows at `groups[i]` (_groups.scatter_rows: columns
+        padded with zeros or cut to S; per-row terms stay one value per row)."""
         first = parts[0]
-        terms = {k: _joined([p.terms[k] for p in parts], S) for k in first.terms}
         params = None
         if all(p.params is not None for p in parts):
-            params = tuple(_joined([p.params[j] for p in parts], S) for j in range(len(first.params)))
-        return cls(terms, np.concatenate([p.n_stages for p in parts]), first.capacity_bytes,
-                   np.concatenate([p.host_bytes for p in parts]), first.host_capacity_bytes, params)
+            params = tuple(scatter_rows([p.params[j] for p in parts], groups, n, S) for j in range(len(first.params)))
+        return cls({k: scatter_rows([p.terms[k] for p in parts], groups, n, S) for k in first.terms},
+                   scatter_rows([p.n_stages for p in parts], groups, n), first.capacity_bytes,
+                   scatter_rows([p.host_bytes for p in parts], groups, n), first.host_capacity_bytes, params)
 
     def stage_breakdown(self, i: int) -> list[dict[str, float]]:
         out = []
@@ -220,21 +228,6 @@ def take_rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     if per_row_view(a):
         return np.broadcast_to(a[idx, :1], (len(idx), a.shape[1]))
     return a[idx]
-
-
-def _joined(arrays: list[np.ndarray], S: int) -> np.ndarray:
-    """(n, S) terms of different stage widths stacked by rows, each cut or zero-padded to S columns (what lies
-    beyond a row's PP is never read); per-row terms stay one value per row."""
-    n = sum(len(a) for a in arrays)
-    if all(per_row_view(a) for a in arrays):
-        return np.broadcast_to(np.concatenate([a[:, :1] for a in arrays]), (n, S))
-    out = np.zeros((n, S))
-    r = 0
-    for a in arrays:
-        w = min(a.shape[1], S)
-        out[r:r + len(a), :w] = a[:, :w]
-        r += len(a)
-    return out
 
 
 def stage_params(model: ModelSpec, t: LayoutTable, S: int) -> tuple[np.ndarray, np.ndarray]:
@@ -334,13 +327,7 @@ def estimate_memory(
     if groups is None:
         return _estimate_memory(model, workload, cluster, t, coef)
     parts = [_estimate_memory(model, workload, cluster, t.take(g), coef) for g in groups]
-    n, S = len(t), int(t.pp.max())
-    params = None
-    if all(p.params is not None for p in parts):
-        params = tuple(scatter_rows([p.params[j] for p in parts], groups, n, S) for j in range(len(parts[0].params)))
-    return MemoryResult({k: scatter_rows([p.terms[k] for p in parts], groups, n, S) for k in parts[0].terms},
-                        t.pp.copy(), parts[0].capacity_bytes, scatter_rows([p.host_bytes for p in parts], groups, n),
-                        parts[0].host_capacity_bytes, params)
+    return MemoryResult.scattered(parts, groups, len(t), int(t.pp.max()))
 
 
 def _estimate_memory(
