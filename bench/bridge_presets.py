@@ -143,7 +143,7 @@ _FAMILY_MTP = {"deepseek": 1, "qwen3_next": 1, "deepseek_v4": 1,  # DeepSeek-V4:
 # layouts a release's perf script passes to the model recipe itself (`pretrain_config(layout=...)`), not in the
 # workload base config: v0.2.x's scripts/performance/configs/deepseek/deepseek_llm_pretrain.py gives its H100 recipes
 # (PP8 VP4, no entry in the model recipe's map) "Et|(tt|)*30mL"; from v0.3.0 the base configs carry it themselves
-_SCRIPT_LAYOUTS = {("v0.2.0", "DEEPSEEK_V3", "H100"): "Et|(tt|)*30mL", ("v0.2.2", "DEEPSEEK_V3", "H100"): "Et|(tt|)*30mL"}
+_SCRIPT_LAYOUTS = {(rel, "DEEPSEEK_V3", "H100"): "Et|(tt|)*30mL" for rel in ("v0.2.0", "v0.2.2")}
 
 
 def _pp_layout(family: str, b: _Base, script: str = "") -> str:
