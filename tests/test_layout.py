@@ -74,6 +74,17 @@ def test_every_violation_is_named_with_values_and_a_legal_alternative():
     assert near is not None and violations(Q, W, near) == []
 
 
+def test_a_world_tp_pp_cp_do_not_divide_is_named_once_without_a_dp_of_0():
+    """TP x PP x CP that does not divide the GPUs leaves no DP: the error says so (world_mp), not again as a global
+    batch that 'does not divide over DP 0', and the layout is not labelled DP0."""
+    lay = Layout.parse("TP3 PP1 EP8", world=16)
+    codes = {v.code for v in violations(Q, W, lay)}
+    assert "world_mp" in codes and "dp_batch" not in codes
+    assert "DP" not in lay.label() and lay.label().startswith("TP3 PP1")
+    with pytest.raises(IllegalLayout) as exc:
+        validate(Q, W, lay)
+    assert "DP 0" not in str(exc.value) and "DP0" not in str(exc.value)
+
 def test_rules_that_depend_on_options():
     assert "shared_overlap_alltoall" in {v.code for v in violations(Q, W, seed_layout(dispatcher="allgather", moe_shared_expert_overlap=True))}
     assert "recompute_layers" in {v.code for v in violations(Q, W, seed_layout(recompute=Recompute.parse("full:uniform:13")))}

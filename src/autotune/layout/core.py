@@ -251,7 +251,8 @@ class Layout:
             parts.append(f"EP{self.ep}")
         if self.etp > 1:
             parts.append(f"ETP{self.etp}")
-        parts.append(f"DP{self.dp}")
+        if self.dp > 0:  # 0: TP x PP x CP does not divide the world (the rules say so), no DP to show
+            parts.append(f"DP{self.dp}")
         return " ".join(parts)
 
     def __str__(self) -> str:

@@ -158,7 +158,8 @@ RULES: list[Rule] = [
                          + f" is not divisible by TP {l.tp}"),
     Rule("moe_tp_needs_sp", lambda m, w, t: (t.tp == 1) | t.sp | (not m.is_moe),
          lambda m, w, l: f"MoE with TP {l.tp} needs sequence parallelism (--sequence-parallel)"),
-    Rule("dp_batch", lambda m, w, t: (t.dp > 0) & _div(w.global_batch, np.maximum(t.dp, 1)),
+    # DP 0 (TP x PP x CP does not divide the world) is world_mp's to report, not a batch that fails to divide
+    Rule("dp_batch", lambda m, w, t: (t.dp == 0) | _div(w.global_batch, np.maximum(t.dp, 1)),
          lambda m, w, l: f"global batch {w.global_batch} rows does not divide over DP {l.dp}"),
     Rule("row_fits_tokens", lambda m, w, t: (t.max_tokens == 0) | (t.max_tokens >= w.seq_len // t.cp),
          lambda m, w, l: f"max tokens per GPU {l.max_tokens_per_gpu} is below one row's share "
