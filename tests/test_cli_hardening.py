@@ -253,6 +253,16 @@ def test_a_bad_gpu_file_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     assert rc == 2 and "did you mean 'hbm_gbps'?" in one_line_error(err)
 
 
+def test_a_gpu_file_missing_fields_names_every_one_at_once(tmp_path, capsys, monkeypatch):
+    """A file with only a name: one line naming all four missing required fields, so one edit fixes it."""
+    monkeypatch.delenv("AUTOTUNE_DEBUG", raising=False)
+    (tmp_path / "bare.yaml").write_text("name: X1\nbf16_tflops: 500\n")
+    rc, _, err = run(capsys, "space", "--model", "tiny-moe", "--count", "8", "--gpu", str(tmp_path / "bare.yaml"))
+    line = one_line_error(err)
+    assert rc == 2 and "fields memory_gb_nominal, hbm_gbps, nvlink_gbps are required" in line, line
+    assert "(optional: memory_gib" in line and "bf16_tflops are" not in line
+
+
 # 7. small parameter counts
 
 def test_parameter_counts_have_a_unit_that_shows_them():

@@ -61,10 +61,15 @@ def parse_gpu_file(text: str, where: str, spec_fields: set[str]) -> dict:
     try:
         g = GpuFile(**data)
     except ValidationError as exc:
-        e = exc.errors()[0]
+        errors = exc.errors()
+        missing = [".".join(str(x) for x in e["loc"]) for e in errors if e["type"] == "missing"]
+        if missing:  # every missing field at once, so one edit fixes the file
+            required = [f for f, info in GpuFile.model_fields.items() if info.is_required()]
+            raise ConfigError(f"--gpu {where}: field{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                              f"{'are' if len(missing) > 1 else 'is'} required; required: {', '.join(required)} "
+                              f"(optional: {', '.join(f for f in fields if f not in required)})") from None
+        e = errors[0]
         loc = ".".join(str(x) for x in e["loc"]) or "file"
-        if e["type"] == "missing":
-            raise ConfigError(f"--gpu {where}: field {loc} is required; fields: {', '.join(fields)}") from None
         raise ConfigError(f"--gpu {where}: field {loc}: {e['msg']} (got {e.get('input')!r}); "
                           f"fields: {', '.join(fields)}") from None
     _check_consistent(g, where)
