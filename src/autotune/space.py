@@ -13,6 +13,7 @@ Everything after enumeration is vectorised. No torch, no ray.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -295,8 +296,12 @@ def nothing_survives(res: SpaceResult, workload: Workload, subject: str = "no la
                 "offload_modules)")
     elif "illegal: dp_batch" in codes and res.blocked_dp:
         g, d = workload.global_batch, res.blocked_dp
+        near, even = -(-g // d) * d, d * 2 ** max(0, math.ceil(math.log2(g / d)))  # even: d x a power of 2
+        way = (f"{near} (a multiple of {d})" if near == even else
+               f"{even} ({d} x {even // d}, which divides over power-of-two multiples of DP {d} too) or {near} (the "
+               f"nearest multiple of {d})")
         hint = (f"the global batch ({g} rows) must divide over DP, and the smallest DP these layouts leave is {d}: "
-                f"use --global-batch {-(-g // d) * d} (a multiple of {d}), or a GPU count that leaves a DP dividing {g}")
+                f"use --global-batch {way}, or a GPU count that leaves a DP dividing {g}")
     elif "illegal: layers_pp" in codes:
         hint = ("let the space try uneven layer splits (--space with layer_split: [even, uneven]), or list PP x VPP "
                 "values that divide the model's layers")
