@@ -17,6 +17,10 @@ A "reality" is the shipped cost model with errors of a stated family, plus 2% no
                calibration rows' residual that no feature group explains (priors.PRIOR_WIDTHS["noise"],
                0.059 on the shipped rows, less the trial noise: 0.055), the features' spreads scaled to the
                rest of the RMS
+  lomo+pairs   lomo at half its variance, the other half on every pair of eight dimensions (TP, PP, VPP, CP, EP,
+               ETP, dispatcher, recompute granularity: 28 pairs) that the planner's residual model has no feature
+               for (it models three interactions, search/features.INTERACTIONS): how much structure it cannot
+               represent costs it
 
 The loop is the product's: planners are driven through PlanContext/Planner; measured trials refit the
 search's posterior (search/candidates.believe, the driver's own function: the residual model with the
@@ -66,7 +70,8 @@ from autotune.search.residual import ResidualModel
 from autotune.space import explore, load_space
 
 PAIRS = [("Qwen3.5-122B-A10B", "H200", 32), ("Qwen3-235B-A22B", "H100", 64), ("Llama-3.1-70B", "H100", 32)]
-REALITIES = ("terms", "terms+f10", "f10+int", "f20+int", "lomo", "lomo+own", "terms-wide")
+REALITIES = ("terms", "terms+f10", "f10+int", "f20+int", "lomo", "lomo+own", "lomo+pairs", "terms-wide")
+PAIRED = ("tp", "pp", "vpp", "cp", "ep", "etp", "dispatcher", "rc_gran")  # lomo+pairs: every pair of these
 FEATURES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dispatcher", "rc_gran", "rc_layers", "rc_modules", "max_tokens",
             "offload", "dist_opt", "precision_aware", "shared_overlap")
 GOAL = 0.98
@@ -89,7 +94,7 @@ class Reality:
         log_f = np.zeros(len(table))
         cols = [getattr(table, f) for f in FEATURES]
         sd = np.zeros(len(cols))
-        normal = kind in ("lomo", "lomo+own")
+        normal = kind in ("lomo", "lomo+own", "lomo+pairs")
         own = float(np.sqrt(max(PRIOR_WIDTHS["noise"] ** 2 - NOISE**2, 0.0))) if kind == "lomo+own" else 0.0
         self.own = own
         if kind not in ("terms", "terms-wide"):
@@ -100,7 +105,13 @@ class Reality:
             if normal:  # per-feature spreads drawn, then scaled so the total matches the measured RMS
                 sd = rng.lognormal(0.0, 0.5, len(cols))
                 sd *= np.sqrt(lomo_rms**2 - own**2) / np.sqrt(np.sum(sd**2))
-            else:
+            if kind == "lomo+pairs":  # half the variance moves to pairs the planner has no feature for
+                pairs = [getattr(table, a).astype(np.int64) * 100_000 + getattr(table, b).astype(np.int64)
+                         for j, a in enumerate(PAIRED) for b in PAIRED[j + 1:]]
+                sd_pairs = rng.lognormal(0.0, 0.5, len(pairs))
+                sd_pairs *= lomo_rms * np.sqrt(0.5) / np.sqrt(np.sum(sd_pairs**2))
+                cols, sd = cols + pairs, np.concatenate([sd * np.sqrt(0.5), sd_pairs])
+            elif not normal:
                 sd = np.full(len(cols), 0.2 if kind == "f20+int" else 0.1)
             for c, s in zip(cols, sd):
                 vals, inv = np.unique(c, return_inverse=True)

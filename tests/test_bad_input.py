@@ -108,7 +108,8 @@ CASES = {
     # a learned absolute position table has a row per position: Megatron asserts max positions >= sequence length
     "rows past learned positions": ["estimate", "--model", "NeMo-GPT3-5B", "--gpu", "H100", "--count", "8", "--layout",
                                     "TP1", "--seq-len", "4096"],
-    "search rows past learned positions": ["search", "--model", "NeMo-GPT3-5B", "--gpu", "H100", "--count", "8"],
+    "search rows past learned positions": ["search", "--model", "NeMo-GPT3-5B", "--gpu", "H100", "--count", "8",
+                                           "--seq-len", "8192"],
     "config binary": [*EST, "--model", "binary.json"],
     "config is a directory": [*EST, "--model", "adir"],
     "gpus per node 0": [*TINY_EST, "--gpus-per-node", "0"],

@@ -308,3 +308,20 @@ def test_a_router_balanced_by_a_bias_suggests_aux_loss_routing(capsys):
     rc, out, _ = run(capsys, "estimate", "--model", "gpt-oss-120b", "--gpu", "H100", "--count", "64", "--layout",
                      "TP1 PP1 EP8", "--json")
     assert rc == 0 and "aux-loss-free" not in " ".join(json.loads(out).get("notes") or [])
+
+
+# --- the default rows of a model with learned positions ----------------------------------------------------------
+
+
+def test_default_rows_shrink_to_a_learned_position_table_and_say_so(capsys):
+    """The seed's 8,192-token rows do not fit GPT-3's 2,048 learned positions: with no --seq-len the rows are the
+    table's length, with a note; the same --seq-len given explicitly is refused (test_bad_input)."""
+    rc, out, err = run(capsys, "estimate", "--model", "NeMo-GPT3-5B", "--gpu", "H100", "--count", "8", "--layout", "TP1",
+                       "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["workload"]["seq_len"] == 2048, doc["workload"]
+    assert "--seq-len 2048 by default: NeMo-GPT3-5B has learned position embeddings for 2,048 positions" in err + out
+    rc, out, err = run(capsys, "estimate", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "8", "--layout", "TP1",
+                       "--json")
+    assert rc == 0 and json.loads(out)["workload"]["seq_len"] == 8192  # rotary positions: the seed's rows

@@ -156,7 +156,8 @@ SEQ_LEN, GLOBAL_BATCH = 8192, 128  # the seed's rows: the defaults on GPUs
 # attention (tiny-moe on 2 CPU ranks: ~280 s predicted); these keep a real trial of tiny-moe to a few minutes
 CPU_SEQ_LEN, CPU_GLOBAL_BATCH = 2048, 16
 SeqOpt = typer.Option(None, "--seq-len", show_default=False,
-                      help=f"Tokens per training row (default {SEQ_LEN:,}, the seed's; {CPU_SEQ_LEN:,} with --gpu cpu).")
+                      help=f"Tokens per training row (default {SEQ_LEN:,}, the seed's; {CPU_SEQ_LEN:,} with --gpu cpu; "
+                           "a model's learned positions when fewer).")
 BatchOpt = typer.Option(None, "--global-batch", show_default=False,
                         help=f"Rows per optimizer step (default {GLOBAL_BATCH}, the seed's; {CPU_GLOBAL_BATCH} with "
                              "--gpu cpu).")
@@ -214,6 +215,7 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
             fp8_output_proj: bool = False, **cluster_kw) -> tuple[ModelSpec, ClusterSpec, Workload]:
     """Model, cluster and workload of a command's options, checked; `notes` (when given) gets a line for any
     default that depends on the GPU, or for a --routing a dense model has nothing to apply to."""
+    given_seq = seq_len
     seq_len, global_batch, note = rows_defaults(gpu, seq_len, global_batch)
     if note and notes is not None:
         notes.append(note)
@@ -226,6 +228,13 @@ def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len
     positive_int("--seq-len", seq_len, MAX_ROWS)
     positive_int("--global-batch", global_batch, MAX_ROWS)
     m = load_model(model)
+    if given_seq is None and m.learned_positions and seq_len > m.learned_positions:
+        # the default rows are longer than the model's position table (GPT-3-style models): its longest, said so;
+        # a --seq-len given past it stays an error (Workload.check_model)
+        seq_len = m.learned_positions
+        if notes is not None:
+            notes.append(f"--seq-len {seq_len} by default: {m.name} has learned position embeddings for "
+                         f"{seq_len:,} positions only (the seed's {SEQ_LEN:,}-token rows would not fit them)")
     cluster = ClusterSpec.of(gpu, count, gpus_per_node, **cluster_kw)
     if routing != "natural" and not m.is_moe and notes is not None:
         notes.append(f"--routing {routing}: {m.name} has no experts, so routing changes nothing")
