@@ -339,18 +339,24 @@ def _closest(masks: list[tuple[str, np.ndarray]], dp: np.ndarray, weight: np.nda
     What to change when nothing is legal: the rules the nearest layouts still break, not every rule that fired."""
     if not masks or not len(dp):
         return None
-    fails = ~np.stack([np.asarray(m, dtype=bool) for _, m in masks], axis=1)
-    broken = fails.sum(axis=1)
+    broken = np.zeros(len(dp), dtype=np.int16)  # rules each row breaks, one mask at a time (no (rows, rules) matrix)
+    masks = [(reason, np.broadcast_to(np.asarray(m, dtype=bool), broken.shape)) for reason, m in masks]
+    for _, m in masks:
+        broken += ~m
     refused = (broken > 0) & (True if weight is None else weight > 0)
     if not refused.any():
         return None
     k = int(broken[refused].min())
-    near = refused & (broken == k)
-    w = np.ones(len(dp)) if weight is None else weight
-    counts = {reason: int(w[fails[:, j] & near].sum()) for j, (reason, _) in enumerate(masks) if (fails[:, j] & near).any()}
-    j = [reason for reason, _ in masks].index("illegal: dp_batch")
-    batch = fails[:, j] & near
-    return k, counts, int(dp[batch].min()) if batch.any() else 0
+    near = np.flatnonzero(refused & (broken == k))
+    w = np.ones(len(near)) if weight is None else weight[near]
+    counts, batch = {}, None
+    for reason, m in masks:
+        fail = ~m[near]
+        if fail.any():
+            counts[reason] = int(w[fail].sum())
+        if reason == "illegal: dp_batch":
+            batch = near[fail]
+    return k, counts, int(dp[batch].min()) if batch is not None and len(batch) else 0
 
 
 def _enumerated(chunk: list[list], model: ModelSpec, workload: Workload, cluster: ClusterSpec, closest: bool = False):
