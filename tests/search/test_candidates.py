@@ -61,3 +61,20 @@ def test_trials_on_a_slow_network_move_the_ranking_and_the_breakdowns(cands):
     assert np.mean(ratios) < 0.8
     assert np.mean(moved) > 1.02 and min(moved) > 1.0
     assert cands.ev.time.tokens_per_s_per_gpu[untried].mean() < cands.base_pred[untried].mean()
+
+
+@pytest.mark.parametrize("workload", [Workload(precision="fp8-tensorwise"), Workload(force_balance=True),
+                                      Workload(precision="fp8-tensorwise", fp8_attention=True, grads_fp32=False)])
+def test_a_trial_is_recalibrated_under_the_studys_own_workload(workload):
+    """A trial measured exactly at its prediction teaches the refitted calibration nothing: it is priced with the
+    study's precision, routing and gradients, not as a BF16 run of the seed's defaults (which would read an FP8
+    trial as a BF16 layout running far faster than predicted and bend every factor)."""
+    m = load_model("Qwen3-30B-A3B")
+    c = Candidates(m, ClusterSpec.of("H100", 16), workload, load_space(None, m))
+    for i in (0, len(c) // 3, len(c) // 2):
+        c.learn(c.table.row(i), float(c.base_pred[i]), "test")
+    row = c.measurements[0]
+    assert row.workload == dataclasses.replace(workload, steps=row.workload.steps, window=row.workload.window)
+    base, refit = c.base_calibration.time.scale, c.calibration.time.scale
+    assert all(refit.get(k, 1.0) == pytest.approx(base.get(k, 1.0), rel=0.02) for k in set(base) | set(refit)), \
+        {k: (base.get(k, 1.0), refit.get(k, 1.0)) for k in set(base) | set(refit)}

@@ -120,13 +120,15 @@ def solve(measurements, coef: TimeCoefficients, mcoef: MemoryCoefficients, terms
         return r[0] if theta.ndim == 1 else r
 
     # GEMM-like terms share one kernel efficiency: the output layer's factor is pulled toward the dense
-    # GEMMs' (a loose tie), so a few pipeline-parallel rows cannot load the whole PP penalty on it
+    # GEMMs' (a loose tie), so a few pipeline-parallel rows cannot load the whole PP penalty on it. The tie holds
+    # their ratio where the base has it (1 from the physics; a fitted kind's own ratio when a study's trials or a
+    # framework's rows refit on top of it), so rows the base already predicts move no factor
     ties = [(idx.index(STEP_TERMS.index(a)), idx.index(STEP_TERMS.index(b))) for a, b in TIES
             if STEP_TERMS.index(a) in idx and STEP_TERMS.index(b) in idx]
 
     def objective(theta):
         T = np.atleast_2d(theta)
-        tie = [(T[:, a] - T[:, b]) / tie_sigma for a, b in ties]
+        tie = [((T[:, a] - T[:, b]) - (theta0[a] - theta0[b])) / tie_sigma for a, b in ties]
         R = np.concatenate([_pseudo_huber(resid(T) * weight, robust), (T - theta0) / sigma,
                             np.array(tie).T.reshape(len(T), -1)],
                            axis=1)

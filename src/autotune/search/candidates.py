@@ -23,6 +23,8 @@ learnt from the rest came out too small.)
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..catalog import ClusterSpec, ModelSpec, Workload
@@ -64,15 +66,16 @@ def believe(base_pred: np.ndarray, measured: list[tuple[int, float]], residual: 
 
 def _trial_measurement(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: Layout, value: float,
                        source: str):
-    """A measured trial as a calibration row."""
+    """A measured trial as a calibration row, priced under the study's own workload: every setting a measurement
+    shares with Workload (precision, FP8 options, routing, gradients, framework, ...), not only its rows."""
     from ..cost.measurements import Measurement
 
-    w, c = workload, cluster
+    c = cluster
+    shared = {f.name for f in dataclasses.fields(Measurement)} & {f.name for f in dataclasses.fields(Workload)}
     return Measurement(model=model.source.removeprefix("catalog:") or model.name, gpu=c.gpu.name,
                        gpu_spec=custom_gpu(c.gpu), count=c.count,
                        layout=lay, tokens_per_s_per_gpu=float(value), gpus_per_node=c.gpus_per_node,
-                       seq_len=w.seq_len, global_batch=w.global_batch, load_balancing_loss=w.load_balancing_loss,
-                       grads_fp32=w.grads_fp32, source=source)
+                       source=source, **{k: getattr(workload, k) for k in sorted(shared)})
 
 
 class Candidates:

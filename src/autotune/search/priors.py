@@ -22,24 +22,23 @@ cross-model error is layout-dependent. The intercept width takes the other: the 
 offset (the RMS of the residuals); an offset is learnt from the first trial and never changes the ranking.
 
 How wrong the model is differs from one model and cluster to the next, so a search does not take these
-widths as fixed: residual.py updates them from the study's own trials (type-II ML, averaged over a
-hyperprior). The hyperprior's spread comes from the same rows: "scale_sd" is how much the log of a model's
-leave-one-model-out error size varies from one model to the next ("how wrong the model is"), estimated by maximum
-likelihood (scale_spread): each model's residuals
-N(0, (s k_m)^2) with log k_m ~ N(0, sd^2), k_m integrated out, s and sd fitted. On the shipped rows (100 BF16 Hopper
-rows of 29 models) sd is 0.46, within 2 log-likelihood units of the best from about 0.25 to 0.95. Until 6 December
-it was the standard deviation over the models of each model's log RMS error, 1.08: 20 of the 29 models have one
-row, the log of one residual's size alone varies by about 1.1 (a chi-square with one degree of freedom), and that
-sampling noise was counted as spread (1.08 is 4 log-likelihood units below the best). The wider value had been kept
-as a heavier-tailed hyperprior on a benchmark comparison within its noise. With the width scale's draws normalised to
-the calibration's mean variance (residual.py), a spread of 1.08 put the prior median width at 0.31 of the
-calibration's, so a few trials that agreed with the model made a study trust it: in bench/search_efficiency.py
-(model-guided, 30 seeds per cell; 6 December) 4 of 30 runs on Qwen3-235B-A22B under `terms-wide` ended 20 trials
-short of the goal with the scale at 0.21-0.30, five feature values of reality's best never measured. At 0.46 that
-cell reaches the goal in 29 of 30 (p90 21 -> 4.2 trials); summed over the 18 cells of six realities the goal is
-reached in 1,480 points against 1,467 and the median improves in 8 cells, worsens in 3 (by 1-1.5 trials), within
-the benchmark's noise elsewhere. Each group may further differ from the others by
-HYPER_SD, the hyperprior the per-group derivation above uses.
+widths as fixed: residual.py updates them from the study's own trials (type-II ML, averaged over a hyperprior). The
+hyperprior's spread comes from the same rows: "scale_sd" is how much the log of a model's leave-one-model-out error
+size varies from one model to the next ("how wrong the model is"), estimated by maximum likelihood (scale_spread):
+each model's residuals N(0, (s k_m)^2) with log k_m ~ N(0, sd^2), k_m integrated out, s and sd fitted. On the shipped
+rows (100 BF16 Hopper rows of 29 models) sd is 0.45 (0.46 before the fit's output-layer tie kept a base's ratio),
+within 2 log-likelihood units of the best from about 0.25 to 0.95. Until 6 December it was the standard deviation over
+the models of each model's log RMS error, 1.08: 20 of the 29 models have one row, the log of one residual's size alone
+varies by about 1.1 (a chi-square with one degree of freedom), and that sampling noise was counted as spread (1.08 is
+4 log-likelihood units below the best). The wider value had been kept as a heavier-tailed hyperprior on a benchmark
+comparison within its noise. With the width scale's draws normalised to the calibration's mean variance (residual.py),
+a spread of 1.08 put the prior median width at 0.31 of the calibration's, so a few trials that agreed with the model
+made a study trust it: in bench/search_efficiency.py (model-guided, 30 seeds per cell; 6 December) 4 of 30 runs on
+Qwen3-235B-A22B under `terms-wide` ended 20 trials short of the goal with the scale at 0.21-0.30, five feature values
+of reality's best never measured. At 0.46 that cell reaches the goal in 29 of 30 (p90 21 -> 4.2 trials); summed over
+the 18 cells of six realities the goal is reached in 1,480 points against 1,467 and the median improves in 8 cells,
+worsens in 3 (by 1-1.5 trials), within the benchmark's noise elsewhere. Each group may further differ from the others
+by HYPER_SD, the hyperprior the per-group derivation above uses.
 
 PRIOR_WIDTHS holds the result (rounded), so a search does not refit 12 calibrations at start-up;
 tests/search/test_residual.py recomputes it and checks it matches. Re-derive after the data change:
@@ -58,11 +57,11 @@ HYPER_SD = 0.5  # log-normal hyperprior on each group's width around the shared 
 
 # derive_priors() on the shipped data (see the module docstring); log units (0.1 = about 10%)
 PRIOR_WIDTHS: dict[str, float] = {
-    "intercept": 0.1393, "feature": 0.0442, "interaction": 0.0776, "noise": 0.0698, "tp": 0.045, "pp": 0.0602,
-    "vpp": 0.0387, "cp": 0.0606, "ep": 0.0408, "recompute": 0.0429, "recompute_1": 0.0433, "dispatcher": 0.0378,
-    "max_tokens_per_gpu": 0.0429, "precision_aware_optimizer": 0.0429, "moe_shared_expert_overlap": 0.0407,
-    "ep_overlap": 0.0458, "tp_comm_overlap": 0.0438, "cuda_graphs": 0.045, "moe_capacity_factor": 0.0412,
-    "layer_split": 0.04, "ep_x_nodes": 0.0638, "pp_x_recompute": 0.0755, "tp_x_hidden": 0.0809, "scale_sd": 0.46,
+    "intercept": 0.139, "feature": 0.0436, "interaction": 0.0822, "noise": 0.0691, "tp": 0.0451, "pp": 0.0582,
+    "vpp": 0.0392, "cp": 0.0591, "ep": 0.0401, "recompute": 0.0421, "recompute_1": 0.0428, "dispatcher": 0.0376,
+    "max_tokens_per_gpu": 0.0423, "precision_aware_optimizer": 0.0423, "moe_shared_expert_overlap": 0.0402,
+    "ep_overlap": 0.0453, "tp_comm_overlap": 0.0437, "cuda_graphs": 0.0445, "moe_capacity_factor": 0.0407,
+    "layer_split": 0.0396, "ep_x_nodes": 0.0657, "pp_x_recompute": 0.0784, "tp_x_hidden": 0.0879, "scale_sd": 0.45,
 }
 
 
