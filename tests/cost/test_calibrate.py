@@ -538,3 +538,65 @@ def test_a_page_newer_than_the_releases_read_takes_the_newest_recipes_not_before
     assert rels == {"v0.4.1", "v0.4.2"} and "26.04.01" in note
     assert release_of("Megatron-Bridge perf archive:25.01")[0] == {"v0.1.0rc4"}
     assert release_of("NeMo AutoModel perf summary") == (set(), None)
+
+
+def _trial(study_dir, number: int, layout, tps: float | None, *, source="measured", status="ok", proxy=None,
+           workload=None):
+    """A trial folder as a search writes it: trial_spec.json (the layout and workload it ran) and trial_result.json."""
+    from autotune.trials.spec import TrialResult, TrialSpec, write_json_atomic
+
+    d = study_dir / "trials" / str(number)
+    d.mkdir(parents=True)
+    wl = workload or {"seq_len": 8192, "global_batch": 128, "precision": "fp8-tensorwise"}
+    write_json_atomic(d / "trial_spec.json", TrialSpec(
+        study=study_dir.name, number=number, model="Qwen3-30B-A3B", gpu="H100", count=16, gpus_per_node=8,
+        layout=layout.to_dict(), workload=wl, proxy=proxy))
+    write_json_atomic(d / "trial_result.json", TrialResult(
+        study=study_dir.name, number=number, status=status, source=source, tokens_per_s_per_gpu=tps))
+
+
+def test_a_studys_measured_trials_calibrate_the_model(capsys, tmp_path, monkeypatch):
+    """`--measurements runs/<study>`: each measured trial is a row under the study's own workload (FP8 here);
+    simulated, failed and proxy trials are skipped with their reason; the written file moves the next estimate
+    toward what the trials measured."""
+    monkeypatch.delenv("AUTOTUNE_CALIBRATION", raising=False)
+    study = tmp_path / "runs" / "qwen-h100-try1"
+    lays = [Layout.parse(s, world=16, max_tokens_per_gpu=8192) for s in ("TP1 PP1 EP8 DP16", "TP1 PP1 EP16 DP16",
+                                                                         "TP2 PP1 EP8 DP8", "TP1 PP2 EP8 DP8")]
+    before = [float(v) for v in _estimate(capsys, lays)]
+    for i, lay in enumerate(lays[:3]):  # a cluster 20% slower than the model says
+        _trial(study, i, lay, 0.8 * before[i])
+    _trial(study, 3, lays[3], 5000.0, source="predicted")
+    _trial(study, 4, lays[3], None, status="oom")
+    _trial(study, 5, lays[3], 9000.0, proxy={"num_layers": 4})
+    out_file = tmp_path / "cal.json"
+    rc, out, err = run(capsys, "calibrate", "--measurements", str(study), "--no-published", "--no-seeds",
+                       "--out", str(out_file), "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["skipped"]["count"] == 3 and {"simulated: a prediction, not a measurement", "status oom",
+                                           "ran a shrunk proxy model, not the study's"} == set(d["skipped"]["reasons"])
+    rows = d["gpus"]["H100"]["rows"]
+    assert [r["source"] for r in rows] == [f"trial {i} of study qwen-h100-try1" for i in range(3)]
+    # priced as the FP8 runs they were: before the fit each row sits 25% above what it measured (1 / 0.8)
+    assert all(r["predicted_before"] == pytest.approx(r["measured"] / 0.8, rel=0.01) for r in rows)
+    assert all(abs(r["error_after_pct"]) < abs(r["error_before_pct"]) / 2 for r in rows)
+    monkeypatch.setenv("AUTOTUNE_CALIBRATION", str(out_file))
+    after = _estimate(capsys, lays)
+    assert after[3] < 0.9 * before[3]  # the untried layout moves with what the trials taught
+
+
+def _estimate(capsys, lays):
+    out = []
+    for lay in lays:
+        rc, text, err = run(capsys, "estimate", "--model", "Qwen3-30B-A3B", "--gpu", "H100", "--count", "16",
+                            "--layout", lay.label(), "--max-tokens-per-gpu", "8192", "--precision", "fp8-tensorwise",
+                            "--json")
+        assert rc == 0, err
+        out.append(json.loads(text)["throughput"]["tokens_per_s_per_gpu"])
+    return out
+
+
+def test_a_folder_that_is_not_a_study_is_refused_in_one_line(capsys, tmp_path):
+    rc, _, err = run(capsys, "calibrate", "--measurements", str(tmp_path), "--no-published")
+    assert rc == 2 and "not a study folder (no trials/ in it)" in err and len(err.strip().splitlines()) == 1

@@ -1,8 +1,8 @@
 """`autotune calibrate`: fit the time model's per-term factors to measured runs and save them.
 
 Rows come from the seed page's three H200 recipes (--seeds), the shipped public throughput table
-(--published, only the rows the model can represent) and the user's own file (--measurements, a CSV in
-the published columns or a JSON list of measurements). Prints the factors and each row's error before
+(--published, only the rows the model can represent) and the user's own rows (--measurements: a CSV in
+the published columns, a JSON list of measurements, or a study folder whose measured trials become rows). Prints the factors and each row's error before
 (the calibration in use now) and after; with --out, writes the JSON atomically there, merging with the GPU
 kinds already in that file (without --out nothing is written: a fit to look at). estimate, space and search
 use the file when $AUTOTUNE_CALIBRATION names it.
@@ -31,7 +31,8 @@ from .console import console, print_json
 def calibrate(
     gpu: str = typer.Option(None, "--gpu", "-g", help="Fit this GPU kind only (default: every kind with rows)."),
     measurements: str = typer.Option(None, "--measurements",
-                                     help="Your rows: FILE.csv (published columns) or FILE.json."),
+                                     help="Your rows: FILE.csv (published columns), FILE.json, or a study folder "
+                                          "(runs/<study>: its measured trials)."),
     published: bool = typer.Option(True, "--published/--no-published", help="Use the shipped public table's rows."),
     seeds: bool = typer.Option(True, "--seeds/--no-seeds", help="Use the seed page's three measured H200 layouts."),
     out: str = typer.Option(None, "--out", "-o", help="Write the calibration JSON here (merged with the GPU kinds "
@@ -46,6 +47,9 @@ def calibrate(
     as their prior.
 
     Example: autotune calibrate --gpu H200 --measurements my_runs.csv --out calib.json
+
+    A study's measured trials calibrate the model for the next search on the same cluster:
+    autotune calibrate --measurements runs/<study> --out calib.json, then AUTOTUNE_CALIBRATION=calib.json.
     """
     if measurements and Path(measurements).suffix.lower() in (".csv", ".json"):  # else read_measurements says which
         input_file("--measurements", measurements)
@@ -69,7 +73,12 @@ def calibrate(
         kept, skip = published_measurements()
         rows, skipped = rows + kept, skipped + [("published", r, why) for r, why in skip]
     if measurements:
-        kept, skip = read_measurements(measurements)
+        if Path(measurements).is_dir():  # a study folder: its measured trials
+            from ..search.candidates import study_measurements
+
+            kept, skip = study_measurements(measurements)
+        else:
+            kept, skip = read_measurements(measurements)
         rows, skipped = rows + kept, skipped + [(measurements, r, why) for r, why in skip]
         if not kept:  # the fit would run on the other rows alone, as if the file had been left out
             why = Counter(w for _, w in skip).most_common(1)

@@ -24,10 +24,11 @@ learnt from the rest came out too small.)
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 
-from ..catalog import ClusterSpec, ModelSpec, Workload
+from ..catalog import ClusterSpec, ModelSpec, Workload, load_model
 from ..catalog.hardware import GiB, custom_gpu
 from ..cost import Calibration, evaluate, load_calibration
 from ..errors import BadInput
@@ -75,7 +76,49 @@ def _trial_measurement(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     return Measurement(model=model.source.removeprefix("catalog:") or model.name, gpu=c.gpu.name,
                        gpu_spec=custom_gpu(c.gpu), count=c.count,
                        layout=lay, tokens_per_s_per_gpu=float(value), gpus_per_node=c.gpus_per_node,
-                       source=source, **{k: getattr(workload, k) for k in sorted(shared)})
+                       source=source, **{k: _frozen(getattr(workload, k)) for k in sorted(shared)})
+
+
+def _frozen(v):
+    """Lists (a workload read back from a trial's JSON) as tuples: a measurement is hashed (the fit's cache)."""
+    return tuple(_frozen(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+def study_measurements(study_dir: str | Path) -> tuple[list, list[tuple[dict, str]]]:
+    """A study's measured trials as calibration rows (`autotune calibrate --measurements runs/<study>`): each trial's
+    own spec (model, GPU, layout, workload) and its measured tokens/s/GPU, through the row a search learns from
+    (_trial_measurement). Skipped, each with its reason: simulated trials (predictions), failed or cancelled ones,
+    trials of a shrunk proxy model, trials with no result yet."""
+    from ..trials.plan import spec_layout, spec_workload
+    from ..trials.spec import TrialResult, TrialSpec, read_model
+
+    root = Path(study_dir) / "trials"
+    if not root.is_dir():
+        raise BadInput(f"--measurements {study_dir}: not a study folder (no trials/ in it); pass runs/<study>, "
+                       "a .csv in the published columns or a .json list of measurements")
+    rows, skipped = [], []
+    numbered = sorted((d for d in root.iterdir() if d.is_dir() and d.name.isdigit()), key=lambda d: int(d.name))
+    for d in numbered:
+        spec_p, res_p = d / "trial_spec.json", d / "trial_result.json"
+        if not (spec_p.is_file() and res_p.is_file()):
+            skipped.append(({"trial": int(d.name)}, "no result yet"))
+            continue
+        spec, res = read_model(TrialSpec, spec_p), read_model(TrialResult, res_p)
+        why = ("simulated: a prediction, not a measurement" if res.source != "measured"
+               else "cancelled" if res.cancelled
+               else f"status {res.status}" if not res.ok or not res.tokens_per_s_per_gpu
+               else "ran a shrunk proxy model, not the study's" if spec.proxy or res.proxy else None)
+        if why is None:
+            try:
+                model, cluster = load_model(spec.model), spec.cluster()
+                rows.append(_trial_measurement(model, cluster, spec_workload(spec), spec_layout(spec),
+                                               float(res.tokens_per_s_per_gpu),
+                                               f"trial {spec.number} of study {spec.study}"))
+                continue
+            except BadInput as exc:  # a model config moved away, a GPU file's kind unknown here: said, not fatal
+                why = str(exc)
+        skipped.append(({"trial": spec.number, "layout": spec.layout.get("label", "")}, why))
+    return rows, skipped
 
 
 class Candidates:

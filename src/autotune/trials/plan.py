@@ -135,7 +135,8 @@ class TrialPlan:
         return self.spec.warmup_steps, self.spec.steps - 1
 
 
-def _workload(spec: TrialSpec) -> Workload:
+def spec_workload(spec: TrialSpec) -> Workload:
+    """The trial's Workload, checked (one-line ConfigError naming the trial)."""
     known = {f.name for f in fields(Workload)}
     unknown = sorted(set(spec.workload) - known)
     if unknown:
@@ -149,7 +150,8 @@ def _workload(spec: TrialSpec) -> Workload:
         raise ConfigError(f"trial {spec.number}: workload: {exc}") from None
 
 
-def _layout(spec: TrialSpec) -> Layout:
+def spec_layout(spec: TrialSpec) -> Layout:
+    """The trial's Layout, checked against its world size (one-line ConfigError naming the trial)."""
     try:
         layout = Layout.from_dict(spec.layout)
     except (TypeError, BadInput) as exc:
@@ -193,8 +195,8 @@ def plan_trial(spec: TrialSpec, world_size: int | None = None) -> TrialPlan:
                        "predict it with `autotune estimate` or the simulate backend")
     if spec.proxy:
         model = proxy_model(model, spec.proxy)
-    layout = _layout(spec)
-    workload = _workload(spec)
+    layout = spec_layout(spec)
+    workload = spec_workload(spec)
     validate(model, workload, layout)  # IllegalLayout names every broken rule and the nearest legal layout
     missing = flex_backend_missing(layout.dispatcher)
     if missing:
