@@ -29,6 +29,7 @@ def test_a_simulated_search_fills_correctness_but_verifies_nothing(tmp_path, cap
         assert c["configuration"] in ("pass", "needs component test") and "predicted" in c["summary"]
         assert c["convergence"] is None and c["reference"].startswith("the simplest candidate layout")
     assert all(g["status"] == "not run" for g in out["gates"].values())
+    assert out["calibrate"] is None  # predictions teach a calibration nothing
 
 
 @pytest.mark.slow
@@ -48,3 +49,12 @@ def test_a_local_search_verifies_its_winner_against_a_reference_run(tmp_path, ca
     assert c["convergence"]["correlation"] > 0.9999 and c["convergence"]["pointwise_failures"] == 0
     assert (tmp_path / "g" / "trials" / "reference" / "trial_result.json").exists()
     assert recipe["status"] == "verified"
+    # the command the search prints to calibrate the model to this machine runs, on the measured trial
+    cmd = out["calibrate"].split()
+    assert cmd[:3] == ["autotune", "calibrate", "--measurements"] and cmd[4] == "--out"
+    capsys.readouterr()
+    assert main([*cmd[1:], "--no-published", "--no-seeds", "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)
+    [row] = fitted["gpus"]["cpu"]["rows"]
+    assert row["measured"] == pytest.approx(out["best"]["tokens_per_s_per_gpu"], rel=1e-3)
+    assert (tmp_path / "g" / "calibration.json").exists()

@@ -59,3 +59,6 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
         console.print("best: none: no trial succeeded (each trial's state and reason are in the table above and the "
                       "dashboard), so no recipe was written", soft_wrap=True)
     console.print(f"dashboard: {out['dashboard']}", markup=False, soft_wrap=True)
+    if out.get("calibrate"):  # what the measured trials taught, kept for the next search on this cluster
+        console.print(f"calibrate the model to this cluster: {out['calibrate']}   (then AUTOTUNE_CALIBRATION="
+                      f"{out['study_dir']}/calibration.json for the next search)", markup=False, soft_wrap=True)

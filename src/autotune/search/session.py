@@ -81,6 +81,10 @@ class SearchOutcome:
             "reference": self.reference, "notes": self.notes,
             "dashboard": f"autotune dashboard {self.study_dir}   (optuna-dashboard sqlite:///{self.study_dir}/study.db)",
             "export": f"autotune export {self.study_dir} --rank 1",
+            # measured trials can calibrate the model for the next search on this cluster (None: nothing measured)
+            "calibrate": (f"autotune calibrate --measurements {self.study_dir} --out {self.study_dir}/calibration.json"
+                          if any(r.status == "ok" and r.source == "measured" and r.value for r in self.records)
+                          else None),
         }
 
     def _status(self, rec: TrialRecord) -> str:
