@@ -208,6 +208,27 @@ def test_model_error_of_measured_trials(sim_study):
     assert "trial 90: M0" in svg and "model error +11.1%" in svg and "model error -4.8%" in svg
 
 
+def test_the_terminal_summary_gives_the_model_error_and_the_calibrate_command_once_trials_are_measured(sim_study):
+    """A simulated study's summary has no model error to state; with measured trials it states the median error and
+    the command that keeps what they taught (autotune calibrate --measurements <study>)."""
+    from rich.console import Console
+
+    from autotune.report.summary import render_summary
+
+    def text(view) -> str:
+        con = Console(record=True, width=400)
+        render_summary(view, con)
+        return con.export_text()
+
+    view = load_study(sim_study)
+    assert "median error at dispatch" not in text(view) and "autotune calibrate" not in text(view)
+    view.trials += [TrialView(number=90 + i, state="COMPLETE", status="ok", source="measured", label=f"M{i}",
+                              layout={}, predicted=p, value=v) for i, (p, v) in enumerate([(3000, 2700), (2000, 2100), (1000, 1000)])]
+    line = next(x for x in text(view).splitlines() if "median error at dispatch" in x)
+    assert "4.8% over 3 measured trials" in line
+    assert f"autotune calibrate --measurements {view.root} --out {view.root}/calibration.json" in line
+
+
 def test_a_summary_without_its_database(capsys, study_copy, summary, tmp_path):
     (study_copy / "study.db").unlink()
     view = load_study(study_copy)

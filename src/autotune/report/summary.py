@@ -87,5 +87,11 @@ def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
                       f"{(c.get('convergence') or {}).get('result', 'not run')})", markup=False)
     for m in dict.fromkeys(view.missing):
         console.print(f"not available: {m}", markup=False)
+    measured = [x for x in view.trials if x.measured and x.predicted]
+    if measured:  # how wrong the model was here, and how to keep what the trials taught for the next search
+        errs = sorted(abs(x.predicted / x.measured - 1) for x in measured)
+        console.print(f"the model's median error at dispatch: {errs[len(errs) // 2]:.1%} over "
+                      f"{count(len(errs), 'measured trial')}; calibrate it to this cluster: autotune calibrate "
+                      f"--measurements {view.root} --out {view.root}/calibration.json", markup=False, soft_wrap=True)
     console.print(f"html report: autotune dashboard {view.root} --html report.html · "
                   f"optuna-dashboard: autotune dashboard --optuna {view.root}", markup=False)
