@@ -22,7 +22,7 @@ from pathlib import Path
 from ..errors import BadInput, ConfigError, UnknownName
 from .registry import suggest
 
-__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "GPU_VARIANTS", "VARIANT_KINDS", "get_gpu", "load_gpu_file",
+__all__ = ["GpuSpec", "ClusterSpec", "GPUS", "GPU_VARIANTS", "VARIANT_KINDS", "catalog_gpu", "get_gpu", "load_gpu_file",
            "custom_gpu", "MAX_GPUS"]
 
 MAX_GPUS = 1_000_000  # a GPU count: far above any cluster, low enough that products of degrees stay exact
@@ -132,13 +132,18 @@ GPU_VARIANTS: dict[str, GpuSpec] = {
 VARIANT_KINDS: dict[str, str] = {"H100-HBM2e-500W": "H100"}
 
 
+def catalog_gpu(name: str) -> GpuSpec | None:
+    """The catalog's GPU (or variant) of that name, any case; None when it has none (never read as a file)."""
+    return next((spec for key, spec in {**GPUS, **GPU_VARIANTS}.items() if key.lower() == name.lower()), None)
+
+
 def get_gpu(name: str) -> GpuSpec:
     """A catalog GPU by name (any case), or a user's GPU from a .yaml/.yml/.json file."""
     if name.lower().endswith((".yaml", ".yml", ".json")):
         return load_gpu_file(name)
-    for key, spec in {**GPUS, **GPU_VARIANTS}.items():
-        if key.lower() == name.lower():
-            return spec
+    spec = catalog_gpu(name)
+    if spec is not None:
+        return spec
     hint = suggest(name, list(GPUS))
     hint = f" (did you mean {hint}?)" if hint else ""
     raise UnknownName(f"unknown GPU {name!r}{hint}: choose one of {', '.join(GPUS)}; `autotune gpus` lists them")

@@ -2,10 +2,10 @@
 
 Rows come from the seed page's three H200 recipes (--seeds), the shipped public throughput table
 (--published, only the rows the model can represent) and the user's own rows (--measurements: a CSV in
-the published columns, a JSON list of measurements, or a study folder whose measured trials become rows). Prints the factors and each row's error before
-(the calibration in use now) and after; with --out, writes the JSON atomically there, merging with the GPU
-kinds already in that file (without --out nothing is written: a fit to look at). estimate, space and search
-use the file when $AUTOTUNE_CALIBRATION names it.
+the published columns, a JSON list of measurements, or a study folder whose measured trials become rows).
+Prints the factors and each row's error before (the calibration in use now) and after; with --out, writes the
+JSON atomically there, merging with the GPU kinds already in that file (without --out nothing is written: a fit to
+look at). estimate, space and search use the file when $AUTOTUNE_CALIBRATION names it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from ..cost.advice import lever_text, shares_text
 from ..report.fit import fit
+from ..search.study import calibration_command
 from ..words import count, hours
 from .console import console
 
@@ -61,4 +62,4 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
     console.print(f"dashboard: {out['dashboard']}", markup=False, soft_wrap=True)
     if out.get("calibrate"):  # what the measured trials taught, kept for the next search on this cluster
         console.print(f"calibrate the model to this cluster: {out['calibrate']}   (then AUTOTUNE_CALIBRATION="
-                      f"{out['study_dir']}/calibration.json for the next search)", markup=False, soft_wrap=True)
+                      f"{calibration_command(out['study_dir'])[1]} for the next search)", markup=False, soft_wrap=True)

@@ -17,7 +17,7 @@ import re
 import shlex
 from pathlib import Path
 
-from ..catalog.hardware import GPU_VARIANTS, GPUS
+from ..catalog.hardware import catalog_gpu
 from ..errors import BadInput, ConfigError
 from ..fsutil import published_dir
 from ..launch import ENTRY_PLACEHOLDER, num
@@ -109,11 +109,6 @@ def _model_array(recipe: Recipe) -> list[str]:
     return lines + [")"]
 
 
-def _catalog_gpu(name: str):
-    """The catalog's GPU of that name (any case), or None: a recipe's GPU name is never read as a file."""
-    return next((g for k, g in {**GPUS, **GPU_VARIANTS}.items() if k.lower() == name.lower()), None)
-
-
 def megatron_args(recipe: Recipe, name: str = "") -> str:
     """Megatron-core arguments for the recipe: the model's (MODEL_ARGS) and the layout's and workload's
     (MEGATRON_ARGS), as bash arrays."""
@@ -146,9 +141,10 @@ def megatron_args(recipe: Recipe, name: str = "") -> str:
         if model_lines else "# Add the model's architecture arguments (slime's MODEL_ARGS), checkpoint and data paths.",
     ]
     lines += model_lines
-    # the recipe's own value; one whose env names none gets what the run block sets for its layout and GPU
+    # the recipe's own value; one whose env names none gets what the run block sets for its layout and GPU (the
+    # catalog's GPU of that name: a recipe's GPU name is never read as a file)
     connections = (recipe.env or {}).get("CUDA_DEVICE_MAX_CONNECTIONS") or \
-        run_env(lay, _catalog_gpu(recipe.gpu.type))["CUDA_DEVICE_MAX_CONNECTIONS"]
+        run_env(lay, catalog_gpu(recipe.gpu.type))["CUDA_DEVICE_MAX_CONNECTIONS"]
     if lay.ep_overlap:  # its all-to-alls run beside another micro-batch's compute on streams of their own
         lines.append(f"# EP overlap: launch with CUDA_DEVICE_MAX_CONNECTIONS={connections} (the recipe's env; "
                      "Megatron-LM's and Megatron-Bridge's recipes set 32): one connection serialises the overlap.")

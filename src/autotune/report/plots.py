@@ -72,9 +72,8 @@ def predicted_vs_measured(view: StudyView) -> str:
     if not pts:
         return empty(name, title, "no trial has both a prediction and a result")
     vals = [t.predicted for t in pts] + [t.value for t in pts]
-    measured = [t for t in pts if t.source == "measured"]
-    if measured:
-        errs = sorted(abs(t.predicted / t.value - 1) for t in measured)
+    errs = view.model_errors()
+    if errs:
         sub = f"the model's median error {errs[len(errs) // 2]:.1%} over {count(len(errs), 'measured trial')}"
     else:
         sub = "no measured trial: a simulator result is the model's own prediction"
@@ -86,9 +85,9 @@ def predicted_vs_measured(view: StudyView) -> str:
         ax.point(t.predicted, t.value, _tip(t, f", predicted {t.predicted:,.1f}{err}"),
                  MEASURED if t.source == "measured" else PREDICTED)
     ax.add_legend("#888", "y = x (perfect model)", "dash")
-    if measured:
+    if errs:
         ax.add_legend(MEASURED, "measured")
-    if len(measured) < len(pts):
+    if len(errs) < len(pts):
         ax.add_legend(PREDICTED, "simulated (prediction)")
     return ax.render()
 

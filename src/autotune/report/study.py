@@ -120,6 +120,11 @@ class StudyView:
     def dispatched(self) -> list[TrialView]:
         return [t for t in self.trials if t.status != "screened"]
 
+    def model_errors(self) -> list[float]:
+        """|predicted at dispatch / measured - 1| of every measured trial with a prediction, smallest first (its
+        median is how wrong the model was on this cluster; the plot and the terminal summary both state it)."""
+        return sorted(abs(t.predicted / t.measured - 1) for t in self.trials if t.measured and t.predicted)
+
 
 def newest_study(runs: Path) -> Path:
     """The most recently modified study folder under `runs` (one holding a study.db)."""

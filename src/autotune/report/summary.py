@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..catalog.workload import rows_of
+from ..search.study import calibration_command
 from ..words import count, hours
 from .bars import funnel_stages
 from .fit import fit
@@ -87,11 +88,10 @@ def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
                       f"{(c.get('convergence') or {}).get('result', 'not run')})", markup=False)
     for m in dict.fromkeys(view.missing):
         console.print(f"not available: {m}", markup=False)
-    measured = [x for x in view.trials if x.measured and x.predicted]
-    if measured:  # how wrong the model was here, and how to keep what the trials taught for the next search
-        errs = sorted(abs(x.predicted / x.measured - 1) for x in measured)
+    errs = view.model_errors()
+    if errs:  # how wrong the model was here, and how to keep what the trials taught for the next search
         console.print(f"the model's median error at dispatch: {errs[len(errs) // 2]:.1%} over "
-                      f"{count(len(errs), 'measured trial')}; calibrate it to this cluster: autotune calibrate "
-                      f"--measurements {view.root} --out {view.root}/calibration.json", markup=False, soft_wrap=True)
+                      f"{count(len(errs), 'measured trial')}; calibrate it to this cluster: "
+                      f"{calibration_command(view.root)[0]}", markup=False, soft_wrap=True)
     console.print(f"html report: autotune dashboard {view.root} --html report.html · "
                   f"optuna-dashboard: autotune dashboard --optuna {view.root}", markup=False)

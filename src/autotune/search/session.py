@@ -27,7 +27,7 @@ from .driver import SearchConfig, SearchDriver
 from .gates import GateOutcome, GatesStage, RecipeGates
 from .outputs import Publication
 from .planners import TrialRecord
-from .study import StudyDir
+from .study import StudyDir, calibration_command
 
 __all__ = ["SearchSession", "SearchOutcome", "RECIPES_PER_STUDY"]
 
@@ -82,7 +82,7 @@ class SearchOutcome:
             "dashboard": f"autotune dashboard {self.study_dir}   (optuna-dashboard sqlite:///{self.study_dir}/study.db)",
             "export": f"autotune export {self.study_dir} --rank 1",
             # measured trials can calibrate the model for the next search on this cluster (None: nothing measured)
-            "calibrate": (f"autotune calibrate --measurements {self.study_dir} --out {self.study_dir}/calibration.json"
+            "calibrate": (calibration_command(self.study_dir)[0]
                           if any(r.status == "ok" and r.source == "measured" and r.value for r in self.records)
                           else None),
         }

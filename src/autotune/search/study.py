@@ -95,6 +95,13 @@ def check_study_name(name: str, runs_dir: Path) -> Path:
     return root
 
 
+def calibration_command(study_dir: str | Path) -> tuple[str, str]:
+    """The command that fits the model to a study's measured trials (`autotune calibrate --measurements`), and the
+    file it writes inside the study (for AUTOTUNE_CALIBRATION in the next search on that cluster)."""
+    out = f"{study_dir}/calibration.json"
+    return f"autotune calibrate --measurements {study_dir} --out {out}", out
+
+
 class StudyDir:
     """runs/<name>/: study.db, lock, trials/<n>/, planner/, and the published outputs (see outputs.py)."""
 
