@@ -40,11 +40,13 @@ CMA-ES is listed as not applicable: every searched dimension is categorical, whi
 hands to its independent (random) sampler.
 
     python bench/search_efficiency.py [--quick] [--seeds 30] [--cap 20] [--realities lomo,f20+int]
-        [--planners model,oracle,random,tpe,gp,...] [--explain K] [--hardness]   (default: model, oracle, random, tpe,
+        [--planners model,oracle,random,tpe,gp,...] [--explain K] [--hardness] [--noisy SHARE:SE]   (default: model, oracle, random, tpe,
         gp and every other registered planner but llm, which runs only when AUTOTUNE_LLM_BASE_URL is set;
         --explain K prints, for each model-guided run not at the goal after K trials, where reality's best
         stood in its first and last belief; --hardness prints, per reality, how many layouts are at the goal
-        and where the model ranks reality's best, and runs no planner)
+        and where the model ranks reality's best, and runs no planner; --noisy SHARE:SE makes that share of trials
+        scatter with relative standard error SE and report it, as a trial reports its window's; the model-flat
+        planner is the model-guided one ignoring what they report)
 """
 
 from __future__ import annotations
@@ -128,8 +130,13 @@ class Reality:
         step = workload.tokens_per_step / (self.truth * cluster.count)
         self.gpu_hours = (TRIAL_STARTUP_S + workload.steps * step) * cluster.count / 3600
 
-    def measure(self, i: int, noise: float) -> float:
-        return float(self.truth[i] * (1 + noise * self.noise_rng.standard_normal()))
+    def measure(self, i: int, noise: float, noisy: tuple[float, float] | None = None) -> tuple[float, float | None]:
+        """A trial's measurement and the standard error its trial reports: with `noisy` (share, se), that share of
+        trials scatter with relative error se and report it; the others have the run-to-run noise and report
+        nothing above it (None)."""
+        loud = noisy is not None and self.noise_rng.random() < noisy[0]
+        sd = noisy[1] if loud else noise
+        return float(self.truth[i] * (1 + sd * self.noise_rng.standard_normal())), (sd if loud else None)
 
 
 class Setup:
@@ -168,10 +175,11 @@ class Oracle:
         self.base, self.noise = reality.base, noise
         self.residual = ResidualModel.of_design(np.hstack(blocks), np.array(std), noise, sigma_own=reality.own)
 
-    def belief(self, measured: list[tuple[int, float]], noise: float, residual=None):
+    def belief(self, measured: list[tuple], noise: float, residual=None):
         if measured:
-            idx = np.array([i for i, _ in measured])
-            self.residual.fit_candidates(idx, np.log(np.array([v for _, v in measured]) / self.base[idx]))
+            idx = np.array([m[0] for m in measured])
+            se = np.array([m[2] if len(m) > 2 and m[2] is not None else np.nan for m in measured], dtype=float)
+            self.residual.fit_candidates(idx, np.log(np.array([m[1] for m in measured]) / self.base[idx]), stderr=se)
         corr, std = self.residual.predict()
         return self.base * corr, np.maximum(std, noise), self.residual
 
@@ -189,7 +197,7 @@ def term_spread() -> float:
 def planner_for(name: str, seed: int):
     if name in ("tpe", "gp"):
         return get_planner("optuna", PlannerOptions(seed=seed, sampler=name))
-    return get_planner("model" if name == "oracle" else name, PlannerOptions(seed=seed))
+    return get_planner("model" if name in ("oracle", "model-flat") else name, PlannerOptions(seed=seed))
 
 
 @dataclasses.dataclass
@@ -202,7 +210,8 @@ class Run:
     residual: ResidualModel | None = None
 
 
-def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, noise: float, parallel: int = 1) -> Run:
+def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, noise: float, parallel: int = 1,
+            noisy: tuple[float, float] | None = None) -> Run:
     goal = GOAL * reality.truth.max()
     p = planner_for(planner, seed)
     uses_model = planner not in ("random", "tpe", "gp")
@@ -231,11 +240,12 @@ def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, n
                 screened += 1
                 continue
             screened = 0
-            v = reality.measure(i, noise)
+            v, se = reality.measure(i, noise, noisy)
+            se = None if planner == "model-flat" else se  # model-flat: the product before trials reported their spread
             gpu_hours += float(reality.gpu_hours[i])
             tried.add(key)
-            measured.append((i, v))
-            rec = TrialRecord(len(history), prop.layout, "ok", "measured", v, float(pred[i]))
+            measured.append((i, v, se))
+            rec = TrialRecord(len(history), prop.layout, "ok", "measured", v, float(pred[i]), stderr=se)
             history.append(rec)
             p.observe(rec)
             if reality.truth[i] >= goal:
@@ -251,7 +261,7 @@ def explain(setup: Setup, reality: Reality, run: Run, noise: float) -> str:
     best = int(np.argmax(reality.truth))
     first, _, _ = setup.belief([], noise)
     rank0 = int(np.sum(first > first[best])) + 1
-    tried = [i for i, _ in run.measured]
+    tried = [m[0] for m in run.measured]
     got = max(reality.truth[i] for i in tried) / reality.truth[best] if tried else 0.0
     line = (f"best {setup.table.row(best).label(setup.model.is_moe)}: first predicted rank {rank0} of {len(first)}; "
             f"best tried {got:.1%} of it")
@@ -259,7 +269,7 @@ def explain(setup: Setup, reality: Reality, run: Run, noise: float) -> str:
         untried = np.ones(len(run.pred), bool)
         untried[tried] = False
         rank = int(np.sum(run.pred[untried] > run.pred[best])) + 1
-        inc = max(v for _, v in run.measured)
+        inc = max(m[1] for m in run.measured)
         z = (np.log(run.pred[best]) - np.log(inc * (1 + noise))) / max(run.std[best], 1e-9)
         X = getattr(run.residual, "Xc", None)
         unseen = int(np.sum((X[best] > 0) & (X[tried].sum(0) == 0))) if X is not None else -1
@@ -310,6 +320,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cap", type=int, default=20, help="trial budget per run")
     ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--parallel", type=int, default=1, help="proposals per round (the batch rule)")
+    ap.add_argument("--noisy", default=None, metavar="SHARE:SE",
+                    help="that share of trials scatter with relative standard error SE and report it (e.g. 0.3:0.1); "
+                         "the model-flat planner is the model-guided one ignoring what they report")
     ap.add_argument("--planners", default=None, help="comma list (tpe and gp are the optuna planner's samplers)")
     ap.add_argument("--realities", default=",".join(REALITIES))
     ap.add_argument("--pairs", type=int, default=len(PAIRS), help="how many model/cluster pairs to run")
@@ -324,6 +337,13 @@ def main(argv=None) -> int:
     ap.add_argument("--hardness", action="store_true",
                     help="only say how hard each reality is (layouts at the goal, the model's rank of the best)")
     args = ap.parse_args(argv)
+    noisy = None
+    if args.noisy:
+        try:
+            noisy = tuple(float(x) for x in args.noisy.split(":"))
+            assert len(noisy) == 2 and 0 <= noisy[0] <= 1 and noisy[1] > 0
+        except (ValueError, AssertionError):
+            ap.error(f"--noisy {args.noisy}: give SHARE:SE, a share in [0, 1] and a positive standard error (0.3:0.1)")
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -362,13 +382,13 @@ def main(argv=None) -> int:
                                       lomo_rms, term_sd)
                     explaining = bool(args.explain) and planner == "model"  # only its runs stop at K to be explained
                     run = one_run(s, reality, planner, seed, args.explain if explaining else args.cap, args.noise,
-                                  args.parallel)
+                                  args.parallel, noisy)
                     if explaining and run.trials is None:
                         notes.append(f"    seed {seed}: {explain(s, reality, run, args.noise)}")
                         if args.explain < args.cap:  # the whole run again, same reality and noise, for the table
                             reality = Reality(kind, s.model, s.cluster, s.workload, s.table,
                                               np.random.default_rng(seed), lomo_rms, term_sd)
-                            run = one_run(s, reality, planner, seed, args.cap, args.noise, args.parallel)
+                            run = one_run(s, reality, planner, seed, args.cap, args.noise, args.parallel, noisy)
                     k, h = run.trials, run.gpu_hours
                     trials.append(k if k is not None else args.cap + 1)
                     hours.append(h)

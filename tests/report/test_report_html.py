@@ -240,3 +240,22 @@ def test_a_summary_without_its_database(capsys, study_copy, summary, tmp_path):
     assert len(view.trials) == len(summary["trials"]) and view.ranked()[0].number == summary["best"]["number"]
     html = _html(capsys, study_copy, tmp_path)
     assert len(_rows(html)) == len(summary["trials"])
+
+
+def test_a_measured_trials_standard_error_shows_beside_its_value(sim_study):
+    """The terminal table, the HTML table and --json show a measured value's standard error when its trial reported
+    one (TrialResult.stderr), and nothing extra when it did not."""
+    from rich.console import Console
+
+    from autotune.report.summary import render_summary, view_json
+
+    view = load_study(sim_study)
+    _add_measured(view)
+    view.trials[-3].stderr = 0.026  # M0, 2,700 measured
+    con = Console(record=True, width=400)
+    render_summary(view, con, top=100)
+    text = con.export_text()
+    assert "2,700.0 +/-2.6%" in text and "2,100.0 " in text and "2,100.0 +/-" not in text
+    assert 'data-v="2700">2,700.0 +/-2.6%</td>' in render_html(view)
+    rows = {t["number"]: t for t in view_json(view)["trials"]}
+    assert rows[90]["stderr"] == 0.026 and rows[91]["stderr"] is None

@@ -3,12 +3,14 @@ the spec's validation, and one real CPU trial (megatron-core over gloo) that end
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 from pydantic import ValidationError
 
 from autotune.layout import Layout
 from autotune.runner.loop import clearly_losing, mean_half_width_percent, steady_window
-from autotune.trials.spec import EarlyStop
+from autotune.trials.spec import EarlyStop, StepRecord, TrialResult
 
 from runner_helpers import cpu_spec, run_local
 
@@ -79,6 +81,17 @@ def test_a_real_cpu_trial_stops_once_steady(tmp_path):
     assert res.stopped_early.startswith("steady")
     times = [s.time_s for s in res.steps[2:5]]
     assert res.tokens_per_s_per_gpu == pytest.approx(sum(s.tokens for s in res.steps[2:5]) / sum(times))
+    # the measurement's standard error: the window's step-time CV over the root of its 3 steps
+    assert res.stderr == pytest.approx(statistics.stdev(times) / statistics.mean(times) / 3 ** 0.5, rel=1e-6)
+
+
+def test_a_results_standard_error_is_its_windows():
+    steps = [StepRecord(step=i, time_s=t, tokens=100) for i, t in enumerate([9.0, 9.0, 1.0, 1.2, 0.8, 1.0])]
+    res = TrialResult(study="s", number=0, status="ok", tokens_per_s_per_gpu=100.0, step_time_cv_percent=16.33,
+                      window=(2, 5), steps=steps)
+    assert res.stderr == pytest.approx(0.1633 / 2.0)  # 4 steps in the window, the warm-up's not counted
+    assert res.model_copy(update={"source": "predicted"}).stderr is None  # a prediction has none
+    assert res.model_copy(update={"window": None}).stderr is None
 
 
 def test_the_collector_runs_between_steps_not_inside_them():

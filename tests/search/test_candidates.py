@@ -78,3 +78,16 @@ def test_a_trial_is_recalibrated_under_the_studys_own_workload(workload):
     base, refit = c.base_calibration.time.scale, c.calibration.time.scale
     assert all(refit.get(k, 1.0) == pytest.approx(base.get(k, 1.0), rel=0.02) for k in set(base) | set(refit)), \
         {k: (base.get(k, 1.0), refit.get(k, 1.0)) for k in set(base) | set(refit)}
+
+
+def test_a_trial_that_scattered_moves_the_belief_less():
+    """Candidates.learn passes a measurement's standard error to the residual model: the same trial 25% under its
+    prediction moves its layout's prediction less when its steps scattered (10% standard error) than at the noise."""
+    m = load_model("Llama-3.1-70B")
+    moved = []
+    for stderr in (None, 0.10):
+        c = Candidates(m, ClusterSpec.of("H100", 32), Workload(), load_space(None, m))
+        i = int(np.argmax(c.base_pred))
+        c.learn(c.table.row(i), 0.75 * float(c.base_pred[i]), "test", stderr)
+        moved.append(float(np.log(c.base_pred[i] / c.pred[i])))
+    assert 0 < moved[1] < 0.95 * moved[0]

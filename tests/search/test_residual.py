@@ -188,3 +188,28 @@ def test_a_layouts_own_error_is_learnt_by_measuring_it_and_teaches_no_other(tabl
     c = rm.correlation(3)
     assert c[3] == pytest.approx(1.0) and np.all(np.abs(c) <= 1 + 1e-9)
     assert np.all(rm.diff_std(3)[np.arange(len(std)) != 3] >= own * np.sqrt(2) - 1e-9)
+
+
+def test_a_trial_that_scattered_counts_for_less(table):
+    """A measurement's own standard error, when larger than the run-to-run noise, is that row's noise. With fixed
+    widths and Gaussian noise one trial's layout moves by v / (v + s^2) of the trial's log error (v: its prior
+    variance, s: the row's noise), so a 15% standard error moves it less than the 2% noise does; a standard error
+    below the noise, or unknown (NaN), is the noise."""
+    idx, y = np.array([7]), np.array([0.2])
+    fits = {}
+    for name, se in (("plain", None), ("quiet", [0.005]), ("loud", [0.15]), ("nan", [np.nan])):
+        rm = ResidualModel(table, sigma_n=0.02, hidden=8192, learn_widths=False, nu=np.inf)
+        rm.fit(table.take(idx), y, stderr=se)
+        fits[name] = (rm, *rm.predict())
+    v = float(table_prior_var(fits["plain"][0], 7))
+    for name, s_row in (("plain", 0.02), ("quiet", 0.02), ("loud", 0.15), ("nan", 0.02)):
+        rm, corr, std = fits[name]
+        assert rm.row_noise == pytest.approx([s_row])
+        assert np.log(corr[7]) == pytest.approx(v / (v + s_row**2) * 0.2, rel=1e-6), name
+        assert std[7] == pytest.approx(np.sqrt(v * s_row**2 / (v + s_row**2)), rel=1e-6), name
+    assert fits["loud"][2][7] > 5 * fits["plain"][2][7]
+
+
+def table_prior_var(rm, i):
+    """Candidate i's prior variance of its log-correction: x' diag(prior_std^2) x."""
+    return rm.Xc[i] ** 2 @ rm.prior_std**2

@@ -41,6 +41,24 @@ def test_the_bench_believes_what_the_driver_believes(bench, setup):
         measured.append((int(i), v))
     pred, std, _ = setup.belief(measured, 0.02)
     assert np.allclose(pred, cands.pred, rtol=1e-9) and np.allclose(std, cands.pred_std, rtol=1e-9)
+    # and with a trial that reports its own standard error
+    i = int(rng.choice(len(setup.keys)))
+    v = float(cands.pred[i] * 0.8)
+    cands.learn(cands.table.row(i), v, stderr=0.1)
+    pred, std, _ = setup.belief(measured + [(i, v, 0.1)], 0.02)
+    assert np.allclose(pred, cands.pred, rtol=1e-9) and np.allclose(std, cands.pred_std, rtol=1e-9)
+
+
+def test_noisy_trials_scatter_by_their_reported_error(bench, setup):
+    """--noisy SHARE:SE: that share of trials scatter with relative error SE and report it; the rest report none."""
+    reality = bench.Reality("terms", setup.model, setup.cluster, setup.workload, setup.table,
+                            np.random.default_rng(0), 0.3)
+    got = [reality.measure(0, 0.02, (0.5, 0.1)) for _ in range(4000)]
+    loud = np.array([v for v, se in got if se is not None]) / reality.truth[0] - 1
+    quiet = np.array([v for v, se in got if se is None]) / reality.truth[0] - 1
+    assert {se for _, se in got} == {None, 0.1} and 0.45 < len(loud) / len(got) < 0.55
+    assert np.std(loud) == pytest.approx(0.1, rel=0.1) and np.std(quiet) == pytest.approx(0.02, rel=0.1)
+    assert all(se is None for _, se in (reality.measure(0, 0.02) for _ in range(10)))
 
 
 def test_the_oracle_knows_a_terms_only_reality(bench, setup):

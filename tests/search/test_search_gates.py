@@ -49,6 +49,16 @@ def test_a_local_search_verifies_its_winner_against_a_reference_run(tmp_path, ca
     assert c["convergence"]["correlation"] > 0.9999 and c["convergence"]["pointwise_failures"] == 0
     assert (tmp_path / "g" / "trials" / "reference" / "trial_result.json").exists()
     assert recipe["status"] == "verified"
+    # the study keeps the measurement's standard error (what the residual model weighs the trial by, and resumes with)
+    import optuna
+
+    from autotune.trials.spec import TrialResult, read_model
+
+    best = str(out["best"]["number"])
+    res = read_model(TrialResult, runs / best / "trial_result.json")
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path / 'g' / 'study.db'}")
+    attrs = study.trials[int(best)].user_attrs
+    assert res.stderr and attrs["stderr"] == pytest.approx(res.stderr)
     # the command the search prints to calibrate the model to this machine runs, on the measured trial
     cmd = out["calibrate"].split()
     assert cmd[:3] == ["autotune", "calibrate", "--measurements"] and cmd[4] == "--out"

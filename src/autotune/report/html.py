@@ -66,7 +66,8 @@ def _trial_rows(view: StudyView) -> list[str]:
         k = ranked.get(t.number)
         peak = t.peak_bytes or t.predicted_peak_bytes
         cells = [_num(k, "#{}"), _num(t.number, "{}"), _td(t.label + (f" split {t.split}" if t.split != "even" else ""), cls="nw"), _td(t.recompute, cls="nw"), _td(t.dispatcher),
-                 _num(t.predicted or (t.value if t.ok and t.measured is None else None)), _num(t.measured),
+                 _num(t.predicted or (t.value if t.ok and t.measured is None else None)),
+                 _td(t.measured_text, t.measured if t.measured else "-1e308", "n"),
                  _num(t.mfu, "{:.1%}"), _num(t.usd_per_million_tokens, "${:.2f}"),
                  _num(peak / GiB if peak else None), _num(t.gpu_hours, "{:.2f}"), _num(t.wall_s, "{:.1f}"),
                  _td(t.display_state, cls=f"st-{t.display_state}"), _td(t.why or "", cls="why"),

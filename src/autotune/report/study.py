@@ -44,10 +44,18 @@ class TrialView:
     gpu_hours: float | None = None
     reason: str | None = None
     why: str | None = None  # the planner's rationale
+    stderr: float | None = None  # a measured value's relative standard error (its window's CV / sqrt(steps))
     wall_s: float | None = None
     mfu: float | None = None
     usd_per_million_tokens: float | None = None
     prediction: Prediction | None = None
+
+    @property
+    def measured_text(self) -> str:
+        """The measured tokens/s/GPU with its standard error when its trial reported one ("2,451.4 +/-0.3%"), or "-"."""
+        if not self.measured:
+            return "-"
+        return f"{self.measured:,.1f}" + (f" +/-{self.stderr:.1%}" if self.stderr else "")
 
     @property
     def split(self) -> str:
@@ -230,7 +238,8 @@ def _trial(number: int, state: str, start, end, ua: dict) -> TrialView:
                   label=ua.get("label") or lay.get("label") or f"trial {number}", layout=lay,
                   predicted=ua.get("predicted"), value=ua.get("measured") or ua.get("value"),
                   peak_bytes=ua.get("peak_memory_bytes"), predicted_peak_bytes=ua.get("predicted_peak_bytes"),
-                  gpu_hours=ua.get("gpu_hours"), reason=ua.get("reason") or None, why=ua.get("why"))
+                  gpu_hours=ua.get("gpu_hours"), reason=ua.get("reason") or None, why=ua.get("why"),
+                  stderr=ua.get("stderr"))
     t.recompute, t.dispatcher = _recompute_str(lay.get("recompute")), str(lay.get("dispatcher") or "")
     if start and end:
         from datetime import datetime

@@ -28,7 +28,7 @@ def view_json(view: StudyView) -> dict:
         "gpu_hours": view.gpu_hours, "best": view.best,
         "trials": [{"rank": ranked.get(t.number), "number": t.number, "layout": t.label, "recompute": t.recompute,
                     "dispatcher": t.dispatcher, "state": t.display_state, "predicted": t.predicted,
-                    "measured": t.measured, "value": t.value if t.ok else None,
+                    "measured": t.measured, "stderr": t.stderr if t.measured else None, "value": t.value if t.ok else None,
                     "source": t.source if t.ok else None,  # what `value` is: measured, or the simulator's prediction
                     "mfu": t.mfu,
                     "usd_per_million_tokens": t.usd_per_million_tokens,
@@ -69,7 +69,7 @@ def render_summary(view: StudyView, console: Console, top: int = 15) -> None:
         pred = r.predicted or (r.value if r.measured is None else None)  # an old study: the simulated value
         t.add_row(str(k), str(r.number), r.label, *((r.split,) if split else ()), r.recompute, r.dispatcher,
                   f"{pred:,.1f}" if pred else "-",
-                  f"{r.measured:,.1f}" if r.measured else "-", f"{r.mfu:.1%}" if r.mfu else "-",
+                  r.measured_text, f"{r.mfu:.1%}" if r.mfu else "-",
                   f"{r.usd_per_million_tokens:.2f}" if r.usd_per_million_tokens else "-",
                   f"{peak / GiB:.1f}" if peak else "-", r.display_state)
     console.print(fit(t))

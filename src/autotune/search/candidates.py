@@ -53,14 +53,16 @@ def prior_belief(model: ModelSpec, cluster: ClusterSpec, workload: Workload, tab
     return base, residual
 
 
-def believe(base_pred: np.ndarray, measured: list[tuple[int, float]], residual: ResidualModel,
+def believe(base_pred: np.ndarray, measured: list[tuple], residual: ResidualModel,
             noise: float) -> tuple[np.ndarray, np.ndarray]:
     """(prediction, relative uncertainty) per candidate after the trials `measured` ((candidate index,
-    tokens/s/GPU)): the residual model fitted on log(measured / prior prediction); the uncertainty never
-    falls below the trial noise."""
+    tokens/s/GPU) or (candidate index, tokens/s/GPU, its relative standard error or None)): the residual model
+    fitted on log(measured / prior prediction); the uncertainty never falls below the trial noise."""
     if measured:
-        idx = np.array([i for i, _ in measured])
-        residual.fit_candidates(idx, np.log(np.array([v for _, v in measured]) / base_pred[idx]))
+        idx = np.array([m[0] for m in measured])
+        value = np.array([m[1] for m in measured], dtype=float)
+        se = np.array([m[2] if len(m) > 2 and m[2] is not None else np.nan for m in measured], dtype=float)
+        residual.fit_candidates(idx, np.log(value / base_pred[idx]), stderr=se)
     corr, std = residual.predict()
     return base_pred * corr, np.maximum(std, noise)
 
@@ -146,7 +148,7 @@ class Candidates:
         # prior widths per feature from the calibration's leave-one-model-out residuals (search/priors.py)
         self.base_pred, self.residual = prior_belief(model, cluster, workload, self.table, self.base_calibration,
                                                      noise)
-        self._measured: list[tuple[int, float]] = []  # (candidate, measured tokens/s/GPU)
+        self._measured: list[tuple] = []  # (candidate, measured tokens/s/GPU, its relative standard error or None)
         self._ev = None
         self.repredict()
 
@@ -176,15 +178,16 @@ class Candidates:
             self._ev = evaluate(self.model, self.workload, self.cluster, self.table, self.calibration)
         return self._ev
 
-    def learn(self, lay: Layout, measured: float, study: str = "") -> None:
+    def learn(self, lay: Layout, measured: float, study: str = "", stderr: float | None = None) -> None:
         """A measured trial: refit the residual model and re-predict; the calibration and breakdowns are
-        refitted when next asked for."""
+        refitted when next asked for. `stderr`: the measurement's relative standard error (TrialResult.stderr),
+        when its trial knows it: the residual model counts a trial that scattered more than the noise for less."""
         self.measurements.append(_trial_measurement(self.model, self.cluster, self.workload, lay, measured,
                                                     f"trial of study {study}"))
         self._calibration = self._ev = None
         i = self.index.get(layout_key(lay))
         if i is not None:
-            self._measured.append((i, float(measured)))
+            self._measured.append((i, float(measured), stderr))
             self.repredict()
 
     def learn_oom(self, lay: Layout, number: int) -> str | None:

@@ -162,7 +162,8 @@ class SearchDriver:
         repair, on_disk = self.study.repair(self.result_on_disk)
         for number, a in self.study.finished():
             lay = Layout.from_dict(a.layout)
-            rec = TrialRecord(number, lay, a.status, a.source or "measured", a.tokens_per_s_per_gpu, a.predicted, a.why)
+            rec = TrialRecord(number, lay, a.status, a.source or "measured", a.tokens_per_s_per_gpu, a.predicted, a.why,
+                              a.stderr)
             self.records.append(rec)
             self.planner.observe(rec)
             if a.status != "screened":
@@ -401,12 +402,13 @@ class SearchDriver:
         value_key = "measured" if res.source == "measured" else "value"
         attrs = TrialAttrs(status=res.status, source=res.source, reason=_one_line(res.reason or ""),
                            gpu_hours=gpu_h, peak_memory_bytes=res.peak_memory_bytes, wall_s=res.wall_s,
-                           trial_dir=str(self.sd.trial_dir(number)),
+                           trial_dir=str(self.sd.trial_dir(number)), stderr=res.stderr,
                            **{value_key: res.tokens_per_s_per_gpu}, **extra)
         over = ((res.peak_memory_bytes or 0) - self.cluster.gpu.memory_bytes) / GiB
         self.study.finish(number, attrs, over_gib=over)
         self.gpu_hours += float(gpu_h or 0.0)
-        rec = TrialRecord(number, lay, res.status, res.source, res.tokens_per_s_per_gpu, pred, self._why.pop(number, ""))
+        rec = TrialRecord(number, lay, res.status, res.source, res.tokens_per_s_per_gpu, pred, self._why.pop(number, ""),
+                          res.stderr)
         self.records.append(rec)
         self.planner.observe(rec)
         self._learn(rec)
@@ -419,7 +421,7 @@ class SearchDriver:
         """Measured trials refit the calibration; the candidates are then re-predicted and re-ranked. A trial
         that ran out of memory sets aside every candidate predicted to need as much (Candidates.learn_oom)."""
         if rec.source == "measured" and rec.status == "ok" and rec.value:
-            self.candidates.learn(rec.layout, rec.value, self.sd.name)
+            self.candidates.learn(rec.layout, rec.value, self.sd.name, rec.stderr)
         elif rec.status == "oom" and not self.cfg.proxy:  # a shrunk proxy model's OOM says little of the full one's
             note = self.candidates.learn_oom(rec.layout, rec.number)
             if note:

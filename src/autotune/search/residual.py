@@ -114,6 +114,7 @@ class ResidualModel:
         self.mean = np.zeros(self.Xc.shape[1])
         self.cov = np.diag(self.prior_std**2)
         self.weights = np.zeros(0)  # IRLS weight per fitted row (1: an ordinary row; << 1: an outlier)
+        self.row_noise = np.zeros(0)  # each fitted row's own trial noise (log units): sigma_n, or more (fit_rows)
 
     @classmethod
     def of_design(cls, X: np.ndarray, prior_std: np.ndarray, sigma_n: float, nu: float = np.inf,
@@ -126,35 +127,40 @@ class ResidualModel:
         self.groups = ["intercept"] + ["design"] * (X.shape[1] - 1)
         self.sigma_n, self.nu, self._mult = sigma_n, nu, np.ones((1, X.shape[1]))
         self.sigma_own, self._own = float(sigma_own), None
-        self.draw_weight, self.weights = np.ones(1), np.zeros(0)
+        self.draw_weight, self.weights, self.row_noise = np.ones(1), np.zeros(0), np.zeros(0)
         self.mean, self.cov = np.zeros(X.shape[1]), np.diag(self.prior_std**2)
         return self
 
-    def fit(self, measured: LayoutTable, log_ratio: np.ndarray, iters: int = 20) -> None:
+    def fit(self, measured: LayoutTable, log_ratio: np.ndarray, iters: int = 20, stderr=None) -> None:
         """log_ratio = log(measured / predicted by the calibrated cost model) for each measured layout (layouts
-        not known as candidates: their own errors teach the weights as noise and are not kept)."""
-        self.fit_rows(features(measured, self.vocab, self.hidden, self.gpus_per_node)[0], log_ratio, iters)
+        not known as candidates: their own errors teach the weights as noise and are not kept); `stderr`: fit_rows'."""
+        self.fit_rows(features(measured, self.vocab, self.hidden, self.gpus_per_node)[0], log_ratio, iters, stderr)
 
-    def fit_candidates(self, idx, log_ratio: np.ndarray, iters: int = 20) -> None:
+    def fit_candidates(self, idx, log_ratio: np.ndarray, iters: int = 20, stderr=None) -> None:
         """fit() on measured candidates, by index: the weights, and each measured candidate's own error."""
         idx = np.asarray(idx, dtype=int)
-        self.fit_rows(self.Xc[idx], log_ratio, iters)
+        self.fit_rows(self.Xc[idx], log_ratio, iters, stderr)
         if self.sigma_own > 0 and len(idx):
             # a measured layout's own error given the weights: its residual shrunk by k = own^2 / (own^2 + its
             # noise); what is left of its uncertainty: the weights' share (1 - k)^2 x' C x and k x its noise
-            noise = self.sigma_n**2 / self.weights
+            noise = self.row_noise**2 / self.weights
             k = self.sigma_own**2 / (self.sigma_own**2 + noise)
             r = np.asarray(log_ratio, dtype=float) - self.Xc[idx] @ self.mean
             self._own = (idx, k * r, k)
 
-    def fit_rows(self, X: np.ndarray, log_ratio: np.ndarray, iters: int = 20) -> None:
+    def fit_rows(self, X: np.ndarray, log_ratio: np.ndarray, iters: int = 20, stderr=None) -> None:
         """fit() on rows encoded like `self.Xc`. Each row's noise is the trial's and the layout's own error
-        (sigma_n^2 + sigma_own^2). Student-t likelihood by IRLS: each row's weight (nu + 1) / (nu + (r / s)^2)
-        from its residual r under the current posterior mean (s the row's noise), so a row many sigmas off
-        counts like a far noisier one. The weight scales the trial's noise, not the layout's own error."""
+        (sn^2 + sigma_own^2). The trial's, sn, is sigma_n, the run-to-run noise, or the row's own standard error
+        when that is larger (`stderr`, relative, per row; None or NaN: not known): a trial whose steps scattered
+        more than a trial's usually do, or that was stopped after a few, says less. Student-t likelihood by IRLS:
+        each row's weight (nu + 1) / (nu + (r / s)^2) from its residual r under the current posterior mean (s the
+        row's noise), so a row many sigmas off counts like a far noisier one. The weight scales the trial's
+        noise, not the layout's own error."""
         y = np.asarray(log_ratio, dtype=float)
         wt = np.ones(len(y))
-        s = np.sqrt(self.sigma_n**2 + self.sigma_own**2)
+        se = np.full(len(y), np.nan) if stderr is None else np.asarray(stderr, dtype=float).reshape(len(y))
+        self.row_noise = np.fmax(np.where(np.isfinite(se), se, 0.0), self.sigma_n)
+        s = np.sqrt(self.row_noise**2 + self.sigma_own**2)
         for _ in range(iters if np.isfinite(self.nu) else 1):
             self._posterior(X, y, wt, with_cov=False)
             r = y - X @ self.mean
@@ -175,7 +181,8 @@ class ResidualModel:
         that likelihood, its posterior mean V X' K^-1 y and covariance V - V X' K^-1 X V. Computed with n x n
         solves (n trials), or, once there are more trials than feature columns, with the equivalent p x p
         ones (A = X'N^-1 X + V^-1: mean A^-1 X'N^-1 y, covariance A^-1, |K| = |A| |V| |N|)."""
-        noise = self.sigma_n**2 / wt + self.sigma_own**2
+        sn = self.row_noise if self.row_noise.shape == y.shape else self.sigma_n  # fit_rows sets the rows' own
+        noise = sn**2 / wt + self.sigma_own**2
         V = self.prior_std[None, :] ** 2 * self._mult  # (draws, p)
         n, p = X.shape
         weight_space = n > p if weight_space is None else weight_space
@@ -230,7 +237,7 @@ class ResidualModel:
         if self._own is not None:
             idx, _, k = self._own
             scale[idx] = (1.0 - k) ** 2
-            var[idx] = k * self.sigma_n**2 / self.weights
+            var[idx] = k * self.row_noise**2 / self.weights
         return scale, var
 
     def _std(self, X: np.ndarray, own: bool = False) -> np.ndarray:

@@ -63,6 +63,7 @@ class TrialAttrs(BaseModel):
     predicted: float | None = None  # ranking prediction at dispatch (tokens/s/GPU)
     predicted_peak_bytes: float | None = None
     measured: float | None = None  # tokens/s/GPU measured
+    stderr: float | None = None  # the measurement's relative standard error (TrialResult.stderr)
     value: float | None = None  # tokens/s/GPU predicted by the simulator
     peak_memory_bytes: float | None = None
     gpu_hours: float | None = None

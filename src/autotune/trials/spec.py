@@ -160,6 +160,17 @@ class TrialResult(_Strict):
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def stderr(self) -> float | None:
+        """The relative standard error of the measured tokens/s: the step-time CV over the scored window / sqrt(its
+        steps) (None for a prediction, or with no window). Steps that drift together make it an underestimate; the
+        search takes the larger of it and the run-to-run noise (search/residual.ResidualModel.fit_rows)."""
+        if self.source != "measured" or self.step_time_cv_percent is None or self.window is None:
+            return None
+        lo, hi = self.window
+        n = sum(lo <= r.step <= hi for r in self.steps) or hi - lo + 1
+        return self.step_time_cv_percent / 100.0 / max(n, 1) ** 0.5
+
 
 def write_json_atomic(path: Path, data: dict | BaseModel) -> None:
     """Write JSON atomically (see autotune.fsutil)."""

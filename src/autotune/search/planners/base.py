@@ -32,6 +32,7 @@ class TrialRecord:
     value: float | None  # tokens/s/GPU (measured, or predicted by the simulator)
     predicted: float | None  # the model's prediction at dispatch
     why: str = ""  # the planner's rationale for proposing it (one line)
+    stderr: float | None = None  # a measured value's relative standard error, when its trial knows it
 
 
 @dataclass
