@@ -456,3 +456,17 @@ def test_the_prompt_states_the_moe_routing_the_search_plans_for(world):
     assert "bf16, sft, MoE routing natural (--routing)" in messages(ctx, 2, listed, [])[1]["content"]
     ctx.workload = replace(ctx.workload, load_balancing_loss=True)
     assert "MoE routing aux-loss (--routing)" in messages(ctx, 2, listed, [])[1]["content"]
+
+
+def test_the_prompt_says_when_a_trial_scattered_more_than_the_noise(world):
+    """A measured trial whose own standard error is above the search's noise is shown with it in the LLM's trial list;
+    one inside the noise (or that reported none) is not."""
+    from autotune.search.planners._llm_prompt import _trial_lines
+
+    ctx = fresh(world)
+    ctx.history = [TrialRecord(0, ctx.table.row(0), "ok", "measured", 2500.0, 2600.0, stderr=0.06),
+                   TrialRecord(1, ctx.table.row(1), "ok", "measured", 2400.0, 2300.0, stderr=0.004),
+                   TrialRecord(2, ctx.table.row(2), "ok", "measured", 2300.0, 2300.0)]
+    lines = _trial_lines(ctx).splitlines()
+    assert "| 2,500 +/-6% | 2,600" in lines[0]
+    assert "| 2,400 | 2,300" in lines[1] and "+/-" not in lines[1] + lines[2]

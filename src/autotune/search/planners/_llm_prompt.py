@@ -61,6 +61,8 @@ def _trial_lines(ctx: PlanContext, last: int = 20) -> str:
     lines = [] if len(ctx.history) <= last else [f"({len(ctx.history) - last} earlier trials not shown)"]
     for r in hist:
         val = f"{r.value:,.0f}" if r.value else "-"
+        if r.value and r.stderr and r.stderr > ctx.noise:  # a trial that scattered more than trials do: said
+            val += f" +/-{r.stderr:.0%}"
         pred = f"{r.predicted:,.0f}" if r.predicted else "-"
         lines.append(f"#{r.number}: {_layout_text(layout_params(r.layout))} | {r.status} ({r.source}) | {val} | {pred}")
     return "\n".join(lines)
