@@ -114,3 +114,16 @@ def test_the_collector_runs_between_steps_not_inside_them():
         assert not gc.isenabled()  # a caller that had it off keeps it off
     finally:
         gc.enable()
+
+
+def test_the_trial_summary_states_the_standard_error(capsys, tmp_path):
+    """`autotune trial run`'s table gives the measurement's standard error beside tokens/s/GPU."""
+    from autotune.cli.trial import _summary
+
+    steps = [StepRecord(step=i, time_s=t, tokens=100) for i, t in enumerate([9.0, 1.0, 1.2, 0.8, 1.0])]
+    res = TrialResult(study="s", number=3, status="ok", tokens_per_s_per_gpu=100.0, step_time_s=1.0,
+                      step_time_cv_percent=16.33, window=(1, 4), steps=steps)
+    spec = cpu_spec(Layout(world=1, micro_batch_size=1), number=3)
+    _summary(res, spec, "TP1", "tiny", tmp_path)
+    out = capsys.readouterr().out
+    assert "100.0 +/-8.2% (standard error) (steps 1..4)" in out

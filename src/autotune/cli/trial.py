@@ -63,7 +63,8 @@ def _summary(res: TrialResult, spec: TrialSpec, layout_label: str, model_name: s
     colour = "green" if res.ok else "red"
     t.add_row("status", f"[{colour}]{res.status}[/]")
     if res.tokens_per_s_per_gpu is not None:
-        t.add_row("tokens/s/GPU", f"{res.tokens_per_s_per_gpu:,.1f} (steps {res.window[0]}..{res.window[1]})")
+        se = f" +/-{res.stderr:.1%} (standard error)" if res.stderr else ""
+        t.add_row("tokens/s/GPU", f"{res.tokens_per_s_per_gpu:,.1f}{se} (steps {res.window[0]}..{res.window[1]})")
         t.add_row("step time", f"{res.step_time_s:.3f} s, CV {res.step_time_cv_percent:.1f}%")
     if res.peak_memory_bytes:
         t.add_row("peak memory", f"{res.peak_memory_bytes / 2**30:.2f} GiB (max over ranks)")
