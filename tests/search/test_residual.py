@@ -213,3 +213,20 @@ def test_a_trial_that_scattered_counts_for_less(table):
 def table_prior_var(rm, i):
     """Candidate i's prior variance of its log-correction: x' diag(prior_std^2) x."""
     return rm.Xc[i] ** 2 @ rm.prior_std**2
+
+
+def test_the_scale_reaches_as_far_as_many_trials_say(table):
+    """The hyperprior's quadrature spans +-4 sd, each point at its prior weight: k^2 averages 1 under the prior, and
+    40 trials whose errors per feature value are 4x the calibration's widths take the scale to about 4x, past the
+    2.2x where the quantile midpoints (the old rule) stopped any posterior."""
+    from autotune.search.residual import _scale_draws
+
+    rm = ResidualModel(table, sigma_n=0.02, hidden=8192)
+    mult, prior = _scale_draws(rm.groups, PRIOR_WIDTHS["scale_sd"], 32)
+    assert prior.sum() == pytest.approx(1.0) and prior @ mult[:, 1] == pytest.approx(1.0)
+    assert np.sqrt(mult[:, 1].max()) > 4.0 and np.argmax(prior) in (15, 16)
+    rng = np.random.default_rng(5)
+    w = rm.prior_std[1:] * 4.0 * rng.standard_normal(rm.Xc.shape[1] - 1)
+    idx = rng.choice(len(table), 40, replace=False)
+    rm.fit(table.take(idx), rm.Xc[idx, 1:] @ w + rng.normal(0.0, 0.02, 40))
+    assert 3.0 < rm.width_scale() < 5.5

@@ -13,8 +13,8 @@ The feature widths are not guesses, and not fixed: priors.py derives one per fea
 calibration's leave-one-model-out residuals (PRIOR_WIDTHS), and how wrong the model is differs between
 clusters, so each study learns a scale k on every feature width from its own trials (hierarchical
 empirical Bayes): log k has the spread PRIOR_WIDTHS["scale_sd"] the calibration rows show between
-models. The posterior averages over DRAWS values of k (quadrature), each weighted by its marginal
-likelihood (how well the widths explain the trials), and is summarised by its mean and covariance, so every
+models. The posterior averages over DRAWS values of k (quadrature), each weighted by its hyperprior weight times
+its marginal likelihood (how well the widths explain the trials), and is summarised by its mean and covariance, so every
 consumer sees one Gaussian: the planner, the stop rule, the LLM gate and the uncertainty shown per candidate
 read the same numbers. k^2 averages 1 over the hyperprior, so before any trial the prior variance is exactly
 the calibration's. One scale, not one per group or per kind: measured in bench/search_efficiency.py
@@ -28,8 +28,6 @@ rule). Pure numpy; a refit is a few batched n x n (or p x p) solves, p ~ 70 colu
 """
 
 from __future__ import annotations
-
-from statistics import NormalDist
 
 import numpy as np
 
@@ -48,9 +46,15 @@ __all__ = ["ResidualModel", "features", "feature_groups", "INTERACTIONS", "DRAWS
 # trials cannot tell own errors from feature errors, so the scale cannot be learnt per study either. The oracle of
 # the lomo+own reality uses it (it knows reality has own errors).
 
-# Quadrature points of the width scale's hyperprior (its quantile midpoints): 32 resolve the scale's
-# posterior to 1/32 of the hyperprior's mass, finer than a handful of trials can tell scales apart.
+# Quadrature points of the width scale's hyperprior: log k at DRAWS points evenly spaced over +-DRAW_SPAN standard
+# deviations, each weighted by the hyperprior's density there. 32 points are 0.26 sd apart, finer than a handful of
+# trials can tell scales apart. The span matters: the hyperprior's quantile midpoints (the rule until 7 December) stop
+# at 2.15 sd, so no posterior could put the widths beyond about 2.2x the calibration's, however wrong the trials said
+# the model was; under +-20% per feature value (bench/search_efficiency.py f20+int) the learnt scale sat at 1.8-2.1
+# while reality's error is about 3.5x the calibration's. At 4 sd the tail points weigh 3e-4 of the centre's: only
+# trials that say so reach them.
 DRAWS = 32
+DRAW_SPAN = 4.0
 
 
 def features(t: LayoutTable, vocab: list[np.ndarray] | None = None, hidden: int | None = None,
@@ -74,15 +78,18 @@ def features(t: LayoutTable, vocab: list[np.ndarray] | None = None, hidden: int 
     return X, vocab, names
 
 
-def _scale_draws(groups: list[str], scale_sd: float, n: int) -> np.ndarray:
-    """(n, columns) multipliers of each column's prior variance, k^2 with log k at the n quantile
-    midpoints of N(0, scale_sd^2), normalised so their mean is 1 (the prior variance is the calibration's
-    on average; the median width is smaller and the tails heavier); the intercept's stay 1."""
-    log_k = np.array([NormalDist(0.0, scale_sd).inv_cdf((j + 0.5) / n) for j in range(n)])
-    k2 = np.exp(2 * log_k)
-    k2 /= k2.mean()
+def _scale_draws(groups: list[str], scale_sd: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """((n, columns) multipliers of each column's prior variance, (n,) prior weights): k^2 with log k at n points
+    evenly spaced over +-DRAW_SPAN standard deviations of N(0, scale_sd^2), each weighted by that density, normalised
+    so that k^2's weighted mean is 1 (the prior variance is the calibration's on average; the median width is smaller
+    and the tails heavier); the intercept's stay 1."""
+    z = np.linspace(-DRAW_SPAN, DRAW_SPAN, n) if n > 1 else np.zeros(1)
+    prior = np.exp(-0.5 * z * z)
+    prior /= prior.sum()
+    k2 = np.exp(2 * scale_sd * z)
+    k2 /= prior @ k2
     feat = np.array([_scaled(g) for g in groups])
-    return np.where(feat[None, :], k2[:, None], 1.0)
+    return np.where(feat[None, :], k2[:, None], 1.0), prior
 
 
 def _scaled(group: str) -> bool:
@@ -108,9 +115,9 @@ class ResidualModel:
         self.sigma_n, self.nu = sigma_n, nu
         self.sigma_own = float(sigma_own)
         self._own = None  # (candidate indices, their own-error posterior mean and variance) after fit_candidates
-        self._mult = (_scale_draws(self.groups, w.get("scale_sd", PRIOR_WIDTHS["scale_sd"]), DRAWS)
-                      if learn_widths else np.ones((1, len(self.groups))))
-        self.draw_weight = np.full(len(self._mult), 1.0 / len(self._mult))
+        self._mult, self._draw_prior = (_scale_draws(self.groups, w.get("scale_sd", PRIOR_WIDTHS["scale_sd"]), DRAWS)
+                                        if learn_widths else (np.ones((1, len(self.groups))), np.ones(1)))
+        self.draw_weight = self._draw_prior.copy()
         self.mean = np.zeros(self.Xc.shape[1])
         self.cov = np.diag(self.prior_std**2)
         self.weights = np.zeros(0)  # IRLS weight per fitted row (1: an ordinary row; << 1: an outlier)
@@ -125,7 +132,7 @@ class ResidualModel:
         self.hidden, self.gpus_per_node, self.vocab = None, 8, []
         self.Xc, self.prior_std = np.asarray(X, float), np.asarray(prior_std, float)
         self.groups = ["intercept"] + ["design"] * (X.shape[1] - 1)
-        self.sigma_n, self.nu, self._mult = sigma_n, nu, np.ones((1, X.shape[1]))
+        self.sigma_n, self.nu, self._mult, self._draw_prior = sigma_n, nu, np.ones((1, X.shape[1])), np.ones(1)
         self.sigma_own, self._own = float(sigma_own), None
         self.draw_weight, self.weights, self.row_noise = np.ones(1), np.zeros(0), np.zeros(0)
         self.mean, self.cov = np.zeros(X.shape[1]), np.diag(self.prior_std**2)
@@ -199,7 +206,7 @@ class ResidualModel:
             Ainv = np.linalg.inv(A)
             means = Ainv @ b
             ll = -0.5 * (np.linalg.slogdet(A)[1] + np.log(V).sum(axis=1) - means @ b)
-        w = np.exp(ll - ll.max())
+        w = self._draw_prior * np.exp(ll - ll.max())
         w /= w.sum()
         keep = np.flatnonzero(w > 1e-9)
         wk = w[keep] / w[keep].sum()
