@@ -3,7 +3,7 @@ readable when small."""
 
 from __future__ import annotations
 
-__all__ = ["count", "hours"]
+__all__ = ["count", "hours", "measured_text"]
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
@@ -19,3 +19,10 @@ def hours(x: float) -> str:
     if x == 0 or abs(x) >= 0.095:
         return f"{x:,.1f}"
     return f"{x:.2g}" if abs(x) >= 1e-4 else f"{x:.1e}"
+
+
+def measured_text(value: float | None, stderr: float | None = None) -> str:
+    """A measured tokens/s/GPU with its standard error when its trial reported one ("2,451.4 +/-0.3%"), or "-"."""
+    if not value:
+        return "-"
+    return f"{value:,.1f}" + (f" +/-{stderr:.1%}" if stderr else "")

@@ -508,6 +508,37 @@ def test_the_peak_shown_for_a_measured_trial_is_the_one_it_measured(tmp_path):
         assert r["peak_memory_bytes"] == pytest.approx(0.9 * r["predicted_peak_memory_bytes"], rel=1e-6)
 
 
+def test_a_measured_trials_standard_error_reaches_the_outcome_the_study_and_the_belief(tmp_path, capsys):
+    """A trial's standard error (its window's CV / sqrt(steps)) is in the outcome's rows and the printed table, in the
+    study (the dashboard reads it back) and in the residual model's row noise. The cluster is a test double whose
+    trials report a 6% step-time CV over a 9-step window: 2% standard error."""
+    from autotune.cli.report import render_outcome
+    from autotune.report.study import load_study
+    from autotune.search.driver import SearchConfig
+    from autotune.search.session import SearchSession
+    from autotune.space import load_space
+    from autotune.trials.backends.simulate import SimulateBackend
+
+    class Measured(SimulateBackend):
+        measured = True
+
+        def _simulate(self, spec):
+            res = super()._simulate(spec)
+            return res.model_copy(update={"source": "measured", "step_time_cv_percent": 6.0, "window": (5, 13)})
+
+    model = load_model("Llama-3.1-8B")
+    s = SearchSession(model, ClusterSpec.of("H100", 8), Workload(), load_space(None, model), Measured(),
+                      StudyDir(tmp_path, "se"), SearchConfig(trials=2, noise=0.01))
+    s.prepare()
+    out = s.run().to_json()
+    assert [r["stderr"] for r in out["trials"]] == pytest.approx([0.02, 0.02])
+    assert list(s.driver.candidates.residual.row_noise) == pytest.approx([0.02, 0.02])  # above the 1% noise
+    capsys.readouterr()
+    render_outcome(out)
+    assert "+/-2.0%" in capsys.readouterr().out
+    assert [t.stderr for t in load_study(tmp_path / "se").trials] == pytest.approx([0.02, 0.02])
+
+
 def test_a_search_where_no_trial_succeeded_says_so(tmp_path, capsys):
     """Every trial timed out: the search printed no best line at all, and the dashboard said the recipes were
     'not written yet' for a search that had ended. The cluster is a test double whose trials all time out."""

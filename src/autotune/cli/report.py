@@ -8,7 +8,7 @@ from rich.table import Table
 from ..cost.advice import lever_text, shares_text
 from ..report.fit import fit
 from ..search.study import calibration_command
-from ..words import count, hours
+from ..words import count, hours, measured_text
 from .console import console
 
 GiB = 1024**3
@@ -25,7 +25,8 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
         fmt = lambda v: f"{v:,.1f}" if v else "-"  # noqa: E731
         t.add_row(str(k) if r["value"] else "-", str(r["number"]), r["layout"],
                   r.get("settings") or f"{r['recompute']}, {r['dispatcher']}",
-                  fmt(r["predicted"]), fmt(r["measured"]), f"{r.get('mfu', 0):.1%}" if r["value"] else "-",
+                  fmt(r["predicted"]), measured_text(r["measured"], r.get("stderr")),
+                  f"{r.get('mfu', 0):.1%}" if r["value"] else "-",
                   f"{r['usd_per_million_tokens']:.2f}" if r["value"] and r.get("usd_per_million_tokens") else "-",
                   f"{r.get('peak_memory_bytes', 0) / GiB:.1f}", r["state"])
     console.print(fit(t))

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..catalog.workload import routing_of
 from ..errors import BadInput
 from ..trials.spec import Prediction
-from ..words import count
+from ..words import count, measured_text
 
 from .recipes import RecipeView, load_recipes
 
@@ -53,9 +53,7 @@ class TrialView:
     @property
     def measured_text(self) -> str:
         """The measured tokens/s/GPU with its standard error when its trial reported one ("2,451.4 +/-0.3%"), or "-"."""
-        if not self.measured:
-            return "-"
-        return f"{self.measured:,.1f}" + (f" +/-{self.stderr:.1%}" if self.stderr else "")
+        return measured_text(self.measured, self.stderr)
 
     @property
     def split(self) -> str:
@@ -270,7 +268,8 @@ def _trials_from_summary(summary: dict) -> list[TrialView]:
         out.append(TrialView(number=int(r["number"]), state="COMPLETE", status=status,
                              source="measured" if state == "measured" else "predicted", label=r.get("layout", "?"),
                              layout={}, recompute=r.get("recompute", "none"), dispatcher=r.get("dispatcher", ""),
-                             predicted=r.get("predicted"), value=r.get("value"), peak_bytes=r.get("peak_memory_bytes")))
+                             predicted=r.get("predicted"), value=r.get("value"), peak_bytes=r.get("peak_memory_bytes"),
+                             stderr=r.get("stderr")))
     return out
 
 

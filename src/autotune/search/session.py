@@ -166,6 +166,7 @@ class SearchSession:
                 "status": r.status,
                 "state": r.status if r.status != "ok" else ("measured" if r.source == "measured" else "predicted"),
                 "predicted": r.predicted, "measured": r.value if r.source == "measured" else None, "value": r.value,
+                "stderr": r.stderr if r.source == "measured" else None,
                 "mfu": p.mfu, "usd_per_million_tokens": p.usd_per_million_tokens,
                 "peak_memory_bytes": int(self._measured_peak(r) or p.peak_bytes),
                 "predicted_peak_memory_bytes": int(p.peak_bytes),
