@@ -51,8 +51,8 @@ __all__ = ["ResidualModel", "features", "feature_groups", "INTERACTIONS", "DRAWS
 # trials can tell scales apart. The span matters: the hyperprior's quantile midpoints (the rule until 7 December) stop
 # at 2.15 sd, so no posterior could put the widths beyond about 2.2x the calibration's, however wrong the trials said
 # the model was; under +-20% per feature value (bench/search_efficiency.py f20+int) the learnt scale sat at 1.8-2.1
-# while reality's error is about 3.5x the calibration's. At 4 sd the tail points weigh 3e-4 of the centre's: only
-# trials that say so reach them.
+# while reality's error per feature value is about 2.6x the calibration's feature widths. At 4 sd the tail points
+# weigh 3e-4 of the centre's: only trials that say so reach them.
 DRAWS = 32
 DRAW_SPAN = 4.0
 
