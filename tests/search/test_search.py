@@ -179,7 +179,15 @@ def test_a_trial_stopped_with_the_driver_runs_again_on_resume(tmp_path):
     assert json.dumps(requeued[0].params, sort_keys=True) in [json.dumps(t.params, sort_keys=True) for t in after]
 
 
-def test_second_driver_refuses(tmp_path, capsys):
+def test_second_driver_refuses(tmp_path, capsys, monkeypatch):
+    """A study another driver holds is refused at once: before the space is screened (seconds for a space of
+    millions), so the screen never runs."""
+    import autotune.search.driver as drv
+
+    def screened(*a, **k):
+        raise AssertionError("the space was screened before the lock")
+
+    monkeypatch.setattr(drv, "Candidates", screened)
     holder = StudyDir(tmp_path, "busy")
     holder.lock()
     try:

@@ -133,17 +133,20 @@ class SearchDriver:
                 self.choices[k] = list(stored)
 
     def prepare(self) -> None:
-        """Everything that can fail on bad input, before any output: screen the space, lock, open the
-        study, repair what a killed run left. Idempotent; run() calls it if the caller did not."""
+        """Everything that can fail on bad input, before any output: lock the study (a study another driver holds, or
+        a link planted in its folder, is refused at once, not after the screen), screen the space, open the study,
+        repair what a killed run left; on any failure the lock is released and a folder this call created removed.
+        Idempotent; run() calls it if the caller did not."""
         if self.requeue is not None:
             return
-        self.candidates = Candidates(self.model, self.cluster, self.workload, self.space, self.cfg.noise)
-        self.choices = choices_of(self.candidates.context([], 0))
-        self.planner = get_planner(self.cfg.planner, PlannerOptions(
-            seed=self.cfg.seed, sampler=self.cfg.sampler, out_dir=self.sd.root / "planner",
-            llm_base_url=self.cfg.llm_base_url, llm_model=self.cfg.llm_model, llm_timeout_s=self.cfg.llm_timeout_s))
         self.sd.lock()
         try:
+            self.candidates = Candidates(self.model, self.cluster, self.workload, self.space, self.cfg.noise)
+            self.choices = choices_of(self.candidates.context([], 0))
+            self.planner = get_planner(self.cfg.planner, PlannerOptions(
+                seed=self.cfg.seed, sampler=self.cfg.sampler, out_dir=self.sd.root / "planner",
+                llm_base_url=self.cfg.llm_base_url, llm_model=self.cfg.llm_model,
+                llm_timeout_s=self.cfg.llm_timeout_s))
             self.study = self.sd.open()
             self._check_study()
             self.requeue = self._resume()
