@@ -547,6 +547,28 @@ def test_a_measured_trials_standard_error_reaches_the_outcome_the_study_and_the_
     assert [t.stderr for t in load_study(tmp_path / "se").trials] == pytest.approx([0.02, 0.02])
 
 
+def test_a_close_call_between_the_two_best_is_said_when_their_trials_scattered():
+    """The note names both trials when they are apart by less than twice their difference's standard error and one of
+    them scattered more than --noise; it is silent when they are far apart, when both are as steady as the noise, and
+    for trials that report no error (the simulator's)."""
+    from autotune.search.planners import TrialRecord
+    from autotune.search.session import close_call
+
+    lay = Layout(tp=1, pp=4, ep=8, world=32)
+
+    def rec(n, v, se, source="measured"):
+        return TrialRecord(n, lay, "ok", source, v, v, stderr=se)
+
+    note = close_call([rec(3, 3098.6, 0.061), rec(0, 2966.2, 0.046)], 0.02)
+    assert "trial 3" in note and "3,098.6 +/-6.1%" in note and "trial 0" in note and "4.4% apart" in note
+    # sqrt(0.061^2 + 0.046^2) = 7.6%: 2 x that is 15.3%, so 16% apart is settled
+    assert close_call([rec(3, 3098.6, 0.061), rec(0, 3098.6 / 1.174, 0.046)], 0.02) is None
+    assert close_call([rec(3, 3098.6, 0.015), rec(0, 2966.2, 0.01)], 0.02) is None  # as steady as the noise
+    assert close_call([rec(3, 3098.6, None), rec(0, 2966.2, None)], 0.02) is None
+    assert close_call([rec(3, 3098.6, 0.06, "predicted"), rec(0, 2966.2, 0.05)], 0.02) is None
+    assert close_call([rec(3, 3098.6, 0.06)], 0.02) is None
+
+
 def test_a_search_where_no_trial_succeeded_says_so(tmp_path, capsys):
     """Every trial timed out: the search printed no best line at all, and the dashboard said the recipes were
     'not written yet' for a search that had ended. The cluster is a test double whose trials all time out."""

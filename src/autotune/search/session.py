@@ -10,6 +10,7 @@ summary.json holds. The CLI only parses flags and renders.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,6 +24,7 @@ from ..space import SearchSpace
 from ..trials.backends import Backend
 from ..trials.prediction import prediction_of
 from ..trials.spec import TRIAL_STARTUP_S, TrialResult
+from ..words import measured_text
 from .driver import SearchConfig, SearchDriver
 from .gates import GateOutcome, GatesStage, RecipeGates
 from .outputs import Publication
@@ -119,7 +121,9 @@ class SearchSession:
                 study=self.sd.name, runs_dir=str(self.sd.root.parent), study_dir=str(self.sd.root),
                 backend=loop.backend, planner=self.cfg.planner, stop_reason=loop.stop_reason, records=loop.records,
                 ranked=ranked, gpu_hours=loop.gpu_hours, funnel=list(self.driver.candidates.funnel),
-                trials=self._rows(loop.records), notes=self.notes + self.driver.candidates.space_notes + loop.notes, model_is_moe=self.model.is_moe,
+                trials=self._rows(loop.records), model_is_moe=self.model.is_moe,
+                notes=self.notes + self.driver.candidates.space_notes + loop.notes
+                + [n for n in [close_call(ranked, self.cfg.noise, self.model.is_moe)] if n],
                 summary=ranked[0].layout.summary(self.workload.seq_len, self.model.is_moe) if ranked else "",
                 workload=self.workload.rows(),
             )
@@ -223,6 +227,26 @@ class SearchSession:
         )
         name = recipe_name("autotune", rec.layout, wl, moe=self.model.is_moe)
         return write_recipe(recipe, pub.path(f"recipes/rank-{rank:02d}-{name}.yaml"), name=name)
+
+
+def close_call(ranked: list[TrialRecord], noise: float, is_moe: bool = True) -> str | None:
+    """A note when the two best measured trials are within their own measurement error of each other (apart by less
+    than twice the standard error of their difference, each trial's error the larger of its own and --noise) and at
+    least one of them scattered more than --noise: which of the two is faster is then not settled, and more steps
+    per trial would settle it (the standard error falls with the root of the steps). None otherwise, and when the
+    trials report no error of their own (a simulator's, or one as steady as the noise)."""
+    top = [r for r in ranked[:2] if r.source == "measured" and r.value and r.stderr is not None]
+    if len(top) < 2 or max(r.stderr for r in top) <= noise:
+        return None
+    (a, b), s = top, [max(r.stderr, noise) for r in top]
+    gap = abs(math.log(a.value / b.value))
+    if gap >= 2 * math.hypot(*s):
+        return None
+    return (f"the two best measured layouts are within their trials' error of each other: trial {a.number} "
+            f"{a.layout.label(is_moe)} {measured_text(a.value, a.stderr)} and trial {b.number} {b.layout.label(is_moe)} "
+            f"{measured_text(b.value, b.stderr)}, {gap:.1%} apart; their steps scattered more than the {noise:.0%} noise, "
+            "so which is faster is not settled: more --steps per trial (the error falls with the root of the steps) or "
+            "a quieter machine would tell them apart")
 
 
 def _stack(res: TrialResult | None, cluster: ClusterSpec) -> dict:
