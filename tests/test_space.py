@@ -305,3 +305,23 @@ def test_rows_per_micro_batch_stop_at_the_micro_batch_token_cap():
     space.prune.max_microbatch_tokens = 0
     uncapped = explore(space, m, Workload(seq_len=8192, global_batch=512), c)
     assert uncapped.funnel[0][1] > long.funnel[0][1] and not any("micro-batch" in n for n in uncapped.notes)
+
+
+def test_a_default_global_batch_no_dp_divides_becomes_one_that_does_with_a_note(capsys, tmp_path):
+    """40 GPUs leave no DP that 128 rows divide over (the test above). Without --global-batch, `space` and `search`
+    take the batch that message suggests first (10 x 16 = 160) and say so; a batch the user gave stays an error."""
+    from autotune.cli.main import main
+
+    base = ["--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "40"]
+    rc, out, line = _run_cli(capsys, *base, "--top", "1", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["top"] and doc["workload"]["global_batch"] == 160, line
+    note = next(n for n in doc["notes"] if n.startswith("--global-batch 160 by default"))
+    assert "the default 128 rows divide over none of the data-parallel sizes 40 GPUs leave (the smallest is 10); " \
+           "160 = 10 x 16 rows do" in note
+    capsys.readouterr()
+    rc = main(["search", *base, "--trials", "1", "--runs-dir", str(tmp_path), "--study", "b", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["best"] and any(n.startswith("--global-batch 160 by default") for n in out["notes"])
+    assert [d.name for d in tmp_path.iterdir()] == ["b"]  # the first, failed start left nothing behind
+    # (--global-batch 128 given on 40 GPUs stays an error: the test above)

@@ -285,6 +285,22 @@ class SpaceResult:
     closest_broken: int = 0  # when no layout is legal: how many rules the closest layouts break (last_reasons')
 
 
+def _even_batch(g: int, d: int) -> int:
+    """The smallest d x 2^k of at least g rows: a global batch that divides over DP d and its power-of-two multiples."""
+    return d * 2 ** max(0, math.ceil(math.log2(g / d)))
+
+
+def batch_fallback(res: SpaceResult, workload: Workload) -> int | None:
+    """When no layout survived only because the global batch divides over none of the DP sizes the GPU count leaves
+    (the closest layouts break that one rule: 72 GPUs leave a DP with a factor of 3 or 9, which 128 rows do not
+    divide over): the global batch nothing_survives suggests first, d x 2^k rows, the smallest of at least the batch
+    asked (d: the smallest DP those layouts leave). None otherwise. For a default batch only: one a user gave is
+    theirs to change."""
+    if len(res.kept) or not res.blocked_dp or res.closest_broken != 1 or "illegal: dp_batch" not in res.last_reasons:
+        return None
+    return _even_batch(workload.global_batch, res.blocked_dp)
+
+
 def nothing_survives(res: SpaceResult, workload: Workload, subject: str = "no layout") -> str:
     """Why no layout survived, and the way out that fits what removed the last of them (one line, for BadInput):
     when none is legal, the rules the closest layouts break (explore's second pass); when none fits, the memory."""
@@ -296,7 +312,7 @@ def nothing_survives(res: SpaceResult, workload: Workload, subject: str = "no la
                 "offload_modules)")
     elif "illegal: dp_batch" in codes and res.blocked_dp:
         g, d = workload.global_batch, res.blocked_dp
-        near, even = -(-g // d) * d, d * 2 ** max(0, math.ceil(math.log2(g / d)))  # even: d x a power of 2
+        near, even = -(-g // d) * d, _even_batch(g, d)
         way = (f"{near} (a multiple of {d})" if near == even else
                f"{even} ({d} x {even // d}, which divides over power-of-two multiples of DP {d} too) or {near} (the "
                f"nearest multiple of {d})")

@@ -3,6 +3,8 @@ the reusable range checks every command applies to its numbers, names and paths 
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import os
 from pathlib import Path
@@ -160,7 +162,8 @@ SeqOpt = typer.Option(None, "--seq-len", show_default=False,
                            "a model's learned positions when fewer).")
 BatchOpt = typer.Option(None, "--global-batch", show_default=False,
                         help=f"Rows per optimizer step (default {GLOBAL_BATCH}, the seed's; {CPU_GLOBAL_BATCH} with "
-                             "--gpu cpu).")
+                             "--gpu cpu; for space and search, when no data-parallel size the GPU count leaves divides "
+                             "the default, e.g. 72 GPUs, the smallest one that does, with a note).")
 GradsOpt = typer.Option("fp32", "--grads", help="Gradient buffers and their DP reduction: fp32 "
                         "(--accumulate-allreduce-grads-in-fp32, the seed) or bf16 (Megatron's default: half the "
                         "gradient memory and DP traffic).")
@@ -207,6 +210,22 @@ def rows_defaults(gpu: str | None, seq_len: int | None, global_batch: int | None
     note = (f"--gpu cpu: {' and '.join(chosen)} by default (the seed's {SEQ_LEN} x {GLOBAL_BATCH} rows take minutes a "
             "step on a CPU); give them to change it") if on_cpu and chosen else None
     return seq, batch, note
+
+
+def default_batch_retry(res, workload: Workload, given: int | None, count: int) -> tuple[Workload, str] | None:
+    """(the workload at another global batch, the note that says so) when --global-batch was not given and no layout
+    survived only because the default batch divides over none of the DP sizes the GPU count leaves (72 GPUs: DP 3, 9,
+    ...; space.batch_fallback); None otherwise. A batch the user gave is never changed."""
+    from ..space import batch_fallback
+
+    new = batch_fallback(res, workload) if given is None else None
+    if new is None:
+        return None
+    d = res.blocked_dp
+    return (dataclasses.replace(workload, global_batch=new),
+            f"--global-batch {new} by default: the default {workload.global_batch} rows divide over none of the "
+            f"data-parallel sizes {count:,} GPUs leave (the smallest is {d}); {new} = {d} x {new // d} rows do. Give "
+            "--global-batch to choose another")
 
 
 def resolve(model: str, gpu: str, count: int, gpus_per_node: int | None, seq_len: int | None,

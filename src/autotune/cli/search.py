@@ -21,7 +21,7 @@ from ..trials.backends import BACKENDS, get_backend
 from .common import (BatchOpt, CountOpt, Fp8AttentionOpt, Fp8OutputProjOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt,
                      NoDeepEPOpt, NoHybridEPOpt, NoTEOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt,
                      finite_non_negative, finite_positive, fraction, input_file, missing_software, non_negative_int,
-                     output_dir, positive_int, resolve)
+                     output_dir, positive_int, resolve, default_batch_retry)
 from .console import console, err_console, print_json, screening
 from .report import render_outcome
 
@@ -185,7 +185,20 @@ def search(
     # bad input fails here, before any output; the spinner (a terminal's only, gone when done) covers the screening
     # of the space, seconds for a space of millions
     with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
-        session.prepare()
+        try:
+            session.prepare()
+        except BadInput as exc:  # a default global batch no DP of this GPU count divides: once more at one that does
+            retry = default_batch_retry(getattr(exc, "space_result", None), workload, global_batch, cluster.count) \
+                if getattr(exc, "space_result", None) is not None else None
+            if retry is None:
+                raise
+            workload, note = retry
+            notes.append(note)
+            gates.check(m, cluster, workload)
+            be = get_backend(backend, **opts)  # the failed start closed the first
+            session = SearchSession(m, cluster, workload, sp, be, sd, cfg, on_event=view.on_event, gates=gates,
+                                    notes=notes)
+            session.prepare()
     resumed = session.driver.resume_line()  # an existing study: say so before anything runs
     if resumed:
         err_console.print(resumed, markup=False, soft_wrap=True)

@@ -13,7 +13,7 @@ from ..report.fit import fit
 from ..space import explore, load_space, nothing_survives
 from .common import (BatchOpt, CountOpt, Fp8AttentionOpt, Fp8OutputProjOpt, GpuOpt, GradsOpt, JsonOpt, ModelOpt,
                      NoDeepEPOpt, NoHybridEPOpt, NoTEOpt, PerNodeOpt, PrecisionOpt, RoutingOpt, SeqOpt, SpaceOpt,
-                     missing_software, resolve)
+                     default_batch_retry, missing_software, resolve)
 from .console import console, print_json, screening
 from .estimate import ROUTING_LINES, report
 
@@ -54,6 +54,11 @@ def space(
     sp = load_space(space_file, m)
     with screening(m.name, cluster.count, cluster.gpu.name, not json_out):
         res = explore(sp, m, workload, cluster)
+        retry = default_batch_retry(res, workload, global_batch, cluster.count)
+        if retry:
+            workload, note = retry
+            notes.append(note)
+            res = explore(sp, m, workload, cluster)
     res.notes[:0] = notes
     best = [report(m, cluster, workload, res.table.row(int(i)), res.evaluation, int(i)) for i in res.kept[:top]]
     why_none = None if best else nothing_survives(res, workload)

@@ -136,8 +136,10 @@ class Candidates:
         self.funnel = res.funnel
         self.space_notes = list(res.notes)  # what the cluster's software took out of the space, and why
         if len(res.kept) == 0:
-            raise BadInput(nothing_survives(res, workload, f"no layout of {model.name} on {cluster.count} x "
+            exc = BadInput(nothing_survives(res, workload, f"no layout of {model.name} on {cluster.count} x "
                                                            f"{cluster.gpu.name}"))
+            exc.space_result = res  # what removed the last layouts: a caller may retry a default it chose
+            raise exc
         self.table: LayoutTable = res.table.take(res.kept)
         self.keys = table_keys(self.table)
         # predicted peak GPU memory per candidate, and the lowest one a trial ran out of memory at (with its trial)
