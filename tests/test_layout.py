@@ -388,3 +388,30 @@ def test_megatron_pipeline_layout_strings_are_read_as_megatron_reads_them():
     with pytest.raises(BadInput, match=r"16 stages on PP 4 x VPP 2"):  # Megatron takes VPP from the string
         layout_from_args(["--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2",
                           "--pipeline-model-parallel-layout", "Et*4|(tttt|)*14tmL"], world=256)
+
+
+def test_a_batch_that_does_not_divide_over_dp_names_the_nearest_multiple():
+    """The rule's message gives the way out: the nearest multiple of DP above the batch; with that batch the layout
+    is legal, and no 'nearest layout' is offered in place of the batch the message already names."""
+    lay = Layout.parse("TP1 PP4 EP2", world=24)  # DP 6
+    [v] = [v for v in violations(Q, W, lay) if v.code == "dp_batch"]
+    assert "global batch 128 rows does not divide over DP 6 (use --global-batch 132, the nearest multiple of 6" in v.message
+    assert violations(Q, Workload(global_batch=132), lay) == []
+
+
+def test_estimate_takes_a_default_batch_the_layouts_dp_divides_and_says_so(capsys):
+    """`estimate` with no --global-batch on a layout whose DP the default 128 rows do not divide: the nearest multiple
+    of DP, with a note; --global-batch 128 given stays an error naming that multiple."""
+    import json
+
+    from autotune.cli.main import main
+
+    args = ["estimate", "--model", "Llama-3.1-8B", "--gpu", "H100", "--count", "24", "--layout", "TP2 PP2"]
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["workload"]["global_batch"] == 132
+    assert any(n.startswith("--global-batch 132 by default: the default 128 rows do not divide over DP 6")
+               for n in out["notes"])
+    assert main([*args, "--global-batch", "128"]) == 2
+    assert "use --global-batch 132" in capsys.readouterr().err

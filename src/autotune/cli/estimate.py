@@ -126,6 +126,8 @@ def estimate(
             notes.append(f"--fsdp with PP {lay.pp}: each stage keeps its parameters gathered across its micro-batches, "
                          "so memory and time are predicted as with the distributed optimizer alone (the model "
                          "shards them only at PP 1)")
+    if global_batch is None and recipe is None:
+        workload = _batch_for(m, workload, lay, notes)
     validate(m, workload, lay)
     ev = evaluate(m, workload, cluster, LayoutTable.from_layouts([lay]))
     out = report(m, cluster, workload, lay, ev, 0)
@@ -140,6 +142,23 @@ def estimate(
         print_json(out)
     else:
         render(out)
+
+
+def _batch_for(m, workload, lay, notes: list[str]):
+    """The default global batch, or, when that divides over the layout's DP not at all and the batch is the only
+    thing wrong, the nearest multiple of DP above it, with a note (a batch the user gave is never changed)."""
+    from ..layout.rules import violations
+
+    bad = violations(m, workload, lay)
+    if [v.code for v in bad] != ["dp_batch"] or lay.dp < 1:
+        return workload
+    new = replace(workload, global_batch=-(-workload.global_batch // lay.dp) * lay.dp)
+    if violations(m, new, lay):
+        return workload
+    notes.append(f"--global-batch {new.global_batch} by default: the default {workload.global_batch} rows do not "
+                 f"divide over DP {lay.dp}; {new.global_batch} = {lay.dp} x {new.global_batch // lay.dp} do. Give "
+                 "--global-batch to choose another")
+    return new
 
 
 def _only_with_recipe(ctx: typer.Context) -> None:

@@ -160,7 +160,8 @@ RULES: list[Rule] = [
          lambda m, w, l: f"MoE with TP {l.tp} needs sequence parallelism (--sequence-parallel)"),
     # DP 0 (TP x PP x CP does not divide the world) is world_mp's to report, not a batch that fails to divide
     Rule("dp_batch", lambda m, w, t: (t.dp == 0) | _div(w.global_batch, np.maximum(t.dp, 1)),
-         lambda m, w, l: f"global batch {w.global_batch} rows does not divide over DP {l.dp}"),
+         lambda m, w, l: f"global batch {w.global_batch} rows does not divide over DP {l.dp} (use --global-batch "
+                         f"{-(-w.global_batch // max(l.dp, 1)) * l.dp}, the nearest multiple of {l.dp} above it)"),
     Rule("row_fits_tokens", lambda m, w, t: (t.max_tokens == 0) | (t.max_tokens >= w.seq_len // t.cp),
          lambda m, w, l: f"max tokens per GPU {l.max_tokens_per_gpu} is below one row's share "
                          f"({w.seq_len // l.cp} = {w.seq_len} tokens / CP {l.cp})"),
@@ -191,7 +192,7 @@ RULES: list[Rule] = [
 # checks an "uneven" row against the others first and against these once it has its splits
 SPLIT_RULES = ("layers_pp", "recompute_layers")
 # rules about a setting whose message names the value that fixes it (the nearest-layout search keeps settings)
-_NAMES_ITS_FIX = {code for code, _, _ in SETTING_RULES} | {"tokens_within_rows", "microbatch_divides"}
+_NAMES_ITS_FIX = {code for code, _, _ in SETTING_RULES} | {"tokens_within_rows", "microbatch_divides", "dp_batch"}
 
 
 def check(model: ModelSpec, workload: Workload, t: LayoutTable) -> dict[str, np.ndarray]:
