@@ -325,3 +325,12 @@ def test_a_default_global_batch_no_dp_divides_becomes_one_that_does_with_a_note(
     assert rc == 0 and out["best"] and any(n.startswith("--global-batch 160 by default") for n in out["notes"])
     assert [d.name for d in tmp_path.iterdir()] == ["b"]  # the first, failed start left nothing behind
     # (--global-batch 128 given on 40 GPUs stays an error: the test above)
+
+
+def test_fewer_gpus_than_the_spaces_smallest_product_asks_for_more_gpus(capsys):
+    """Qwen3.5-122B-A10B's space starts EP at 4: on 2 GPUs no layout is legal, and the way out is at least 4 GPUs (or a
+    space whose lists start lower), not 'a power of 2' (2 is one)."""
+    rc, _, line = _run_cli(capsys, "--model", "Qwen3.5-122B-A10B", "--gpu", "H200", "--count", "2")
+    assert rc == 2 and "illegal: world_ep" in line, line
+    assert "smallest EP x ETP x PP is 4 (its lists start at EP 4, ETP 1, PP 1), more than 2 GPUs: use at least 4 GPUs" in line
+    assert "power of 2" not in line

@@ -32,6 +32,7 @@ from .layout import DISPATCHERS, RULES, LayoutTable, Recompute, check
 from .layout.core import CUDA_GRAPHS
 from .layout.dimensions import DIMENSIONS, SPLIT_CHOICES, UNEVEN, expand_splits, grid_axes, grid_columns, split_counts
 from .layout.rules import SPLIT_RULES
+from .words import count
 
 __all__ = ["SearchSpace", "Dimensions", "Prune", "load_space", "enumerate_space", "explore", "SpaceResult", "chunks", "MAX_CHUNK",
            "nothing_survives"]
@@ -324,7 +325,7 @@ def nothing_survives(res: SpaceResult, workload: Workload, subject: str = "no la
     elif top in ("illegal: interleaved_microbatches", "illegal: microbatch_divides", "illegal: tokens_within_rows"):
         hint = "use a larger --global-batch (more micro-batches per DP rank), or drop VPP from the space"
     elif top.startswith("illegal: world"):
-        hint = "use a GPU count that the space's TP x PP x CP and EP x ETP x PP divide (e.g. a power of 2)"
+        hint = _world_hint(res)
     else:
         hint = "widen the space (--space), or change the GPU count"
     if res.closest_broken:
@@ -333,6 +334,19 @@ def nothing_survives(res: SpaceResult, workload: Workload, subject: str = "no la
     else:
         why = f"the last candidates were removed by: {why}"
     return f"{subject} survives pruning; {why}. {hint[0].upper()}{hint[1:]}"
+
+
+def _world_hint(res: SpaceResult) -> str:
+    """The way out when TP x PP x CP or EP x ETP x PP divides no layout into the GPUs: more GPUs when the count is
+    below the smallest product the space lists (a space whose EP starts at 4 on 2 GPUs), else a count they divide."""
+    d, world = res.space.dimensions, int(res.table.world)
+    smallest = {"TP x PP x CP": min(d.tp) * min(d.pp) * min(d.cp), "EP x ETP x PP": min(d.ep) * min(d.etp) * min(d.pp)}
+    name, need = max(smallest.items(), key=lambda kv: kv[1])
+    if world < need:
+        return (f"the space's smallest {name} is {need} (its lists start at " + ", ".join(
+            f"{k} {min(getattr(d, k.lower()))}" for k in name.split(" x ")) + f"), more than {count(world, 'GPU')}: use at "
+            f"least {need} GPUs, or a --space whose lists start lower")
+    return "use a GPU count that the space's TP x PP x CP and EP x ETP x PP divide (e.g. a power of 2)"
 
 
 def _first_reason(masks: list[tuple[str, np.ndarray]], n: int,
