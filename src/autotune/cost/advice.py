@@ -1,55 +1,90 @@
 """What to change when a layout is slow or does not fit: the step terms a layout or workload setting controls, and the
 memory terms a setting frees, each with the setting that shrinks it. Read by `autotune estimate` (bottleneck and
-"to fit" lines) and by the search's outcome (the best layout's bottleneck). Plain tables; no torch, no ray.
+"to fit" lines) and by the search's outcome (the best layout's bottleneck). Given the layout and workload, a setting
+already in effect is not offered again. Plain tables; no torch, no ray.
 """
 
 from __future__ import annotations
 
-__all__ = ["LEVERS", "LEVER_SHARE", "MEMORY_LEVERS", "levers", "memory_lever", "step_shares", "lever_text",
-           "shares_text"]
+__all__ = ["LEVERS", "LEVER_OPTIONS", "LEVER_SHARE", "MEMORY_LEVERS", "MEMORY_LEVER_OPTIONS", "levers", "memory_lever",
+           "step_shares", "lever_text", "shares_text"]
 
 
-# what shrinks a step term a layout or workload setting controls, said where the term takes LEVER_SHARE of the step
-LEVERS = {
-    "dp_comm": "more micro-batches per step (--global-batch) amortise it; PP or a wider EP shards the gradients it moves",
-    "bubble": "more micro-batches per step (--global-batch) or VPP shrink it",
-    "imbalance": "a smaller EP gives each rank more experts to average over; --routing aux-loss if the run balances them",
-    "ep_comm": "--ep-overlap hides it behind compute; the flex or hybridep dispatcher sends a token once per node",
-    "host_bound": "--cuda-graphs replays the launches; more tokens per micro-batch give the GPU longer kernels",
-    "recompute": "lighter recompute (selective modules, fewer full-recompute layers) where memory allows",
-    "tp_comm": "--tp-comm-overlap hides it; a smaller TP moves less",
-    "cp_comm": "a smaller CP where memory allows",
-    "pp_p2p": "fewer pipeline stages",
-    "step_overhead": "a larger --global-batch amortises it (a fixed cost per optimizer step)",
-    "offload": "less --optimizer-offload where memory allows",
-    "act_offload": "fewer --activation-offload-layers where memory allows",
+# What shrinks a step term a layout or workload setting controls, said where the term takes LEVER_SHARE of the step.
+# Each term has options, each with the condition under which it is news: an option whose setting is already in
+# effect (--ep-overlap on, a hybridep dispatcher, --tp-comm-overlap, full CUDA graphs, a balancing loss) is not said;
+# the options without a condition always apply, so every term keeps at least one.
+_ALWAYS = None
+LEVER_OPTIONS: dict[str, tuple[tuple[str, object], ...]] = {
+    "dp_comm": (("more micro-batches per step (--global-batch) amortise it", _ALWAYS),
+                ("PP or a wider EP shards the gradients it moves", _ALWAYS)),
+    "bubble": (("more micro-batches per step (--global-batch) shrink it", _ALWAYS),
+               ("VPP shrinks it", lambda lay, wl: lay.vpp == 1),
+               ("a larger VPP shrinks it", lambda lay, wl: lay.vpp > 1)),
+    "imbalance": (("a smaller EP gives each rank more experts to average over", _ALWAYS),
+                  ("--routing aux-loss if the run balances them",
+                   lambda lay, wl: not (wl.load_balancing_loss or wl.force_balance))),
+    "ep_comm": (("--ep-overlap hides it behind compute", lambda lay, wl: not lay.ep_overlap),
+                ("the flex or hybridep dispatcher sends a token once per node",
+                 lambda lay, wl: lay.dispatcher not in ("flex", "hybridep")),
+                ("a smaller EP (inside one NVLink domain it stays off the network)", _ALWAYS)),
+    "host_bound": (("--cuda-graphs replays the launches", lambda lay, wl: lay.cuda_graphs != "full"),
+                   ("more tokens per micro-batch give the GPU longer kernels", _ALWAYS)),
+    "recompute": (("lighter recompute (selective modules, fewer full-recompute layers) where memory allows", _ALWAYS),),
+    "tp_comm": (("--tp-comm-overlap hides it", lambda lay, wl: not lay.tp_comm_overlap),
+                ("a smaller TP moves less", _ALWAYS)),
+    "cp_comm": (("a smaller CP where memory allows", _ALWAYS),),
+    "pp_p2p": (("fewer pipeline stages", _ALWAYS),),
+    "step_overhead": (("a larger --global-batch amortises it (a fixed cost per optimizer step)", _ALWAYS),),
+    "offload": (("less --optimizer-offload where memory allows", _ALWAYS),),
+    "act_offload": (("fewer --activation-offload-layers where memory allows", _ALWAYS),),
 }
 LEVER_SHARE = 0.2
-# what frees a memory term, said for the peak stage's largest term when a layout does not fit
-MEMORY_LEVERS = {
+# what frees a memory term, said for the peak stage's largest term when a layout does not fit; conditions as above
+MEMORY_LEVER_OPTIONS: dict[str, tuple[tuple[str, object], ...]] = {
     # (not PP: under 1F1B the first stage holds PP micro-batches of 1/PP of the layers)
-    "activations": "--recompute (selective modules first, then full), --offload-modules (their inputs wait in host "
-                   "memory), fewer --max-tokens-per-gpu, or more TP / CP",
-    "optimizer": "the distributed optimizer (the default), --optimizer-offload, or more DP to shard it over",
-    "grads": "more PP, or EP for an MoE's experts, to hold fewer parameters per GPU (--fsdp shards them at PP 1)",
-    "weights": "more PP / TP, or EP for an MoE's experts (--fsdp shards them at PP 1)",
-    "logits": "TP (the vocabulary splits over it) or fewer --max-tokens-per-gpu",
-    "recompute": "smaller recompute groups (full:block:N with a smaller N)",
-    "dispatcher": "a smaller EP or fewer --max-tokens-per-gpu",
+    "activations": (("--recompute (selective modules first, then full)",
+                     lambda lay, wl: lay.recompute.granularity != "full"),
+                    ("--offload-modules (their inputs wait in host memory)", _ALWAYS),
+                    ("fewer --max-tokens-per-gpu", _ALWAYS),
+                    ("more TP / CP", _ALWAYS)),
+    "optimizer": (("the distributed optimizer", lambda lay, wl: not lay.distributed_optimizer),
+                  ("--optimizer-offload", lambda lay, wl: lay.optimizer_offload < 1.0),
+                  ("more DP to shard it over", _ALWAYS)),
+    "grads": (("more PP, or EP for an MoE's experts, to hold fewer parameters per GPU", _ALWAYS),
+              ("--fsdp shards them at PP 1", lambda lay, wl: not lay.fsdp)),
+    "weights": (("more PP / TP, or EP for an MoE's experts", _ALWAYS),
+                ("--fsdp shards them at PP 1", lambda lay, wl: not lay.fsdp)),
+    "logits": (("TP (the vocabulary splits over it)", _ALWAYS), ("fewer --max-tokens-per-gpu", _ALWAYS)),
+    "recompute": (("smaller recompute groups (full:block:N with a smaller N)", _ALWAYS),),
+    "dispatcher": (("a smaller EP", _ALWAYS), ("fewer --max-tokens-per-gpu", _ALWAYS)),
 }
 
 
-def memory_lever(stage: dict) -> dict | None:
-    """The peak stage's largest memory term a setting frees (MEMORY_LEVERS), with what frees it."""
-    term = max((k for k in MEMORY_LEVERS if stage.get(k)), key=lambda k: stage[k], default=None)
-    return None if term is None else {"term": term, "bytes": int(stage[term]), "lever": MEMORY_LEVERS[term]}
+def _said(options, lay, wl) -> str:
+    """The options that are news for this layout and workload (all of them without either), joined."""
+    return "; ".join(text for text, cond in options
+                     if cond is None or lay is None or wl is None or cond(lay, wl))
 
 
-def levers(breakdown: dict, step_s: float) -> list[dict]:
+# every option of each term, as a table for documentation and for callers without a layout
+LEVERS = {k: _said(v, None, None) for k, v in LEVER_OPTIONS.items()}
+MEMORY_LEVERS = {k: _said(v, None, None) for k, v in MEMORY_LEVER_OPTIONS.items()}
+
+
+def memory_lever(stage: dict, layout=None, workload=None) -> dict | None:
+    """The peak stage's largest memory term a setting frees (MEMORY_LEVER_OPTIONS), with what frees it: only the
+    options not already in effect when the layout and workload are given."""
+    term = max((k for k in MEMORY_LEVER_OPTIONS if stage.get(k)), key=lambda k: stage[k], default=None)
+    return None if term is None else {"term": term, "bytes": int(stage[term]),
+                                      "lever": _said(MEMORY_LEVER_OPTIONS[term], layout, workload)}
+
+
+def levers(breakdown: dict, step_s: float, layout=None, workload=None) -> list[dict]:
     """The step terms a setting controls that take LEVER_SHARE or more of the step, largest first, with what shrinks
-    each (LEVERS)."""
-    out = [{"term": k, "share": round(v / step_s, 3), "lever": LEVERS[k]}
-           for k, v in breakdown.items() if k in LEVERS and step_s > 0 and v / step_s >= LEVER_SHARE]
+    each (LEVER_OPTIONS): only the options not already in effect when the layout and workload are given."""
+    out = [{"term": k, "share": round(v / step_s, 3), "lever": _said(LEVER_OPTIONS[k], layout, workload)}
+           for k, v in breakdown.items() if k in LEVER_OPTIONS and step_s > 0 and v / step_s >= LEVER_SHARE]
     return sorted(out, key=lambda d: -d["share"])
 
 

@@ -149,7 +149,7 @@ class SearchSession:
                       self.driver.candidates.calibration)
         step, parts = float(ev.time.step_time[0]), ev.time.breakdown(0)
         return {"step_time_s": step, "shares": [{"term": k, "share": round(v, 3)} for k, v in step_shares(parts, step)],
-                "levers": levers(parts, step)}
+                "levers": levers(parts, step, rec.layout, self.workload)}
 
     def _rows(self, records: list[TrialRecord]) -> list[dict]:
         """One JSON row per trial, with MFU, $ per 1M tokens from one evaluation, and the peak memory: measured where
