@@ -4,7 +4,6 @@ the reusable range checks every command applies to its numbers, names and paths 
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import os
 from pathlib import Path
