@@ -44,7 +44,11 @@ __all__ = ["ResidualModel", "features", "feature_groups", "INTERACTIONS", "DRAWS
 # Qwen3-235B-A22B 13.5 -> 17.5, reached 83% -> 53%; lomo 7.5 -> 13): every near-twin of the best layout keeps an
 # own upside, so the trials go to its 12,875 candidates' near-twins instead of other feature values. A handful of
 # trials cannot tell own errors from feature errors, so the scale cannot be learnt per study either. The oracle of
-# the lomo+own reality uses it (it knows reality has own errors).
+# the lomo+own reality uses it (it knows reality has own errors). Tried on 7 December (twelfth session): sigma_own as
+# a two-point mixture, 0 or the calibration's unexplained residual less the trial noise (today sqrt(0.0691^2 -
+# 0.02^2) = 0.066) with prior weight 1/2 each, weighed by the marginal likelihood like the width
+# scale's draws (the trials' near-twins are its only witnesses). lomo+own 15.5 / 21 / 21 -> 13 / 21 / 20.5, f10+int
+# 8.5 / 14 / 9.5 -> 11.5 / 14.5 / 8.5, lomo 7.5 / 10 / 5 -> 8 / 9.5 / 5: the trade again, smaller; not adopted.
 
 # Quadrature points of the width scale's hyperprior: log k at DRAWS points evenly spaced over +-DRAW_SPAN standard
 # deviations, each weighted by the hyperprior's density there. 32 points are 0.26 sd apart, finer than a handful of
