@@ -33,7 +33,7 @@ def test_estimate_json_has_the_contract(capsys):
 
 
 def test_estimate_names_a_bottleneck_and_what_shrinks_it(capsys):
-    """A controllable term taking a fifth of the step or more is named with its lever (cost/advice.LEVERS): gpt-oss on
+    """A controllable term taking a fifth of the step or more is named with its lever (cost/advice.LEVER_OPTIONS): gpt-oss on
     64 B200 with 2 micro-batches per step spends most of it on data-parallel gradient traffic; the seed's recipe
     layout has no such term."""
     argv = ["estimate", "--model", "gpt-oss-120b", "--gpu", "B200", "--count", "64", "--layout", "TP1 PP1 EP8 DP64"]

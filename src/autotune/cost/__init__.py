@@ -16,7 +16,7 @@ import numpy as np
 from ..catalog import ClusterSpec, ModelSpec, Workload
 from ..layout import LayoutTable
 from ._comm import routing_summary
-from .advice import LEVERS, MEMORY_LEVERS, lever_text, levers, memory_lever, shares_text, step_shares
+from .advice import LEVER_OPTIONS, MEMORY_LEVER_OPTIONS, lever_text, levers, memory_lever, shares_text, step_shares
 from .calibrate import Calibration, load_calibration
 from .flops import mfu, mfu_of, usd_per_million_tokens
 from .memory import TERMS as MEMORY_TERMS
@@ -26,8 +26,8 @@ from .uncertainty import uncertainty
 
 __all__ = [
     "Evaluation",
-    "LEVERS",
-    "MEMORY_LEVERS",
+    "LEVER_OPTIONS",
+    "MEMORY_LEVER_OPTIONS",
     "levers",
     "lever_text",
     "shares_text",

@@ -6,8 +6,10 @@ already in effect is not offered again. Plain tables; no torch, no ray.
 
 from __future__ import annotations
 
-__all__ = ["LEVERS", "LEVER_OPTIONS", "LEVER_SHARE", "MEMORY_LEVERS", "MEMORY_LEVER_OPTIONS", "levers", "memory_lever",
-           "step_shares", "lever_text", "shares_text"]
+from collections.abc import Callable
+
+__all__ = ["LEVER_OPTIONS", "LEVER_SHARE", "MEMORY_LEVER_OPTIONS", "levers", "memory_lever", "step_shares", "lever_text",
+           "shares_text"]
 
 
 # What shrinks a step term a layout or workload setting controls, said where the term takes LEVER_SHARE of the step.
@@ -15,7 +17,8 @@ __all__ = ["LEVERS", "LEVER_OPTIONS", "LEVER_SHARE", "MEMORY_LEVERS", "MEMORY_LE
 # effect (--ep-overlap on, a hybridep dispatcher, --tp-comm-overlap, full CUDA graphs, a balancing loss) is not said;
 # the options without a condition always apply, so every term keeps at least one.
 _ALWAYS = None
-LEVER_OPTIONS: dict[str, tuple[tuple[str, object], ...]] = {
+_Options = tuple[tuple[str, Callable | None], ...]  # (what to say, when it is news: f(layout, workload) -> bool)
+LEVER_OPTIONS: dict[str, _Options] = {
     "dp_comm": (("more micro-batches per step (--global-batch) amortise it", _ALWAYS),
                 ("PP or a wider EP shards the gradients it moves", _ALWAYS)),
     "bubble": (("more micro-batches per step (--global-batch) shrink it", _ALWAYS),
@@ -41,7 +44,7 @@ LEVER_OPTIONS: dict[str, tuple[tuple[str, object], ...]] = {
 }
 LEVER_SHARE = 0.2
 # what frees a memory term, said for the peak stage's largest term when a layout does not fit; conditions as above
-MEMORY_LEVER_OPTIONS: dict[str, tuple[tuple[str, object], ...]] = {
+MEMORY_LEVER_OPTIONS: dict[str, _Options] = {
     # (not PP: under 1F1B the first stage holds PP micro-batches of 1/PP of the layers)
     "activations": (("--recompute (selective modules first, then full)",
                      lambda lay, wl: lay.recompute.granularity != "full"),
@@ -61,15 +64,10 @@ MEMORY_LEVER_OPTIONS: dict[str, tuple[tuple[str, object], ...]] = {
 }
 
 
-def _said(options, lay, wl) -> str:
-    """The options that are news for this layout and workload (all of them without either), joined."""
+def _said(options: _Options, lay, wl) -> str:
+    """The options that are news for this layout and workload (every option without them), joined."""
     return "; ".join(text for text, cond in options
                      if cond is None or lay is None or wl is None or cond(lay, wl))
-
-
-# every option of each term, as a table for documentation and for callers without a layout
-LEVERS = {k: _said(v, None, None) for k, v in LEVER_OPTIONS.items()}
-MEMORY_LEVERS = {k: _said(v, None, None) for k, v in MEMORY_LEVER_OPTIONS.items()}
 
 
 def memory_lever(stage: dict, layout=None, workload=None) -> dict | None:
