@@ -52,7 +52,35 @@ def test_memory_lever_skips_recompute_already_full_and_offload_already_whole():
 
 
 def test_every_term_keeps_an_option_whatever_is_set():
-    """Each term has at least one option with no condition, so a lever is never empty."""
-    for table in (LEVER_OPTIONS, MEMORY_LEVER_OPTIONS):
-        for term, options in table.items():
-            assert any(cond is None for _, cond in options), term
+    """Whatever the layout turns on and wherever it runs, every term still says something (a lever is never empty)."""
+    from autotune.catalog import ClusterSpec
+
+    plain = Layout(world=64, ep=8)
+    everything = plain.with_(ep_overlap=True, dispatcher="hybridep", tp_comm_overlap=True, cuda_graphs="full",
+                             optimizer_offload=1.0, fsdp=True, vpp=1,
+                             recompute=Recompute(granularity="full", method="uniform", num_layers=1))
+    for lay in (plain, everything, plain.with_(ep=64)):
+        for wl in (Workload(), Workload(load_balancing_loss=True)):
+            for cl in (None, ClusterSpec.of("H100", 64), ClusterSpec.of("GB200", 72)):
+                for term in LEVER_OPTIONS:
+                    assert levers({term: 1.0}, 1.0, lay, wl, cl)[0]["lever"], (term, lay.label(True), cl)
+                for term in MEMORY_LEVER_OPTIONS:
+                    assert memory_lever({term: 1}, lay, wl, cl)["lever"], (term, lay.label(True), cl)
+
+
+def test_ep_comm_lever_knows_where_the_expert_group_sits():
+    """On a known cluster the network advice is said only to an EP group that leaves its NVLink domain: EP8 on 8-GPU
+    H100 nodes stays inside one (ep_comm is NVLink traffic there), EP32 spans four; a 72-GPU NVL72 domain holds EP32."""
+    from autotune.catalog import ClusterSpec
+
+    h100 = ClusterSpec.of("H100", 64)
+    inside = levers(EP_HEAVY, 10.0, Layout(world=64, ep=8), Workload(), h100)[0]["lever"]
+    assert "stays off the network" not in inside and "once per node" not in inside
+    assert "its own GPU" in inside and "--ep-overlap" in inside
+    across = levers(EP_HEAVY, 10.0, Layout(world=64, ep=32, pp=2), Workload(), h100)[0]["lever"]
+    assert "stays off the network" in across and "once per node" in across and "its own GPU" not in across
+    rack = levers(EP_HEAVY, 10.0, Layout(world=72, ep=32), Workload(), ClusterSpec.of("GB200", 72))[0]["lever"]
+    assert "stays off the network" not in rack and "its own GPU" in rack
+    # without the cluster, the layout's settings still decide and the cluster-only wording is not said
+    blind = levers(EP_HEAVY, 10.0, Layout(world=64, ep=8), Workload())[0]["lever"]
+    assert "stays off the network" in blind and "its own GPU" not in blind

@@ -231,7 +231,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
             "stages": stages,
             "host_bytes_per_node": int(mem.host_bytes[i]),
             "host_capacity_bytes": int(mem.host_capacity_bytes),
-            "to_fit": None if mem.fits[i] else memory_lever(stages[int(mem.peak_stage[i])], lay, workload),
+            "to_fit": None if mem.fits[i] else memory_lever(stages[int(mem.peak_stage[i])], lay, workload, cluster),
         },
         "throughput": {
             "tokens_per_s_per_gpu": float(tim.tokens_per_s_per_gpu[i]),
@@ -244,7 +244,7 @@ def report(m, cluster, workload, lay, ev, i: int) -> dict:
             "gpu_hours_per_step": float(tim.gpu_hours(1)[i]),
             "microbatches_per_step": int(lay.num_microbatches(workload.global_batch, workload.seq_len)),
             "breakdown": tim.breakdown(i),
-            "levers": levers(tim.breakdown(i), float(tim.step_time[i]), lay, workload),
+            "levers": levers(tim.breakdown(i), float(tim.step_time[i]), lay, workload, cluster),
         },
         **moe,
     }
