@@ -4,6 +4,7 @@ negative, numbers aligned, small budgets that do not read as 0.0, a resumed stud
 
 import contextlib
 import io
+import json
 import re
 import shutil
 from pathlib import Path
@@ -108,3 +109,16 @@ def test_gpus_right_aligns_its_numbers(capsys):
         for row in cells:
             assert row[k].endswith(" ") and not row[k].endswith("  "), (k, row[k])
     assert cells[0][1] == "  79.6 GiB "  # under B200's 178.4 GiB
+
+
+def test_a_budget_cut_search_says_how_much_is_left_to_find(tmp_path, capsys):
+    """A search the trial budget stopped says the stop rule's chance at the end, and (on the simulator) that only
+    trials on a cluster settle it; its JSON carries the number."""
+    rc, out, _ = run(capsys, *SEARCH, "--trials", "3", "--runs-dir", str(tmp_path), "--study", "cut")
+    assert rc == 0
+    line = next(x for x in out.splitlines() if x.startswith("stopped: "))
+    assert line.startswith("stopped: trial budget reached (3 trials) (on the model's predictions alone, a ")
+    assert "chance that an untried layout beats the best by > 2%: trials on a cluster would settle it)" in line
+    rc, out, _ = run(capsys, *SEARCH, "--trials", "3", "--runs-dir", str(tmp_path), "--study", "cut2", "--json")
+    d = json.loads(out)
+    assert rc == 0 and 0.05 <= d["chance_untried_beats"] <= 1 and d["noise"] == 0.02

@@ -91,3 +91,19 @@ def test_a_resumed_study_counts_its_kept_trials_and_best():
     view.on_event("finished", {"number": 2, "layout": "TP2 PP4 VPP4 EP8 DP4", "status": "ok", "value": 3367.8,
                                "predicted": 3367.8, "source": "predicted", "gpu_hours": 7.1})
     assert buf.getvalue().rstrip().endswith("| 3/3 trials, 21.2 GPU-hours, best 3,406.1 (TP2 PP4 VPP3 EP8 DP4, trial 0)")
+
+
+def test_the_stop_rules_chance_follows_the_progress():
+    """After each trial the driver says the stop rule's number (SearchLoop.chance); the progress shows it, one decimal
+    under 10%, and a converged search's last line does not repeat it."""
+    buf = io.StringIO()
+    view = LiveView("t", 5, None, True, Console(file=buf, width=300))
+    view.on_event("finished", {"number": 0, "layout": "TP1 PP4 EP8 DP8", "status": "ok", "value": 2400.0,
+                               "predicted": 2500.0, "source": "measured", "chance": 0.412, "noise": 0.02})
+    view.on_event("finished", {"number": 1, "layout": "TP2 PP4 EP8 DP4", "status": "ok", "value": 2300.0,
+                               "predicted": 2350.0, "source": "measured", "chance": 0.038, "noise": 0.02})
+    view.on_event("done", {"stop_reason": "converged: the chance ... is 3.8%"})
+    lines = buf.getvalue().splitlines()
+    assert lines[0].endswith("best 2,400.0 (TP1 PP4 EP8 DP8, trial 0); 41% chance an untried layout beats it by > 2%")
+    assert lines[1].endswith("; 3.8% chance an untried layout beats it by > 2%")
+    assert lines[2].startswith("search stopped: converged") and "chance an untried" not in lines[2]

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from ..cost.advice import lever_text, shares_text
 from ..report.fit import fit
+from ..search.acquisition import STOP_CHANCE
 from ..search.study import calibration_command
 from ..words import count, hours, measured_text
 from .console import console
@@ -36,7 +37,18 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
     for note in out["notes"]:
         if note not in shown:
             console.print(f"note: {note}", markup=False, soft_wrap=True)
-    console.print(f"stopped: {out['stop_reason']}")
+    chance = out.get("chance_untried_beats")
+    more = ""
+    if chance is not None and not out["stop_reason"].startswith(("converged", "exhausted")):
+        # the stop rule's number at the end: did the budget cut the search short?
+        odds = f"a {chance:.0%} chance that an untried layout beats the best by > {out['noise']:.0%}"
+        if chance < STOP_CHANCE:
+            more = f" (nearly converged: {odds})"
+        elif out["backend"] == "simulate":
+            more = f" (on the model's predictions alone, {odds}: trials on a cluster would settle it)"
+        else:
+            more = f" ({odds}: more --trials or --budget-gpu-hours could still pay)"
+    console.print(f"stopped: {out['stop_reason']}{more}", markup=False, soft_wrap=True)
     console.print(f"{count(out['dispatched'], 'trial')}, {hours(out['gpu_hours'])} GPU-hours"
                   + (" (predicted)" if out["backend"] == "simulate" else ""))
     b = out["best"]

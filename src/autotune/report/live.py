@@ -51,6 +51,11 @@ def _f(v, spec: str = "{:,.1f}") -> str:
     return spec.format(v) if v is not None else "-"
 
 
+def _pct(p: float) -> str:
+    """A chance as a user reads it: whole percent, one decimal under 10% (where the stop rule's 5% sits)."""
+    return f"{p:.0%}" if p >= 0.1 else f"{p:.1%}"
+
+
 def _tps(v):
     """A prediction may come as a number or as a Prediction record (dict)."""
     return v.get("tokens_per_s_per_gpu") if isinstance(v, dict) else v
@@ -70,6 +75,8 @@ class LiveView:
         self.gpu_hours = 0.0
         self.best: _Row | None = None
         self.stop_reason: str | None = None
+        self.chance: float | None = None  # the stop rule's chance after the last trial, and the noise it is over
+        self.noise = 0.0
         self.t0 = time.monotonic()
         self.live = (Live(self.render(), console=self.console, refresh_per_second=4, transient=False)
                      if enabled and self.console.is_terminal else None)
@@ -116,7 +123,9 @@ class LiveView:
             self._line(f"note: {d.get('text', '')}")
         elif kind == "done":
             self.stop_reason = str(d.get("stop_reason") or "")
-            self._line(f"search stopped: {self.stop_reason}; {self._progress_text()}")
+            # a converged search's reason already gives the chance
+            self._line(f"search stopped: {self.stop_reason}; "
+                       f"{self._progress_text(chance=not self.stop_reason.startswith('converged'))}")
         if self.live is not None:
             self.live.update(self.render())
 
@@ -139,6 +148,8 @@ class LiveView:
         self.gpu_hours += float(d.get("gpu_hours") or 0.0)
         if status == "ok" and r.value and (self.best is None or r.value > self.best.value):
             self.best = r
+        if d.get("chance") is not None:  # the stop rule's number after this trial (SearchLoop.chance)
+            self.chance, self.noise = float(d["chance"]), float(d.get("noise") or 0.0)
         extra = "".join(f", {k} {v}" for k, v in (("MFU", _f(r.mfu, "{:.1%}") if r.mfu else None),
                                                   ("peak", f"{r.peak / GiB:,.1f} GiB" if r.peak else None)) if v)
         why = f": {r.reason}" if r.reason and status != "ok" else ""
@@ -147,10 +158,17 @@ class LiveView:
                    f"{_f(r.wall_s, '{:.1f}')} s{why} | {self._progress_text()}")
 
     # --- output ---------------------------------------------------------------------------------------
-    def _progress_text(self) -> str:
+    def _progress_text(self, chance: bool = True) -> str:
         gh = hours(self.gpu_hours) + (f"/{self.gpu_hours_budget:g}" if self.gpu_hours_budget else "")
         best = f"{self.best.value:,.1f} ({self.best.layout}, trial {self.best.number})" if self.best else "-"
-        return f"{self.finished}/{self.trials_budget} trials, {gh} GPU-hours, best {best}"
+        return f"{self.finished}/{self.trials_budget} trials, {gh} GPU-hours, best {best}{self._chance_text() if chance else ''}"
+
+    def _chance_text(self) -> str:
+        """'; 41% chance an untried layout beats it by > 2%': how far the search is from converging (below
+        STOP_CHANCE it stops), once the driver has said."""
+        if self.chance is None or self.best is None:
+            return ""
+        return f"; {_pct(self.chance)} chance an untried layout beats it by > {self.noise:.0%}"
 
     def _line(self, text: str) -> None:
         if self.enabled and self.live is None:
@@ -167,8 +185,8 @@ class LiveView:
         else:
             bars.add_row("GPU-hours", "", f"{hours(self.gpu_hours)} (no budget)")
         b = self.best
-        best = Text(f"best so far: {b.layout} {b.value:,.1f} tokens/s/GPU [{b.state}] (trial {b.number})" if b
-                    else "best so far: -")
+        best = Text(f"best so far: {b.layout} {b.value:,.1f} tokens/s/GPU [{b.state}] (trial {b.number})"
+                    f"{self._chance_text()}" if b else "best so far: -")
         t = Table(title=None, expand=False, pad_edge=False)
         for c in ("trial", "layout", "predicted", "result", "MFU", "peak GiB", "state", "time s", "reason"):
             t.add_column(c, justify="right" if c in ("trial", "predicted", "result", "MFU", "peak GiB", "time s") else "left",

@@ -143,15 +143,16 @@ def chance_any_beats(pred, std, open_mask, best: float, noise: float, residual=N
 
 
 def stop_reason(pred, std, untried_mask, best_value: float | None, noise: float, n_done: int,
-                min_trials: int = MIN_TRIALS, chance: float = STOP_CHANCE, residual=None) -> str | None:
+                min_trials: int = MIN_TRIALS, chance: float = STOP_CHANCE, residual=None,
+                known: float | None = None) -> str | None:
     """Why the search should stop now, or None. Pure: the driver passes the current predictions (and the
-    residual model, for the joint chance)."""
+    residual model, for the joint chance; `known`: that chance when already computed for this belief)."""
     open_ = np.asarray(untried_mask, dtype=bool)
     if not open_.any():
         return "exhausted: every candidate was tried"
     if best_value is None or n_done < min_trials:
         return None
-    p = chance_any_beats(pred, std, open_, best_value, noise, residual)
+    p = known if known is not None else chance_any_beats(pred, std, open_, best_value, noise, residual)
     if p < chance:
         return (f"converged: the chance that any of the {int(open_.sum()):,} untried candidates beats the best "
                 f"({best_value:,.1f} tokens/s/GPU) by more than the {noise:.0%} noise is {p:.1%}")

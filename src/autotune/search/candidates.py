@@ -151,6 +151,7 @@ class Candidates:
         self.base_pred, self.residual = prior_belief(model, cluster, workload, self.table, self.base_calibration,
                                                      noise)
         self._measured: list[tuple] = []  # (candidate, measured tokens/s/GPU, its relative standard error or None)
+        self._simulated: list[int] = []  # candidates the simulator ran (simulated())
         self._ev = None
         self.repredict()
 
@@ -160,8 +161,14 @@ class Candidates:
     # --- beliefs -------------------------------------------------------------------------------------
     def repredict(self) -> None:
         """Predictions for every candidate: the cost model corrected by the residual model, with a
-        per-candidate uncertainty (believe)."""
-        self.pred, self.pred_std = believe(self.base_pred, self._measured, self.residual, self.noise)
+        per-candidate uncertainty (believe). With nothing measured, the simulator's trials are believed (simulated())."""
+        if self._measured or not self._simulated:
+            self.pred, self.pred_std = believe(self.base_pred, self._measured, self.residual, self.noise)
+            return
+        idx = np.array(self._simulated)
+        self.residual.fit_candidates(idx, np.zeros(len(idx)), learn_scale=False)
+        corr, std = self.residual.predict()
+        self.pred, self.pred_std = self.base_pred * corr, np.maximum(std, self.noise)
 
     @property
     def calibration(self) -> Calibration:
@@ -190,6 +197,18 @@ class Candidates:
         i = self.index.get(layout_key(lay))
         if i is not None:
             self._measured.append((i, float(measured), stderr))
+            self.repredict()
+
+    def simulated(self, lay: Layout) -> None:
+        """A trial the cost-model simulator ran: its value is the model's own prediction, so nothing is learnt from
+        it (no calibration row, the width scale stays the hyperprior's), but it is believed, as the batch rule
+        believes a running trial: the residual model is conditioned on it at the trial noise, so the candidates
+        that share its feature values lose the uncertainty a trial of it would have resolved. The planner's next
+        pick, the uncertainty shown and the stop rule then read one belief, and a simulated search converges
+        when a measured one with the same results would (ignored once a trial was measured)."""
+        i = self.index.get(layout_key(lay))
+        if i is not None and not self._measured and i not in self._simulated:
+            self._simulated.append(i)
             self.repredict()
 
     def learn_oom(self, lay: Layout, number: int) -> str | None:

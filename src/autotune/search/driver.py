@@ -29,7 +29,7 @@ from ..space import SearchSpace
 from ..trials.backends import Backend, Handle
 from ..trials.spec import EarlyStop, TrialResult, TrialSpec, read_model, write_json_atomic
 from ..words import count, hours
-from .acquisition import stop_reason, trial_gpu_hours
+from .acquisition import chance_any_beats, stop_reason, trial_gpu_hours
 from .candidates import Candidates
 from .planners import Planner, PlannerOptions, Proposal, TrialRecord, get_planner
 from .planners.optuna_planner import choices_of
@@ -88,6 +88,7 @@ class SearchDriver:
         self.planner: Planner | None = None
         self.requeue: list[Layout] | None = None  # set by prepare()
         self._screened_in_a_row = 0  # proposals rejected or repeated since the last dispatch
+        self._chance: tuple | None = None  # (belief key, the stop rule's chance at it): chance()
         self._why: dict[int, str] = {}  # running trial -> the planner's rationale
         self._cost: dict[int, float] = {}  # running trial -> its predicted GPU-hours (with --budget-gpu-hours)
 
@@ -293,8 +294,26 @@ class SearchDriver:
         if n_running == 0 and best is not None and best.value:
             ctx = self._context()
             return stop_reason(ctx.predicted, ctx.uncertainty(), ctx.untried(), best.value, self.cfg.noise,
-                               self.n_dispatched(), min_trials=MIN_TRIALS_TO_CONVERGE, residual=ctx.residual)
+                               self.n_dispatched(), min_trials=MIN_TRIALS_TO_CONVERGE, residual=ctx.residual,
+                               known=self.chance())
         return None
+
+    def chance(self) -> float | None:
+        """The stop rule's number at the current belief: the chance that some untried candidate beats the best trial
+        by more than the noise (acquisition.chance_any_beats; the search converges below STOP_CHANCE). None before a
+        trial succeeded or when nothing is left untried. Computed once per belief (a trial told, a wall moved)."""
+        best = self.best()
+        key = (len(self.records), self.candidates.wall)
+        if self._chance is None or self._chance[0] != key:
+            value = None
+            if best is not None and best.value:
+                ctx = self._context()
+                open_ = ctx.untried()
+                if open_.any():
+                    value = chance_any_beats(ctx.predicted, ctx.uncertainty(), open_, best.value, self.cfg.noise,
+                                             ctx.residual)
+            self._chance = (key, value)
+        return self._chance[1]
 
     def _context(self, pending: set[str] | None = None):
         return self.candidates.context(self.records, self.cfg.seed, self.cfg.steps or self.workload.steps, pending)
@@ -418,13 +437,16 @@ class SearchDriver:
         self.emit("finished", {"number": number, "layout": lay.label(self.model.is_moe), "status": res.status,
                                "value": res.tokens_per_s_per_gpu, "predicted": pred, "source": res.source,
                                "reason": attrs.reason, "peak_memory_bytes": res.peak_memory_bytes,
-                               "gpu_hours": gpu_h, "wall_s": res.wall_s})
+                               "gpu_hours": gpu_h, "wall_s": res.wall_s, "chance": self.chance(),
+                               "noise": self.cfg.noise})
 
     def _learn(self, rec: TrialRecord) -> None:
         """Measured trials refit the calibration; the candidates are then re-predicted and re-ranked. A trial
         that ran out of memory sets aside every candidate predicted to need as much (Candidates.learn_oom)."""
         if rec.source == "measured" and rec.status == "ok" and rec.value:
             self.candidates.learn(rec.layout, rec.value, self.sd.name, rec.stderr)
+        elif rec.status == "ok" and rec.value:  # the simulator's: believed, not learnt (Candidates.simulated)
+            self.candidates.simulated(rec.layout)
         elif rec.status == "oom" and not self.cfg.proxy:  # a shrunk proxy model's OOM says little of the full one's
             note = self.candidates.learn_oom(rec.layout, rec.number)
             if note:

@@ -126,6 +126,7 @@ class ResidualModel:
         self.cov = np.diag(self.prior_std**2)
         self.weights = np.zeros(0)  # IRLS weight per fitted row (1: an ordinary row; << 1: an outlier)
         self.row_noise = np.zeros(0)  # each fitted row's own trial noise (log units): sigma_n, or more (fit_rows)
+        self._learn_scale = True  # fit_rows' learn_scale
 
     @classmethod
     def of_design(cls, X: np.ndarray, prior_std: np.ndarray, sigma_n: float, nu: float = np.inf,
@@ -139,6 +140,7 @@ class ResidualModel:
         self.sigma_n, self.nu, self._mult, self._draw_prior = sigma_n, nu, np.ones((1, X.shape[1])), np.ones(1)
         self.sigma_own, self._own = float(sigma_own), None
         self.draw_weight, self.weights, self.row_noise = np.ones(1), np.zeros(0), np.zeros(0)
+        self._learn_scale = True
         self.mean, self.cov = np.zeros(X.shape[1]), np.diag(self.prior_std**2)
         return self
 
@@ -147,10 +149,12 @@ class ResidualModel:
         not known as candidates: their own errors teach the weights as noise and are not kept); `stderr`: fit_rows'."""
         self.fit_rows(features(measured, self.vocab, self.hidden, self.gpus_per_node)[0], log_ratio, iters, stderr)
 
-    def fit_candidates(self, idx, log_ratio: np.ndarray, iters: int = 20, stderr=None) -> None:
-        """fit() on measured candidates, by index: the weights, and each measured candidate's own error."""
+    def fit_candidates(self, idx, log_ratio: np.ndarray, iters: int = 20, stderr=None,
+                       learn_scale: bool = True) -> None:
+        """fit() on measured candidates, by index: the weights, and each measured candidate's own error.
+        `learn_scale=False`: fit_rows'."""
         idx = np.asarray(idx, dtype=int)
-        self.fit_rows(self.Xc[idx], log_ratio, iters, stderr)
+        self.fit_rows(self.Xc[idx], log_ratio, iters, stderr, learn_scale=learn_scale)
         if self.sigma_own > 0 and len(idx):
             # a measured layout's own error given the weights: its residual shrunk by k = own^2 / (own^2 + its
             # noise); what is left of its uncertainty: the weights' share (1 - k)^2 x' C x and k x its noise
@@ -159,14 +163,18 @@ class ResidualModel:
             r = np.asarray(log_ratio, dtype=float) - self.Xc[idx] @ self.mean
             self._own = (idx, k * r, k)
 
-    def fit_rows(self, X: np.ndarray, log_ratio: np.ndarray, iters: int = 20, stderr=None) -> None:
+    def fit_rows(self, X: np.ndarray, log_ratio: np.ndarray, iters: int = 20, stderr=None,
+                 learn_scale: bool = True) -> None:
         """fit() on rows encoded like `self.Xc`. Each row's noise is the trial's and the layout's own error
         (sn^2 + sigma_own^2). The trial's, sn, is sigma_n, the run-to-run noise, or the row's own standard error
         when that is larger (`stderr`, relative, per row; None or NaN: not known): a trial whose steps scattered
         more than a trial's usually do, or that was stopped after a few, says less. Student-t likelihood by IRLS:
         each row's weight (nu + 1) / (nu + (r / s)^2) from its residual r under the current posterior mean (s the
         row's noise), so a row many sigmas off counts like a far noisier one. The weight scales the trial's
-        noise, not the layout's own error."""
+        noise, not the layout's own error. `learn_scale=False` keeps the width scale's weights at the hyperprior's
+        (the simulator's trials: their values are the model's own predictions, so they narrow what a trial there
+        would resolve but say nothing of how wrong the model is)."""
+        self._learn_scale = learn_scale
         y = np.asarray(log_ratio, dtype=float)
         wt = np.ones(len(y))
         se = np.full(len(y), np.nan) if stderr is None else np.asarray(stderr, dtype=float).reshape(len(y))
@@ -210,7 +218,7 @@ class ResidualModel:
             Ainv = np.linalg.inv(A)
             means = Ainv @ b
             ll = -0.5 * (np.linalg.slogdet(A)[1] + np.log(V).sum(axis=1) - means @ b)
-        w = self._draw_prior * np.exp(ll - ll.max())
+        w = self._draw_prior * (np.exp(ll - ll.max()) if self._learn_scale else 1.0)
         w /= w.sum()
         keep = np.flatnonzero(w > 1e-9)
         wk = w[keep] / w[keep].sum()

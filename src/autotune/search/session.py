@@ -57,6 +57,8 @@ class SearchOutcome:
     summary: str = ""  # the best layout in words
     workload: dict = field(default_factory=dict)  # Workload.rows(): the rows every trial ran, and their routing
     best_step: dict | None = None  # where the model says the best layout's step goes, and what shrinks its bottleneck
+    chance: float | None = None  # the stop rule's chance at the end: some untried candidate beats the best by > noise
+    noise: float = 0.0
 
     @property
     def best(self) -> TrialRecord | None:
@@ -76,6 +78,9 @@ class SearchOutcome:
         return {
             "study": self.study, "runs_dir": self.runs_dir, "study_dir": self.study_dir, "backend": self.backend,
             "planner": self.planner, "workload": self.workload, "stop_reason": self.stop_reason, "best": best,
+            # the stop rule's number when the search ended (it converges below acquisition.STOP_CHANCE): how much a
+            # larger budget could still find; None before a successful trial or with nothing left untried
+            "chance_untried_beats": None if self.chance is None else round(self.chance, 4), "noise": self.noise,
             "trials": self.trials,
             "dispatched": sum(1 for r in self.records if r.status != "screened"), "gpu_hours": self.gpu_hours,
             "funnel": [{"stage": s, "count": c} for s, c in self.funnel], "recipes": self.recipes,
@@ -125,7 +130,7 @@ class SearchSession:
                 notes=self.notes + self.driver.candidates.space_notes + loop.notes
                 + [n for n in [close_call(ranked, self.cfg.noise, self.model.is_moe)] if n],
                 summary=ranked[0].layout.summary(self.workload.seq_len, self.model.is_moe) if ranked else "",
-                workload=self.workload.rows(),
+                workload=self.workload.rows(), chance=self.driver.chance(), noise=self.cfg.noise,
             )
             outcome.best_step = self._step_of(ranked[0]) if ranked else None
             outcome.gates = self.gates.run(self, ranked[:RECIPES_PER_STUDY])
@@ -149,7 +154,7 @@ class SearchSession:
                       self.driver.candidates.calibration)
         step, parts = float(ev.time.step_time[0]), ev.time.breakdown(0)
         return {"step_time_s": step, "shares": [{"term": k, "share": round(v, 3)} for k, v in step_shares(parts, step)],
-                "levers": levers(parts, step, rec.layout, self.workload)}
+                "levers": levers(parts, step, rec.layout, self.workload, self.cluster)}
 
     def _rows(self, records: list[TrialRecord]) -> list[dict]:
         """One JSON row per trial, with MFU, $ per 1M tokens from one evaluation, and the peak memory: measured where

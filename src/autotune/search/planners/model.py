@@ -17,8 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...words import hours
-from ...layout.dimensions import layout_key
-from ..acquisition import believed_std, expected_improvement, prob_improvement, select_batch
+from ..acquisition import expected_improvement, prob_improvement, select_batch
 from .base import PlanContext, Planner, PlannerOptions, Proposal
 
 __all__ = ["ModelPlanner"]
@@ -43,12 +42,9 @@ class ModelPlanner(Planner):
         best = self.incumbent(ctx)
         cost = ctx.trial_cost()
         measured = any(r.status == "ok" and r.source == "measured" for r in ctx.history)
-        if not measured:
-            # the simulator's trials are predictions, so nothing is learnt from them; they are believed instead, as
-            # the batch rule believes running trials: the candidates they resemble lose the uncertainty a trial of
-            # them would have resolved, so the next simulated trial tests another hypothesis, not a near-copy
-            simulated = {layout_key(r.layout) for r in ctx.history if r.status == "ok" and r.value}
-            sigma = believed_std(sigma, ctx.correlation, [i for i, key in enumerate(ctx.keys) if key in simulated])
+        # the simulator's trials are predictions, so nothing is learnt from them; the candidates believe them
+        # (Candidates.simulated), so `sigma` has already lost what they resolved and the next simulated trial
+        # tests another hypothesis, not a near-copy
         picks = select_batch(ctx.predicted, sigma, best, cost, open_, k, ctx.correlation, ctx.pending_indices())
         ref = best if best is not None else float(np.max(ctx.predicted[open_]))
         ei = expected_improvement(ctx.predicted[picks], sigma[picks], ref)
