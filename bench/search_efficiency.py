@@ -63,10 +63,10 @@ import numpy as np
 from autotune.catalog import ClusterSpec, Workload, load_model
 from autotune.cost import STEP_TERMS, evaluate, load_calibration
 from autotune.layout.dimensions import layout_key
-from autotune.search.acquisition import TRIAL_STARTUP_S
+from autotune.search.acquisition import STOP_CHANCE, TRIAL_STARTUP_S, chance_any_beats
 from autotune.search.planners import PLANNERS, PlanContext, PlannerOptions, TrialRecord, get_planner
 from autotune.search.candidates import believe, prior_belief
-from autotune.search.driver import MAX_SCREENED_IN_A_ROW
+from autotune.search.driver import MAX_SCREENED_IN_A_ROW, MIN_TRIALS_TO_CONVERGE
 from autotune.search.priors import PRIOR_WIDTHS, lomo_residuals
 from autotune.search.residual import ResidualModel
 from autotune.space import explore, load_space
@@ -208,11 +208,17 @@ class Run:
     pred: np.ndarray | None = None  # the last belief (planners that use the model)
     std: np.ndarray | None = None
     residual: ResidualModel | None = None
+    stopped: int | None = None  # --stop-rule: trials when the driver's stop rule fired (None: not within the cap)
+    chance: float | None = None  # its chance then
+    first_goal: int | None = None  # --stop-rule: the first trial that reached the goal (runs go on past it)
 
 
 def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, noise: float, parallel: int = 1,
-            noisy: tuple[float, float] | None = None) -> Run:
+            noisy: tuple[float, float] | None = None, until_stop: bool = False) -> Run:
+    """One search on one reality, to the goal (or the cap); `until_stop`: past the goal, until the driver's stop rule
+    fires on the planner's belief (acquisition.chance_any_beats below STOP_CHANCE after MIN_TRIALS_TO_CONVERGE)."""
     goal = GOAL * reality.truth.max()
+    first_goal = None
     p = planner_for(planner, seed)
     uses_model = planner not in ("random", "tpe", "gp")
     learner = Oracle(reality, noise) if planner == "oracle" else setup
@@ -249,10 +255,59 @@ def one_run(setup: Setup, reality: Reality, planner: str, seed: int, cap: int, n
             history.append(rec)
             p.observe(rec)
             if reality.truth[i] >= goal:
-                return Run(len(measured), gpu_hours, measured)
+                if not until_stop:
+                    return Run(len(measured), gpu_hours, measured)
+                first_goal = first_goal or len(measured)
         if uses_model:
             pred, std, residual = learner.belief(measured, noise, residual)
-    return Run(None, gpu_hours, measured, pred if uses_model else None, std if uses_model else None, residual)
+        if until_stop and len(measured) >= MIN_TRIALS_TO_CONVERGE:
+            untried = np.ones(len(pred), bool)
+            untried[[m[0] for m in measured]] = False
+            chance = chance_any_beats(pred, std, untried, max(m[1] for m in measured), noise, residual)
+            if chance < STOP_CHANCE:
+                return Run(first_goal, gpu_hours, measured, pred, std, residual, len(measured), chance, first_goal)
+    return Run(first_goal if until_stop else None, gpu_hours, measured, pred if uses_model else None,
+               std if uses_model else None, residual, first_goal=first_goal)
+
+
+def stop_rule_table(setups: list, realities: list[str], seeds: int, cap: int, noise: float, lomo_rms: float,
+                    term_sd: float) -> None:
+    """How the driver's stop rule does on each reality: runs go on past the goal until the rule fires (or the cap).
+    Its promise is that when it fires, the chance that an untried layout beats the best measured value by more than
+    the noise is under STOP_CHANCE: 'beaten' counts the stopped runs where one did, in reality's truth."""
+    print(f"stop rule: stop when the chance that an untried candidate beats the best by > {noise:.0%} falls under "
+          f"{STOP_CHANCE:.0%} (after >= {MIN_TRIALS_TO_CONVERGE} trials); cap {cap}; {seeds} seeds")
+    print(f"{'reality':10s} {'model / cluster':32s} {'stopped':>8s} {'trials med':>10s} {'p90':>5s} {'GPU-h med':>10s} "
+          f"{'at goal':>8s} {'beaten':>7s} {'best/true':>9s} {'goal trial':>10s} {'s/run':>6s}")
+    for kind in realities:
+        for s in setups:
+            rows, t0 = [], time.time()
+            for seed in range(seeds):
+                reality = Reality(kind, s.model, s.cluster, s.workload, s.table, np.random.default_rng(seed),
+                                  lomo_rms, term_sd)
+                run = one_run(s, reality, "model", seed, cap, noise, until_stop=True)
+                tried = [m[0] for m in run.measured]
+                best_i, best_v = max(((m[0], m[1]) for m in run.measured), key=lambda t: t[1])
+                untried = np.ones(len(reality.truth), bool)
+                untried[tried] = False
+                beaten = bool(np.any(reality.truth[untried] > best_v * (1 + noise))) if untried.any() else False
+                rows.append((run.stopped, run.gpu_hours, reality.truth[best_i] >= GOAL * reality.truth.max(), beaten,
+                             reality.truth[best_i] / reality.truth.max(), run.first_goal))
+            stopped = [r for r in rows if r[0] is not None]
+            n = np.array([r[0] if r[0] is not None else cap + 1 for r in rows])
+            hours = np.array([r[1] for r in rows])
+            goal_at = [r[5] for r in rows if r[5] is not None]
+            label = f"{s.name} / {s.cluster.count} x {s.cluster.gpu.name}"
+            share = lambda k: (f"{np.mean([r[k] for r in stopped]):7.0%}" if stopped else "      -")  # noqa: E731
+            print(f"{kind:10s} {label:32s} {len(stopped) / len(rows):8.0%} {np.median(n):10.1f} "
+                  f"{np.percentile(n, 90):5.1f} {np.median(hours):10.1f} {share(2):>8s} {share(3):>7s} "
+                  f"{np.median([r[4] for r in rows]):9.1%} {np.median(goal_at) if goal_at else float('nan'):10.1f} "
+                  f"{(time.time() - t0) / seeds:6.2f}", flush=True)
+    print("  stopped: runs where the rule fired within the cap (trials med / p90 count a run that did not as cap + 1);\n"
+          "  at goal / beaten: of those, the share whose best measured layout is within 2% of reality's best / where an\n"
+          "  untried layout in truth beat the best measured value by more than the noise (the rule promises under 5%);\n"
+          "  best/true: the best measured layout's truth over reality's best (median, every run); goal trial: the\n"
+          "  median trial that first reached the goal, in the runs that did.")
 
 
 def explain(setup: Setup, reality: Reality, run: Run, noise: float) -> str:
@@ -336,6 +391,10 @@ def main(argv=None) -> int:
                     help="print why each model-guided run that needed more than K trials missed (0: off)")
     ap.add_argument("--hardness", action="store_true",
                     help="only say how hard each reality is (layouts at the goal, the model's rank of the best)")
+    ap.add_argument("--stop-rule", action="store_true",
+                    help="only test the driver's stop rule: model-guided runs go on past the goal until it fires "
+                         "(use a larger --cap, e.g. 60): when, and how often an untried layout in truth still beat the "
+                         "best by more than the noise")
     args = ap.parse_args(argv)
     noisy = None
     if args.noisy:
@@ -362,6 +421,10 @@ def main(argv=None) -> int:
     lomo_rms, term_sd = float(np.sqrt(np.mean(r**2))), term_spread()
     if args.hardness:
         print_hardness([Setup(p) for p in pairs], args.realities.split(","), args.seeds, lomo_rms, term_sd)
+        return 0
+    if args.stop_rule:
+        stop_rule_table([Setup(p) for p in pairs], args.realities.split(","), args.seeds, args.cap, args.noise,
+                        lomo_rms, term_sd)
         return 0
     print(f"goal: within {1 - GOAL:.0%} of reality's best; cap {args.cap} trials; {args.seeds} seeds; "
           f"{args.noise:.0%} noise; leave-one-model-out RMS log error {lomo_rms:.3f}; term spread (terms-wide) "
