@@ -230,3 +230,24 @@ def test_the_scale_reaches_as_far_as_many_trials_say(table):
     idx = rng.choice(len(table), 40, replace=False)
     rm.fit(table.take(idx), rm.Xc[idx, 1:] @ w + rng.normal(0.0, 0.02, 40))
     assert 3.0 < rm.width_scale() < 5.5
+
+
+def test_joint_draws_keep_the_width_scales_heavy_tails(table):
+    """deviations() draws from the mixture over the width scale, not from the one Gaussian predict() summarises it by:
+    the same variance, heavier tails (the stop rule asks whether any of thousands of candidates lands in one). Under
+    the hyperprior (log k ~ N(0, s^2)) a candidate's kurtosis is 3 exp(4 s^2), about 6.7 at s = 0.45; with the widths
+    fixed it is a Gaussian's 3. After trials the draws still centre on the posterior mean."""
+    def kurtosis(rm, i=0):
+        d = rm.deviations(40_000, seed=3)[i]
+        return float(np.mean(d**4) / np.mean(d**2) ** 2), float(d.std())
+
+    mixed, fixed = ResidualModel(table, hidden=8192), ResidualModel(table, hidden=8192, learn_widths=False)
+    k_mixed, sd_mixed = kurtosis(mixed)
+    k_fixed, sd_fixed = kurtosis(fixed)
+    assert k_mixed > 4.5 and abs(k_fixed - 3.0) < 0.3
+    assert sd_mixed == pytest.approx(mixed.predict()[1][0], rel=0.05)
+    assert sd_fixed == pytest.approx(fixed.predict()[1][0], rel=0.05)
+    mixed.fit_candidates([0, 5, 9], np.array([0.1, -0.05, 0.2]))
+    d = mixed.deviations(20_000, seed=4)
+    assert np.allclose(d.mean(axis=1)[:20], 0.0, atol=0.01)
+    assert np.allclose(d.std(axis=1)[:20], mixed.predict()[1][:20], rtol=0.08)
