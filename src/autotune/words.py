@@ -3,7 +3,7 @@ readable when small."""
 
 from __future__ import annotations
 
-__all__ = ["count", "hours", "measured_text"]
+__all__ = ["count", "hours", "measured_text", "percent"]
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
@@ -19,6 +19,12 @@ def hours(x: float) -> str:
     if x == 0 or abs(x) >= 0.095:
         return f"{x:,.1f}"
     return f"{x:.2g}" if abs(x) >= 1e-4 else f"{x:.1e}"
+
+
+def percent(p: float) -> str:
+    """A chance as a user reads it: whole percent, one decimal under 10% (where the search's 5% stop rule sits):
+    41%, 3.8%."""
+    return f"{p:.0%}" if p >= 0.1 else f"{p:.1%}"
 
 
 def measured_text(value: float | None, stderr: float | None = None) -> str:

@@ -94,7 +94,7 @@ def test_a_resumed_study_counts_its_kept_trials_and_best():
 
 
 def test_the_stop_rules_chance_follows_the_progress():
-    """After each trial the driver says the stop rule's number (SearchLoop.chance); the progress shows it, one decimal
+    """After each trial the driver says the stop rule's number (SearchDriver.chance); the progress shows it, one decimal
     under 10%, and a converged search's last line does not repeat it."""
     buf = io.StringIO()
     view = LiveView("t", 5, None, True, Console(file=buf, width=300))

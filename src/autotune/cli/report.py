@@ -9,7 +9,7 @@ from ..cost.advice import lever_text, shares_text
 from ..report.fit import fit
 from ..search.acquisition import STOP_CHANCE
 from ..search.study import calibration_command
-from ..words import count, hours, measured_text
+from ..words import count, hours, measured_text, percent
 from .console import console
 
 GiB = 1024**3
@@ -41,7 +41,7 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
     more = ""
     if chance is not None and not out["stop_reason"].startswith(("converged", "exhausted")):
         # the stop rule's number at the end: did the budget cut the search short?
-        odds = f"a {chance:.0%} chance that an untried layout beats the best by > {out['noise']:.0%}"
+        odds = f"a {percent(chance)} chance that an untried layout beats the best by > {out['noise']:.0%}"
         if chance < STOP_CHANCE:
             more = f" (nearly converged: {odds})"
         elif out["backend"] == "simulate":

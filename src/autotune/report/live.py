@@ -23,7 +23,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from ..words import hours
+from ..words import hours, percent
 from .fit import fit
 
 __all__ = ["LiveView"]
@@ -49,11 +49,6 @@ class _Row:
 
 def _f(v, spec: str = "{:,.1f}") -> str:
     return spec.format(v) if v is not None else "-"
-
-
-def _pct(p: float) -> str:
-    """A chance as a user reads it: whole percent, one decimal under 10% (where the stop rule's 5% sits)."""
-    return f"{p:.0%}" if p >= 0.1 else f"{p:.1%}"
 
 
 def _tps(v):
@@ -148,7 +143,7 @@ class LiveView:
         self.gpu_hours += float(d.get("gpu_hours") or 0.0)
         if status == "ok" and r.value and (self.best is None or r.value > self.best.value):
             self.best = r
-        if d.get("chance") is not None:  # the stop rule's number after this trial (SearchLoop.chance)
+        if d.get("chance") is not None:  # the stop rule's number after this trial (SearchDriver.chance)
             self.chance, self.noise = float(d["chance"]), float(d.get("noise") or 0.0)
         extra = "".join(f", {k} {v}" for k, v in (("MFU", _f(r.mfu, "{:.1%}") if r.mfu else None),
                                                   ("peak", f"{r.peak / GiB:,.1f} GiB" if r.peak else None)) if v)
@@ -168,7 +163,7 @@ class LiveView:
         STOP_CHANCE it stops), once the driver has said."""
         if self.chance is None or self.best is None:
             return ""
-        return f"; {_pct(self.chance)} chance an untried layout beats it by > {self.noise:.0%}"
+        return f"; {percent(self.chance)} chance an untried layout beats it by > {self.noise:.0%}"
 
     def _line(self, text: str) -> None:
         if self.enabled and self.live is None:

@@ -127,7 +127,6 @@ class ResidualModel:
         self._prior_mixture()
         self.weights = np.zeros(0)  # IRLS weight per fitted row (1: an ordinary row; << 1: an outlier)
         self.row_noise = np.zeros(0)  # each fitted row's own trial noise (log units): sigma_n, or more (fit_rows)
-        self._learn_scale = True  # fit_rows' learn_scale
 
     @classmethod
     def of_design(cls, X: np.ndarray, prior_std: np.ndarray, sigma_n: float, nu: float = np.inf,
@@ -141,7 +140,6 @@ class ResidualModel:
         self.sigma_n, self.nu, self._mult, self._draw_prior = sigma_n, nu, np.ones((1, X.shape[1])), np.ones(1)
         self.sigma_own, self._own = float(sigma_own), None
         self.draw_weight, self.weights, self.row_noise = np.ones(1), np.zeros(0), np.zeros(0)
-        self._learn_scale = True
         self.mean, self.cov = np.zeros(X.shape[1]), np.diag(self.prior_std**2)
         self._prior_mixture()
         return self
@@ -151,6 +149,7 @@ class ResidualModel:
         w = self._draw_prior / self._draw_prior.sum()
         V = self.prior_std[None, :] ** 2 * self._mult
         self._mix = (w, np.zeros_like(V), np.einsum("mp,pq->mpq", V, np.eye(V.shape[1])))
+        self._mix_sqrt = None  # (the mixture's covariances, a square root of each): deviations()
 
     def fit(self, measured: LayoutTable, log_ratio: np.ndarray, iters: int = 20, stderr=None) -> None:
         """log_ratio = log(measured / predicted by the calibrated cost model) for each measured layout (layouts
@@ -182,26 +181,25 @@ class ResidualModel:
         noise, not the layout's own error. `learn_scale=False` keeps the width scale's weights at the hyperprior's
         (the simulator's trials: their values are the model's own predictions, so they narrow what a trial there
         would resolve but say nothing of how wrong the model is)."""
-        self._learn_scale = learn_scale
         y = np.asarray(log_ratio, dtype=float)
         wt = np.ones(len(y))
         se = np.full(len(y), np.nan) if stderr is None else np.asarray(stderr, dtype=float).reshape(len(y))
         self.row_noise = np.fmax(np.where(np.isfinite(se), se, 0.0), self.sigma_n)
         s = np.sqrt(self.row_noise**2 + self.sigma_own**2)
         for _ in range(iters if np.isfinite(self.nu) else 1):
-            self._posterior(X, y, wt, with_cov=False)
+            self._posterior(X, y, wt, with_cov=False, learn_scale=learn_scale)
             r = y - X @ self.mean
             new = (self.nu + 1) / (self.nu + (r / s) ** 2) if np.isfinite(self.nu) else wt
             done = np.allclose(new, wt, rtol=1e-4, atol=1e-6)
             wt = new
             if done:
                 break
-        self._posterior(X, y, wt, with_cov=True)
+        self._posterior(X, y, wt, with_cov=True, learn_scale=learn_scale)
         self.weights = wt
         self._own = None
 
     def _posterior(self, X: np.ndarray, y: np.ndarray, wt: np.ndarray, with_cov: bool,
-                   weight_space: bool | None = None) -> None:
+                   weight_space: bool | None = None, learn_scale: bool = True) -> None:
         """The posterior under every width draw, weighted by its marginal likelihood, then moment-matched.
 
         A draw with prior variances V gives y ~ N(0, K), K = X V X' + N (N the rows' noise); its weight is
@@ -226,7 +224,7 @@ class ResidualModel:
             Ainv = np.linalg.inv(A)
             means = Ainv @ b
             ll = -0.5 * (np.linalg.slogdet(A)[1] + np.log(V).sum(axis=1) - means @ b)
-        w = self._draw_prior * (np.exp(ll - ll.max()) if self._learn_scale else 1.0)
+        w = self._draw_prior * (np.exp(ll - ll.max()) if learn_scale else 1.0)
         w /= w.sum()
         keep = np.flatnonzero(w > 1e-9)
         wk = w[keep] / w[keep].sum()
@@ -287,7 +285,7 @@ class ResidualModel:
         from the moment-matched Gaussian, the rule promised under 5% and an untried layout in truth beat the best by
         more than the noise in 3-20% of the runs it stopped (7 December)."""
         w, means, covs = self._mix
-        if getattr(self, "_mix_sqrt", None) is None or self._mix_sqrt[0] is not covs:
+        if self._mix_sqrt is None or self._mix_sqrt[0] is not covs:
             roots = []
             for c in covs:  # a square root that tolerates a singular covariance
                 ev, U = np.linalg.eigh(c)
