@@ -41,7 +41,7 @@ def render_outcome(out: dict, shown: frozenset[str] = frozenset()) -> None:
     more = ""
     if chance is not None and not out["stop_reason"].startswith(("converged", "exhausted")):
         # the stop rule's number at the end: did the budget cut the search short?
-        odds = f"a {percent(chance)} chance that an untried layout beats the best by > {out['noise']:.0%}"
+        odds = f"the chance that an untried layout beats the best by > {out['noise']:.0%} is {percent(chance)}"
         if chance < STOP_CHANCE:
             more = f" (nearly converged: {odds})"
         elif out["backend"] == "simulate":
