@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from autotune.catalog import ClusterSpec, Workload, load_model
-from autotune.search.priors import PRIOR_WIDTHS, derive_priors, group_width
+from autotune.search.priors import HYPER_SD, PRIOR_WIDTHS, WIDTH_SD, derive, group_width, group_width_sd
 from autotune.search.residual import ResidualModel, feature_groups
 from autotune.space import explore, load_space
 
@@ -21,10 +21,16 @@ def table():
 
 
 def test_shipped_widths_are_the_derivation():
-    got = derive_priors()
+    got, sds = derive()
     assert set(got) == set(PRIOR_WIDTHS)
     for k, v in PRIOR_WIDTHS.items():
         assert got[k] == pytest.approx(v, rel=0.02), k
+    # how well the rows pin each group's width down: every group the rows vary, no better than the hyperprior allows
+    assert set(sds) == set(WIDTH_SD) and set(sds) == set(PRIOR_WIDTHS) - {"intercept", "feature", "interaction",
+                                                                          "noise", "scale_sd"}
+    for k, v in WIDTH_SD.items():
+        assert sds[k] == pytest.approx(v, abs=0.01), k
+        assert 0.05 < v < 1.1 * HYPER_SD, k
     # the layout-dependent error the rows show is wider than the old 3% per weight (PRIOR_SIGMA / sqrt(12))
     assert PRIOR_WIDTHS["feature"] > 0.04 and PRIOR_WIDTHS["intercept"] > 0.1
     # how wrong the model is varies between models by more than a few percent
@@ -55,6 +61,7 @@ def test_group_width_falls_back_to_its_kind():
     assert group_width(w, "tp") == 0.05
     assert group_width(w, "pp") == 0.1
     assert group_width(w, "ep_x_nodes") == 0.2
+    assert group_width_sd({"tp": 0.3}, "tp") == 0.3 and group_width_sd({"tp": 0.3}, "etp") == HYPER_SD
 
 
 def test_interactions_are_features(table):
@@ -251,3 +258,39 @@ def test_joint_draws_keep_the_width_scales_heavy_tails(table):
     d = mixed.deviations(20_000, seed=4)
     assert np.allclose(d.mean(axis=1)[:20], 0.0, atol=0.01)
     assert np.allclose(d.std(axis=1)[:20], mixed.predict()[1][:20], rtol=0.08)
+
+
+def test_the_stop_rules_draws_let_each_group_learn_its_own_width(table):
+    """The stop rule's draws (deviations()) come from a mixture in which each group's width is drawn about the
+    calibration's (priors.WIDTH_SD) as well as the shared scale: trials whose errors are all in TP's values keep TP's
+    weights uncertain while the other groups narrow, where one shared scale (the planner's moments, predict(); and
+    width_sd=None) can only widen or narrow them all together, and the rule would trust TP's untried values too much."""
+    fresh = ResidualModel(table, hidden=8192)  # before any trial the draws' variance is the calibration's
+    assert np.allclose(np.einsum("m,mpp->p", fresh._mix[0], fresh._mix[2]), fresh.prior_std**2)
+
+    def spread(rm):  # each column's posterior sd under the mixture deviations() draws from, over its prior sd
+        w, means, covs = rm._mix
+        mean = w @ means
+        cov = np.einsum("m,mpq->pq", w, covs) + (means.T * w) @ means - np.outer(mean, mean)
+        return np.sqrt(np.diag(cov)) / rm.prior_std
+
+    rng = np.random.default_rng(1)
+    idx = rng.choice(len(table), 25, replace=False)
+    noise = rng.normal(0.0, 0.02, 25)
+    rel = {}
+    for label, kw in (("groups", {}), ("shared", {"width_sd": None})):
+        rm = ResidualModel(table, hidden=8192, **kw)
+        g = np.array(rm.groups)
+        w = np.where(g == "tp", rm.prior_std * 4.0 * np.random.default_rng(2).standard_normal(len(g)), 0.0)
+        rm.fit_candidates(idx, rm.Xc[idx] @ w + noise)
+        sd = spread(rm)
+        rel[label] = {k: float(np.mean(sd[g == k])) for k in ("tp", "pp", "recompute", "cp")}
+        if label == "groups":
+            moments = np.sqrt(np.diag(rm.cov))
+            # the draws come from near the widths' posterior, not the prior: a prior sample's effective size is 1-10
+            assert 1.0 / np.sum(rm._mix[0] ** 2) > 40
+    ratio = {label: r["tp"] / max(r[k] for k in ("pp", "recompute", "cp")) for label, r in rel.items()}
+    assert ratio["groups"] > 1.5 and ratio["shared"] < 1.2
+    assert rel["groups"]["tp"] > rel["shared"]["tp"]
+    # the planner's belief is the shared scale's either way
+    assert np.allclose(moments, np.sqrt(np.diag(rm.cov)))

@@ -643,7 +643,8 @@ def test_a_study_from_before_uneven_splits_resumes_over_even_splits(tmp_path, ca
 
 def test_the_optuna_planner_samples_splits_that_fit_its_pp_and_vpp(tmp_path, capsys):
     """End to end on Qwen3-235B-A22B's 94 layers (most PP x VPP pairs run only with an uneven split): the Optuna
-    planner dispatches its budget, and uneven splits among its trials. (The stall this narrowed space is too small to
+    planner dispatches until its budget or the stop rule ends the search (its 12 candidates: the rule may fire with half
+    of them tried), never stalling, and uneven splits among its trials. (The stall this narrowed space is too small to
     show, a free categorical naming another pair's split, is tested on the mirror itself in test_planners.py.)"""
     space = tmp_path / "s.yaml"
     space.write_text("extends: default\ndimensions:\n  tp: [1, 2]\n  pp: [4, 8, 16]\n  vpp: [1, 2, 3, 4]\n  cp: [1]\n"
@@ -652,7 +653,7 @@ def test_the_optuna_planner_samples_splits_that_fit_its_pp_and_vpp(tmp_path, cap
                  "--planner", "optuna", "--seed", "3", "--trials", "8", "--runs-dir", str(tmp_path), "--study", "o",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["dispatched"] == 8
+    assert out["dispatched"] == 8 or (out["dispatched"] >= 5 and out["stop_reason"].startswith("converged"))
     study = optuna.load_study(study_name="o", storage=f"sqlite:///{tmp_path / 'o' / 'study.db'}")
     done = [Layout.from_dict(t.user_attrs["layout"]) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(done) == 8 and any(lay.layer_split for lay in done)
+    assert len(done) == out["dispatched"] and any(lay.layer_split for lay in done)
