@@ -419,7 +419,7 @@ class ResidualModel:
         group's values far off widen that group's untried values without widening every other group's. Measured with
         bench/search_efficiency.py --stop-rule, where the rule promises that an untried layout beats the best by more
         than the noise in under 5% of the runs it stops: drawn from the moment-matched Gaussian, 31 of 270 runs (7
-        December); from the shared scale's mixture, 23; with each group's width drawn too, 17, at 0 to 2.5 more trials
+        December); from the shared scale's mixture, 23; with each group's width drawn too, 16, at 0 to 1.5 more trials
         (8 December). The planner keeps the shared scale's moments: with the per-group widths' moments its median
         trials to the goal moved by -3 to +2 per cell and the goal was reached in 740 run-points against 748 over 9
         cells (30 seeds; lomo, f10+int, f20+int), within the benchmark's noise, at 0.2 s more per refit."""
