@@ -195,12 +195,14 @@ class _Widths:
         return theta, self._neg_hessian(X, y, noise, base, theta)
 
     def _neg_hessian(self, X, y, noise, base, theta, h: float = 1e-4) -> np.ndarray:
+        """Minus the log posterior's Hessian at theta, by central differences of the gradient."""
         n = len(theta)
         H = np.empty((n, n))
         for i in range(n):
             e = np.zeros(n)
             e[i] = h
-            H[:, i] = -(self._grad(X, y, noise, base, theta + e)[1] - self._grad(X, y, noise, base, theta - e)[1]) / (2 * h)
+            up, down = self._grad(X, y, noise, base, theta + e)[1], self._grad(X, y, noise, base, theta - e)[1]
+            H[:, i] = -(up - down) / (2 * h)
         H = 0.5 * (H + H.T)
         ev, U = np.linalg.eigh(H)
         floor = 1.0 / self.sd.max() ** 2  # no direction wider than the prior's widest (and positive definite)
