@@ -294,3 +294,24 @@ def test_the_stop_rules_draws_let_each_group_learn_its_own_width(table):
     assert rel["groups"]["tp"] > rel["shared"]["tp"]
     # the planner's belief is the shared scale's either way
     assert np.allclose(moments, np.sqrt(np.diag(rm.cov)))
+
+
+def test_the_widths_posterior_gradient_is_its_derivative(table):
+    """_Widths finds the widths' posterior mode by Newton's method on an analytic gradient; it must be the log
+    posterior's derivative (central differences agree), or the stop rule's draws would centre on the wrong widths."""
+    from autotune.search.residual import _Widths
+
+    rm = ResidualModel(table, hidden=8192)
+    widths = _Widths(rm.groups, PRIOR_WIDTHS["scale_sd"], WIDTH_SD)
+    rng = np.random.default_rng(4)
+    X = rm.Xc[rng.choice(len(table), 12, replace=False)]
+    y, noise, base = rng.normal(0.0, 0.1, 12), np.full(12, 0.02**2), rm.prior_std**2
+    theta = rng.normal(0.0, 0.3, len(widths.sd))
+    _, grad = widths._value_and_grad(X, y, noise, base, theta)
+    h = 1e-5
+    for t in range(len(theta)):
+        e = np.zeros(len(theta))
+        e[t] = h
+        num = (widths._value_and_grad(X, y, noise, base, theta + e)[0]
+               - widths._value_and_grad(X, y, noise, base, theta - e)[0]) / (2 * h)
+        assert grad[t] == pytest.approx(num, rel=1e-4, abs=1e-6), t

@@ -167,7 +167,8 @@ def derive_priors(rows=None) -> dict[str, float]:
 def derive(rows=None) -> tuple[dict[str, float], dict[str, float]]:
     """(PRIOR_WIDTHS, WIDTH_SD): the widths per group (derive_priors) and how uncertain each group's width is, the
     standard deviation of its log under the fit (Laplace: from the inverse of the Hessian, by central differences,
-    of the per-group objective at its optimum; the hyperprior's HYPER_SD caps it)."""
+    of the per-group objective at its optimum; near the hyperprior's HYPER_SD where the rows say little of a group,
+    a little above it where two groups trade off against each other, as PP's 0.52 does)."""
     rows, r = lomo_residuals(rows)
     same, w = _design(rows)
     same.pop("model", None)  # see the module docstring: the offset is not separable from the layout

@@ -146,7 +146,10 @@ class _Widths:
     def _log_prior(self, theta: np.ndarray) -> np.ndarray:
         return -0.5 * np.sum((theta / self.sd) ** 2, axis=-1)
 
-    def _grad(self, X, y, noise, base, theta) -> tuple[float, np.ndarray]:
+    def _value_and_grad(self, X, y, noise, base, theta) -> tuple[float, np.ndarray]:
+        """The log posterior of the parameters theta (log marginal likelihood of the trials plus log prior, up to a
+        constant) and its gradient: d/dV_j = ((X'K^-1 y)_j^2 - (X'K^-1 X)_jj) / 2 for column j's prior variance V_j,
+        and dV_j/dtheta_t = 2 V_j for each parameter t that scales column j."""
         V = base * self.mult(theta[None])[0]
         K = (X * V) @ X.T + np.diag(noise)
         Kinv = np.linalg.inv(K)
@@ -155,19 +158,25 @@ class _Widths:
         dV = 0.5 * ((X.T @ alpha) ** 2 - np.einsum("nj,nm,mj->j", X, Kinv, X))
         return float(f), self.A.T @ (2 * V * dV) - theta / self.sd**2
 
+    def prior(self) -> tuple[np.ndarray, np.ndarray]:
+        """The prior's draws: ((draws, columns) variance multipliers, each column's scaled to average exactly 1, (draws,)
+        equal weights)."""
+        mult = self.mult(self.z * self.sd)
+        return mult / mult.mean(axis=0), np.ones(len(self.z))
+
     def draws(self, X, y, noise, base, learn: bool) -> tuple[np.ndarray, np.ndarray]:
-        """((draws, columns) variance multipliers, (draws,) prior / proposal ratios)."""
-        if not learn or len(y) == 0:  # the prior's draws, each column's multipliers scaled to average exactly 1
-            mult = self.mult(self.z * self.sd)
-            return mult / mult.mean(axis=0), np.ones(len(self.z))
+        """((draws, columns) variance multipliers, (draws,) prior / proposal ratios) for the trials (X, y) with their
+        noise variances and the columns' prior variances `base`; the prior's when not `learn` or without trials."""
+        if not learn or len(y) == 0:
+            return self.prior()
         theta, H = self._mode(X, y, noise, base)
-        cov = np.linalg.inv(H) * INFLATE**2
-        L = np.linalg.cholesky(cov)
+        prec = H / INFLATE**2  # the proposal's precision: the Laplace approximation's, its spread inflated
+        L = np.linalg.cholesky(np.linalg.inv(prec))
         m = len(self.z)
         n_prior = int(round(DEFENSIVE * m))
         th = np.concatenate([theta + self.z[: m - n_prior] @ L.T, self.z[m - n_prior:] * self.sd])
         d = th - theta
-        log_lap = -0.5 * np.einsum("mi,ij,mj->m", d, np.linalg.inv(cov), d) - np.log(np.diag(L)).sum()
+        log_lap = -0.5 * np.einsum("mi,ij,mj->m", d, prec, d) - np.log(np.diag(L)).sum()
         log_pri = self._log_prior(th) - np.log(self.sd).sum()
         log_q = np.logaddexp(np.log(1 - DEFENSIVE) + log_lap, np.log(DEFENSIVE) + log_pri)
         r = log_pri - log_q
@@ -177,13 +186,13 @@ class _Widths:
         """The log posterior's mode over the parameters (damped Newton) and the negative Hessian there (central
         differences of the gradient), made positive definite."""
         theta = np.zeros(len(self.sd))
-        f, g = self._grad(X, y, noise, base, theta)
+        f, g = self._value_and_grad(X, y, noise, base, theta)
         for _ in range(30):
             H = self._neg_hessian(X, y, noise, base, theta)
             step = np.linalg.solve(H, g)
             t = 1.0
             while t > 1e-3:
-                f_new, g_new = self._grad(X, y, noise, base, theta + t * step)
+                f_new, g_new = self._value_and_grad(X, y, noise, base, theta + t * step)
                 if f_new >= f - 1e-9:
                     break
                 t /= 2
@@ -201,8 +210,8 @@ class _Widths:
         for i in range(n):
             e = np.zeros(n)
             e[i] = h
-            up, down = self._grad(X, y, noise, base, theta + e)[1], self._grad(X, y, noise, base, theta - e)[1]
-            H[:, i] = -(up - down) / (2 * h)
+            up = self._value_and_grad(X, y, noise, base, theta + e)[1]
+            H[:, i] = -(up - self._value_and_grad(X, y, noise, base, theta - e)[1]) / (2 * h)
         H = 0.5 * (H + H.T)
         ev, U = np.linalg.eigh(H)
         floor = 1.0 / self.sd.max() ** 2  # no direction wider than the prior's widest (and positive definite)
@@ -298,8 +307,7 @@ class ResidualModel:
 
     def _prior_mixture(self) -> None:
         """The hyperprior's mixture before any trial: one zero-mean Gaussian per width draw (deviations())."""
-        mult, prior = (self._mult, self._draw_prior) if self._tail is None else self._tail.draws(None, [], None, None,
-                                                                                                  False)
+        mult, prior = (self._mult, self._draw_prior) if self._tail is None else self._tail.prior()
         w = prior / prior.sum()
         V = self.prior_std[None, :] ** 2 * mult
         self._mix = (w, np.zeros_like(V), np.einsum("mp,pq->mpq", V, np.eye(V.shape[1])))
